@@ -1,0 +1,1 @@
+"""The OpenEnv adapter: DenvProvider, fork, from_denv_version."""

@@ -1,0 +1,1 @@
+"""denv: run RL environments as sandboxes and fork their live state."""

@@ -1,0 +1,1 @@
+"""The local denv server: the denv contract on the Docker Engine."""

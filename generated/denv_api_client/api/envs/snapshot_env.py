@@ -1,0 +1,229 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error import Error
+from ...models.snapshot_request import SnapshotRequest
+from ...models.version import Version
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    env_id: str,
+    *,
+    body: SnapshotRequest | Unset = UNSET,
+    idempotency_key: str | Unset = UNSET,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(idempotency_key, Unset):
+        headers["Idempotency-Key"] = idempotency_key
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/envs/{env_id}/snapshot".format(
+            env_id=quote(str(env_id), safe=""),
+        ),
+    }
+
+    if not isinstance(body, Unset):
+        _kwargs["json"] = body.to_dict()
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Error | Version | None:
+    if response.status_code == 201:
+        response_201 = Version.from_dict(response.json())
+
+        return response_201
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 409:
+        response_409 = Error.from_dict(response.json())
+
+        return response_409
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+        return response_422
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[Error | Version]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    env_id: str,
+    *,
+    client: AuthenticatedClient | Client,
+    body: SnapshotRequest | Unset = UNSET,
+    idempotency_key: str | Unset = UNSET,
+) -> Response[Error | Version]:
+    """Save an env's volumes as a new version.
+
+     Pauses the env's services for the instant it takes, turns what
+    changed in each volume into a new immutable layer, and resumes them.
+    Its cost follows what changed, not the size of the volumes.
+
+    Args:
+        env_id (str): An env's id, `env_` followed by a ULID.
+        idempotency_key (str | Unset):
+        body (SnapshotRequest | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | Version]
+    """
+
+    kwargs = _get_kwargs(
+        env_id=env_id,
+        body=body,
+        idempotency_key=idempotency_key,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    env_id: str,
+    *,
+    client: AuthenticatedClient | Client,
+    body: SnapshotRequest | Unset = UNSET,
+    idempotency_key: str | Unset = UNSET,
+) -> Error | Version | None:
+    """Save an env's volumes as a new version.
+
+     Pauses the env's services for the instant it takes, turns what
+    changed in each volume into a new immutable layer, and resumes them.
+    Its cost follows what changed, not the size of the volumes.
+
+    Args:
+        env_id (str): An env's id, `env_` followed by a ULID.
+        idempotency_key (str | Unset):
+        body (SnapshotRequest | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | Version
+    """
+
+    return sync_detailed(
+        env_id=env_id,
+        client=client,
+        body=body,
+        idempotency_key=idempotency_key,
+    ).parsed
+
+
+async def asyncio_detailed(
+    env_id: str,
+    *,
+    client: AuthenticatedClient | Client,
+    body: SnapshotRequest | Unset = UNSET,
+    idempotency_key: str | Unset = UNSET,
+) -> Response[Error | Version]:
+    """Save an env's volumes as a new version.
+
+     Pauses the env's services for the instant it takes, turns what
+    changed in each volume into a new immutable layer, and resumes them.
+    Its cost follows what changed, not the size of the volumes.
+
+    Args:
+        env_id (str): An env's id, `env_` followed by a ULID.
+        idempotency_key (str | Unset):
+        body (SnapshotRequest | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | Version]
+    """
+
+    kwargs = _get_kwargs(
+        env_id=env_id,
+        body=body,
+        idempotency_key=idempotency_key,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    env_id: str,
+    *,
+    client: AuthenticatedClient | Client,
+    body: SnapshotRequest | Unset = UNSET,
+    idempotency_key: str | Unset = UNSET,
+) -> Error | Version | None:
+    """Save an env's volumes as a new version.
+
+     Pauses the env's services for the instant it takes, turns what
+    changed in each volume into a new immutable layer, and resumes them.
+    Its cost follows what changed, not the size of the volumes.
+
+    Args:
+        env_id (str): An env's id, `env_` followed by a ULID.
+        idempotency_key (str | Unset):
+        body (SnapshotRequest | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | Version
+    """
+
+    return (
+        await asyncio_detailed(
+            env_id=env_id,
+            client=client,
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+    ).parsed

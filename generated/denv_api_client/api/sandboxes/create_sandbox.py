@@ -1,0 +1,221 @@
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.env import Env
+from ...models.error import Error
+from ...models.sandbox_create import SandboxCreate
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    *,
+    body: SandboxCreate,
+    idempotency_key: str | Unset = UNSET,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(idempotency_key, Unset):
+        headers["Idempotency-Key"] = idempotency_key
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/sandboxes",
+    }
+
+    _kwargs["json"] = body.to_dict()
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Env | Error | None:
+    if response.status_code == 201:
+        response_201 = Env.from_dict(response.json())
+
+        return response_201
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 409:
+        response_409 = Error.from_dict(response.json())
+
+        return response_409
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+        return response_429
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[Env | Error]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    body: SandboxCreate,
+    idempotency_key: str | Unset = UNSET,
+) -> Response[Env | Error]:
+    """Run one image as a new env.
+
+     Creates an implicit one-service version from `image` and starts an env
+    from it. With `wait: healthy` the call returns once the service
+    answers `health_path` with 200, or returns the env as `failed` with its
+    last log lines when the container exits or `wait_timeout_s` passes.
+
+    Args:
+        idempotency_key (str | Unset):
+        body (SandboxCreate):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Env | Error]
+    """
+
+    kwargs = _get_kwargs(
+        body=body,
+        idempotency_key=idempotency_key,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    *,
+    client: AuthenticatedClient | Client,
+    body: SandboxCreate,
+    idempotency_key: str | Unset = UNSET,
+) -> Env | Error | None:
+    """Run one image as a new env.
+
+     Creates an implicit one-service version from `image` and starts an env
+    from it. With `wait: healthy` the call returns once the service
+    answers `health_path` with 200, or returns the env as `failed` with its
+    last log lines when the container exits or `wait_timeout_s` passes.
+
+    Args:
+        idempotency_key (str | Unset):
+        body (SandboxCreate):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Env | Error
+    """
+
+    return sync_detailed(
+        client=client,
+        body=body,
+        idempotency_key=idempotency_key,
+    ).parsed
+
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    body: SandboxCreate,
+    idempotency_key: str | Unset = UNSET,
+) -> Response[Env | Error]:
+    """Run one image as a new env.
+
+     Creates an implicit one-service version from `image` and starts an env
+    from it. With `wait: healthy` the call returns once the service
+    answers `health_path` with 200, or returns the env as `failed` with its
+    last log lines when the container exits or `wait_timeout_s` passes.
+
+    Args:
+        idempotency_key (str | Unset):
+        body (SandboxCreate):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Env | Error]
+    """
+
+    kwargs = _get_kwargs(
+        body=body,
+        idempotency_key=idempotency_key,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient | Client,
+    body: SandboxCreate,
+    idempotency_key: str | Unset = UNSET,
+) -> Env | Error | None:
+    """Run one image as a new env.
+
+     Creates an implicit one-service version from `image` and starts an env
+    from it. With `wait: healthy` the call returns once the service
+    answers `health_path` with 200, or returns the env as `failed` with its
+    last log lines when the container exits or `wait_timeout_s` passes.
+
+    Args:
+        idempotency_key (str | Unset):
+        body (SandboxCreate):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Env | Error
+    """
+
+    return (
+        await asyncio_detailed(
+            client=client,
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+    ).parsed

@@ -1,0 +1,71 @@
+"""Contains all the data models used in inputs/outputs"""
+
+from .deploy_request import DeployRequest
+from .egress import Egress
+from .endpoint import Endpoint
+from .endpoint_via import EndpointVia
+from .env import Env
+from .env_batch import EnvBatch
+from .env_error import EnvError
+from .env_error_code import EnvErrorCode
+from .env_list import EnvList
+from .env_logs import EnvLogs
+from .env_service import EnvService
+from .env_service_status import EnvServiceStatus
+from .env_status import EnvStatus
+from .env_vars import EnvVars
+from .envs_create import EnvsCreate
+from .error import Error
+from .error_code import ErrorCode
+from .error_details_type_0 import ErrorDetailsType0
+from .fork import Fork
+from .health import Health
+from .health_status import HealthStatus
+from .labels import Labels
+from .project import Project
+from .project_list import ProjectList
+from .sandbox_create import SandboxCreate
+from .snapshot_request import SnapshotRequest
+from .start_mode import StartMode
+from .version import Version
+from .version_list import VersionList
+from .version_service import VersionService
+from .wait_for import WaitFor
+from .wait_request import WaitRequest
+from .wait_request_until import WaitRequestUntil
+
+__all__ = (
+    "DeployRequest",
+    "Egress",
+    "Endpoint",
+    "EndpointVia",
+    "Env",
+    "EnvBatch",
+    "EnvError",
+    "EnvErrorCode",
+    "EnvList",
+    "EnvLogs",
+    "EnvsCreate",
+    "EnvService",
+    "EnvServiceStatus",
+    "EnvStatus",
+    "EnvVars",
+    "Error",
+    "ErrorCode",
+    "ErrorDetailsType0",
+    "Fork",
+    "Health",
+    "HealthStatus",
+    "Labels",
+    "Project",
+    "ProjectList",
+    "SandboxCreate",
+    "SnapshotRequest",
+    "StartMode",
+    "Version",
+    "VersionList",
+    "VersionService",
+    "WaitFor",
+    "WaitRequest",
+    "WaitRequestUntil",
+)

@@ -1,0 +1,235 @@
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..models.egress import Egress
+from ..models.env_status import EnvStatus
+from ..models.start_mode import StartMode
+
+if TYPE_CHECKING:
+    from ..models.endpoint import Endpoint
+    from ..models.env_error import EnvError
+    from ..models.env_service import EnvService
+    from ..models.labels import Labels
+
+
+T = TypeVar("T", bound="Env")
+
+
+@_attrs_define
+class Env:
+    """
+    Attributes:
+        id (str): An env's id, `env_` followed by a ULID.
+        status (EnvStatus): `creating` (resources being made), `starting` (containers run, not yet
+            healthy), `running` (containers run; no health check was asked for),
+            `healthy` (the agent service answers its health path), `failed`
+            (see `error`), `deleted`.
+        version_id (str): A version's id, `ver_` followed by a ULID.
+        parent_id (None | str): The env this one was forked from.
+        project (None | str): The project of its version, if any.
+        agent_service (str): A service's name, as in a compose file.
+        egress (Egress): `deny`: the env reaches nothing outside its own network (not the host,
+            not another env, not the internet); its ports are served through the
+            ingress proxy. `allow`: the env may open outward connections and its
+            ports are published on the server's host.
+        labels (Labels): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
+        services (list[EnvService]):
+        endpoints (list[Endpoint]):
+        start (StartMode): How the env's agent service was started.
+        created_at (datetime.datetime):
+        expires_at (datetime.datetime):
+        error (EnvError | None):
+    """
+
+    id: str
+    status: EnvStatus
+    version_id: str
+    parent_id: None | str
+    project: None | str
+    agent_service: str
+    egress: Egress
+    labels: Labels
+    services: list[EnvService]
+    endpoints: list[Endpoint]
+    start: StartMode
+    created_at: datetime.datetime
+    expires_at: datetime.datetime
+    error: EnvError | None
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..models.env_error import EnvError  # noqa: PLC0415
+
+        id = self.id
+
+        status = self.status.value
+
+        version_id = self.version_id
+
+        parent_id: None | str
+        parent_id = self.parent_id
+
+        project: None | str
+        project = self.project
+
+        agent_service = self.agent_service
+
+        egress = self.egress.value
+
+        labels = self.labels.to_dict()
+
+        services = []
+        for services_item_data in self.services:
+            services_item = services_item_data.to_dict()
+            services.append(services_item)
+
+        endpoints = []
+        for endpoints_item_data in self.endpoints:
+            endpoints_item = endpoints_item_data.to_dict()
+            endpoints.append(endpoints_item)
+
+        start = self.start.value
+
+        created_at = self.created_at.isoformat()
+
+        expires_at = self.expires_at.isoformat()
+
+        error: dict[str, Any] | None
+        if isinstance(self.error, EnvError):
+            error = self.error.to_dict()
+        else:
+            error = self.error
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "id": id,
+                "status": status,
+                "version_id": version_id,
+                "parent_id": parent_id,
+                "project": project,
+                "agent_service": agent_service,
+                "egress": egress,
+                "labels": labels,
+                "services": services,
+                "endpoints": endpoints,
+                "start": start,
+                "created_at": created_at,
+                "expires_at": expires_at,
+                "error": error,
+            }
+        )
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.endpoint import Endpoint  # noqa: PLC0415
+        from ..models.env_error import EnvError  # noqa: PLC0415
+        from ..models.env_service import EnvService  # noqa: PLC0415
+        from ..models.labels import Labels  # noqa: PLC0415
+
+        d = dict(src_dict)
+        id = d.pop("id")
+
+        status = EnvStatus(d.pop("status"))
+
+        version_id = d.pop("version_id")
+
+        def _parse_parent_id(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        parent_id = _parse_parent_id(d.pop("parent_id"))
+
+        def _parse_project(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        project = _parse_project(d.pop("project"))
+
+        agent_service = d.pop("agent_service")
+
+        egress = Egress(d.pop("egress"))
+
+        labels = Labels.from_dict(d.pop("labels"))
+
+        services = []
+        _services = d.pop("services")
+        for services_item_data in _services:
+            services_item = EnvService.from_dict(services_item_data)
+
+            services.append(services_item)
+
+        endpoints = []
+        _endpoints = d.pop("endpoints")
+        for endpoints_item_data in _endpoints:
+            endpoints_item = Endpoint.from_dict(endpoints_item_data)
+
+            endpoints.append(endpoints_item)
+
+        start = StartMode(d.pop("start"))
+
+        created_at = datetime.datetime.fromisoformat(d.pop("created_at"))
+
+        expires_at = datetime.datetime.fromisoformat(d.pop("expires_at"))
+
+        def _parse_error(data: object) -> EnvError | None:
+            if data is None:
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                error_type_0 = EnvError.from_dict(data)
+
+                return error_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(EnvError | None, data)
+
+        error = _parse_error(d.pop("error"))
+
+        env = cls(
+            id=id,
+            status=status,
+            version_id=version_id,
+            parent_id=parent_id,
+            project=project,
+            agent_service=agent_service,
+            egress=egress,
+            labels=labels,
+            services=services,
+            endpoints=endpoints,
+            start=start,
+            created_at=created_at,
+            expires_at=expires_at,
+            error=error,
+        )
+
+        env.additional_properties = d
+        return env
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from attrs import define as _attrs_define
+
+from ..models.egress import Egress
+from ..models.wait_for import WaitFor
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.env_vars import EnvVars
+    from ..models.labels import Labels
+
+
+T = TypeVar("T", bound="EnvsCreate")
+
+
+@_attrs_define
+class EnvsCreate:
+    """
+    Attributes:
+        count (int | Unset): How many envs to start. Default: 1.
+        egress (Egress | None | Unset): Overrides the parent's egress.
+        env (EnvVars | Unset): Environment variables for the service; names are letters, digits and `_`, not starting
+            with a digit.
+        labels (Labels | Unset): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
+        ttl_s (int | Unset):  Default: 3600.
+        wait (WaitFor | Unset): When a create returns: `none` at once, `running` once the containers
+            run, `healthy` once the agent service answers its health path.
+        wait_timeout_s (float | Unset):  Default: 120.0.
+        warm (int | Unset): Keep this many booted spares ready for later forks. Default: 0.
+    """
+
+    count: int | Unset = 1
+    egress: Egress | None | Unset = UNSET
+    env: EnvVars | Unset = UNSET
+    labels: Labels | Unset = UNSET
+    ttl_s: int | Unset = 3600
+    wait: WaitFor | Unset = UNSET
+    wait_timeout_s: float | Unset = 120.0
+    warm: int | Unset = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        count = self.count
+
+        egress: None | str | Unset
+        if isinstance(self.egress, Unset):
+            egress = UNSET
+        elif isinstance(self.egress, Egress):
+            egress = self.egress.value
+        else:
+            egress = self.egress
+
+        env: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.env, Unset):
+            env = self.env.to_dict()
+
+        labels: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.labels, Unset):
+            labels = self.labels.to_dict()
+
+        ttl_s = self.ttl_s
+
+        wait: str | Unset = UNSET
+        if not isinstance(self.wait, Unset):
+            wait = self.wait.value
+
+        wait_timeout_s = self.wait_timeout_s
+
+        warm = self.warm
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update({})
+        if count is not UNSET:
+            field_dict["count"] = count
+        if egress is not UNSET:
+            field_dict["egress"] = egress
+        if env is not UNSET:
+            field_dict["env"] = env
+        if labels is not UNSET:
+            field_dict["labels"] = labels
+        if ttl_s is not UNSET:
+            field_dict["ttl_s"] = ttl_s
+        if wait is not UNSET:
+            field_dict["wait"] = wait
+        if wait_timeout_s is not UNSET:
+            field_dict["wait_timeout_s"] = wait_timeout_s
+        if warm is not UNSET:
+            field_dict["warm"] = warm
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.env_vars import EnvVars  # noqa: PLC0415
+        from ..models.labels import Labels  # noqa: PLC0415
+
+        d = dict(src_dict)
+        count = d.pop("count", UNSET)
+
+        def _parse_egress(data: object) -> Egress | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                egress_type_0 = Egress(data)
+
+                return egress_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(Egress | None | Unset, data)
+
+        egress = _parse_egress(d.pop("egress", UNSET))
+
+        _env = d.pop("env", UNSET)
+        env: EnvVars | Unset
+        if isinstance(_env, Unset):
+            env = UNSET
+        else:
+            env = EnvVars.from_dict(_env)
+
+        _labels = d.pop("labels", UNSET)
+        labels: Labels | Unset
+        if isinstance(_labels, Unset):
+            labels = UNSET
+        else:
+            labels = Labels.from_dict(_labels)
+
+        ttl_s = d.pop("ttl_s", UNSET)
+
+        _wait = d.pop("wait", UNSET)
+        wait: WaitFor | Unset
+        if isinstance(_wait, Unset):
+            wait = UNSET
+        else:
+            wait = WaitFor(_wait)
+
+        wait_timeout_s = d.pop("wait_timeout_s", UNSET)
+
+        warm = d.pop("warm", UNSET)
+
+        envs_create = cls(
+            count=count,
+            egress=egress,
+            env=env,
+            labels=labels,
+            ttl_s=ttl_s,
+            wait=wait,
+            wait_timeout_s=wait_timeout_s,
+            warm=warm,
+        )
+
+        return envs_create

@@ -1,0 +1,233 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from attrs import define as _attrs_define
+
+from ..models.egress import Egress
+from ..models.wait_for import WaitFor
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.env_vars import EnvVars
+    from ..models.labels import Labels
+
+
+T = TypeVar("T", bound="SandboxCreate")
+
+
+@_attrs_define
+class SandboxCreate:
+    """
+    Attributes:
+        image (str): An image on the server's engine, by name or id.
+        command (list[str] | None | Unset): Overrides the image's command.
+        env (EnvVars | Unset): Environment variables for the service; names are letters, digits and `_`, not starting
+            with a digit.
+        ports (list[int] | Unset): Container ports to expose; the first is the agent port.
+        egress (Egress | Unset): `deny`: the env reaches nothing outside its own network (not the host,
+            not another env, not the internet); its ports are served through the
+            ingress proxy. `allow`: the env may open outward connections and its
+            ports are published on the server's host.
+        volumes (list[str] | Unset): Absolute container paths that get a forkable volume, besides `/work`.
+        labels (Labels | Unset): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
+        ttl_s (int | Unset): Seconds until the env is deleted by the server. Default: 3600.
+        wait (WaitFor | Unset): When a create returns: `none` at once, `running` once the containers
+            run, `healthy` once the agent service answers its health path.
+        wait_timeout_s (float | Unset): How long `wait` may take before the env is reported `failed`. Default: 120.0.
+        health_path (str | Unset): The HTTP path that answers 200 when the agent service is ready. Default: '/health'.
+        pull (bool | Unset): Pull the image when the engine does not have it (otherwise 422 `image_not_found`). Default:
+            False.
+        warm (int | Unset): Keep this many booted spares of this env's configuration ready for forks. Default: 0.
+        warm_fork (bool | Unset): Declare that the agent service reads its volumes per session, not
+            at boot, so children may be started from booted spares.
+             Default: False.
+    """
+
+    image: str
+    command: list[str] | None | Unset = UNSET
+    env: EnvVars | Unset = UNSET
+    ports: list[int] | Unset = UNSET
+    egress: Egress | Unset = UNSET
+    volumes: list[str] | Unset = UNSET
+    labels: Labels | Unset = UNSET
+    ttl_s: int | Unset = 3600
+    wait: WaitFor | Unset = UNSET
+    wait_timeout_s: float | Unset = 120.0
+    health_path: str | Unset = "/health"
+    pull: bool | Unset = False
+    warm: int | Unset = 0
+    warm_fork: bool | Unset = False
+
+    def to_dict(self) -> dict[str, Any]:
+        image = self.image
+
+        command: list[str] | None | Unset
+        if isinstance(self.command, Unset):
+            command = UNSET
+        elif isinstance(self.command, list):
+            command = self.command
+
+        else:
+            command = self.command
+
+        env: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.env, Unset):
+            env = self.env.to_dict()
+
+        ports: list[int] | Unset = UNSET
+        if not isinstance(self.ports, Unset):
+            ports = self.ports
+
+        egress: str | Unset = UNSET
+        if not isinstance(self.egress, Unset):
+            egress = self.egress.value
+
+        volumes: list[str] | Unset = UNSET
+        if not isinstance(self.volumes, Unset):
+            volumes = self.volumes
+
+        labels: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.labels, Unset):
+            labels = self.labels.to_dict()
+
+        ttl_s = self.ttl_s
+
+        wait: str | Unset = UNSET
+        if not isinstance(self.wait, Unset):
+            wait = self.wait.value
+
+        wait_timeout_s = self.wait_timeout_s
+
+        health_path = self.health_path
+
+        pull = self.pull
+
+        warm = self.warm
+
+        warm_fork = self.warm_fork
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update(
+            {
+                "image": image,
+            }
+        )
+        if command is not UNSET:
+            field_dict["command"] = command
+        if env is not UNSET:
+            field_dict["env"] = env
+        if ports is not UNSET:
+            field_dict["ports"] = ports
+        if egress is not UNSET:
+            field_dict["egress"] = egress
+        if volumes is not UNSET:
+            field_dict["volumes"] = volumes
+        if labels is not UNSET:
+            field_dict["labels"] = labels
+        if ttl_s is not UNSET:
+            field_dict["ttl_s"] = ttl_s
+        if wait is not UNSET:
+            field_dict["wait"] = wait
+        if wait_timeout_s is not UNSET:
+            field_dict["wait_timeout_s"] = wait_timeout_s
+        if health_path is not UNSET:
+            field_dict["health_path"] = health_path
+        if pull is not UNSET:
+            field_dict["pull"] = pull
+        if warm is not UNSET:
+            field_dict["warm"] = warm
+        if warm_fork is not UNSET:
+            field_dict["warm_fork"] = warm_fork
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.env_vars import EnvVars  # noqa: PLC0415
+        from ..models.labels import Labels  # noqa: PLC0415
+
+        d = dict(src_dict)
+        image = d.pop("image")
+
+        def _parse_command(data: object) -> list[str] | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, list):
+                    raise TypeError()
+                command_type_0 = cast(list[str], data)
+
+                return command_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(list[str] | None | Unset, data)
+
+        command = _parse_command(d.pop("command", UNSET))
+
+        _env = d.pop("env", UNSET)
+        env: EnvVars | Unset
+        if isinstance(_env, Unset):
+            env = UNSET
+        else:
+            env = EnvVars.from_dict(_env)
+
+        ports = cast(list[int], d.pop("ports", UNSET))
+
+        _egress = d.pop("egress", UNSET)
+        egress: Egress | Unset
+        if isinstance(_egress, Unset):
+            egress = UNSET
+        else:
+            egress = Egress(_egress)
+
+        volumes = cast(list[str], d.pop("volumes", UNSET))
+
+        _labels = d.pop("labels", UNSET)
+        labels: Labels | Unset
+        if isinstance(_labels, Unset):
+            labels = UNSET
+        else:
+            labels = Labels.from_dict(_labels)
+
+        ttl_s = d.pop("ttl_s", UNSET)
+
+        _wait = d.pop("wait", UNSET)
+        wait: WaitFor | Unset
+        if isinstance(_wait, Unset):
+            wait = UNSET
+        else:
+            wait = WaitFor(_wait)
+
+        wait_timeout_s = d.pop("wait_timeout_s", UNSET)
+
+        health_path = d.pop("health_path", UNSET)
+
+        pull = d.pop("pull", UNSET)
+
+        warm = d.pop("warm", UNSET)
+
+        warm_fork = d.pop("warm_fork", UNSET)
+
+        sandbox_create = cls(
+            image=image,
+            command=command,
+            env=env,
+            ports=ports,
+            egress=egress,
+            volumes=volumes,
+            labels=labels,
+            ttl_s=ttl_s,
+            wait=wait,
+            wait_timeout_s=wait_timeout_s,
+            health_path=health_path,
+            pull=pull,
+            warm=warm,
+            warm_fork=warm_fork,
+        )
+
+        return sandbox_create

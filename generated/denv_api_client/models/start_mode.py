@@ -1,0 +1,9 @@
+from enum import StrEnum
+
+
+class StartMode(StrEnum):
+    COLD = "cold"
+    WARM = "warm"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+if TYPE_CHECKING:
+    from ..models.labels import Labels
+    from ..models.version_service import VersionService
+
+
+T = TypeVar("T", bound="Version")
+
+
+@_attrs_define
+class Version:
+    """
+    Attributes:
+        id (str): A version's id, `ver_` followed by a ULID.
+        project (None | str):
+        parent_env_id (None | str): The env this version was snapshotted from.
+        agent_service (str): A service's name, as in a compose file.
+        services (list[VersionService]):
+        layer_depth (int): The deepest layer stack among its volumes.
+        warm_fork (bool): Whether children may start from booted spares.
+        labels (Labels): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
+        created_at (datetime.datetime):
+    """
+
+    id: str
+    project: None | str
+    parent_env_id: None | str
+    agent_service: str
+    services: list[VersionService]
+    layer_depth: int
+    warm_fork: bool
+    labels: Labels
+    created_at: datetime.datetime
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        id = self.id
+
+        project: None | str
+        project = self.project
+
+        parent_env_id: None | str
+        parent_env_id = self.parent_env_id
+
+        agent_service = self.agent_service
+
+        services = []
+        for services_item_data in self.services:
+            services_item = services_item_data.to_dict()
+            services.append(services_item)
+
+        layer_depth = self.layer_depth
+
+        warm_fork = self.warm_fork
+
+        labels = self.labels.to_dict()
+
+        created_at = self.created_at.isoformat()
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "id": id,
+                "project": project,
+                "parent_env_id": parent_env_id,
+                "agent_service": agent_service,
+                "services": services,
+                "layer_depth": layer_depth,
+                "warm_fork": warm_fork,
+                "labels": labels,
+                "created_at": created_at,
+            }
+        )
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.labels import Labels  # noqa: PLC0415
+        from ..models.version_service import VersionService  # noqa: PLC0415
+
+        d = dict(src_dict)
+        id = d.pop("id")
+
+        def _parse_project(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        project = _parse_project(d.pop("project"))
+
+        def _parse_parent_env_id(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        parent_env_id = _parse_parent_env_id(d.pop("parent_env_id"))
+
+        agent_service = d.pop("agent_service")
+
+        services = []
+        _services = d.pop("services")
+        for services_item_data in _services:
+            services_item = VersionService.from_dict(services_item_data)
+
+            services.append(services_item)
+
+        layer_depth = d.pop("layer_depth")
+
+        warm_fork = d.pop("warm_fork")
+
+        labels = Labels.from_dict(d.pop("labels"))
+
+        created_at = datetime.datetime.fromisoformat(d.pop("created_at"))
+
+        version = cls(
+            id=id,
+            project=project,
+            parent_env_id=parent_env_id,
+            agent_service=agent_service,
+            services=services,
+            layer_depth=layer_depth,
+            warm_fork=warm_fork,
+            labels=labels,
+            created_at=created_at,
+        )
+
+        version.additional_properties = d
+        return version
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties
