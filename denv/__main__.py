@@ -1,0 +1,3 @@
+from denv.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The `denv` command line.
+
+Each subcommand lives in the module that owns its concept and is imported
+only when used, so `denv --help` works with just the base install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# subcommand -> (module, one-line help). The module provides
+# `add_arguments(parser)` and `main(args) -> int`.
+_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
+}
+
+_EXTRA_FOR_MODULE = {"denv.server": "server", "denv.openenv": "openenv"}
+
+
+def _load(module_name: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = next((e for m, e in _EXTRA_FOR_MODULE.items() if module_name.startswith(m)), None)
+        hint = f": install it with pip install 'denv[{extra}]'" if extra else ""
+        raise SystemExit(f"denv: this command needs {exc.name or module_name}{hint}") from exc
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("denv")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="denv",
+        description="Run reinforcement-learning environments as sandboxes and fork their state.",
+    )
+    parser.add_argument("--version", action="version", version=f"denv {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in _SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(_module=module_name)
+        # Arguments are added only for the chosen subcommand (see main), so a
+        # missing extra never breaks `denv --help`.
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Two passes: find the subcommand, then let its module add its arguments.
+    known, _ = parser.parse_known_args(argv)
+    if known.command is None:
+        parser.print_help()
+        return 2
+    module = _load(known._module)
+    sub_parser = _subparser(parser, known.command)
+    module.add_arguments(sub_parser)  # type: ignore[attr-defined]
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    result: int = module.main(args)  # type: ignore[attr-defined]
+    return result
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen: argparse.ArgumentParser = action.choices[name]
+            return chosen
+    raise KeyError(name)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
