@@ -1,0 +1,48 @@
+"""Defaults of the denv client, in one place.
+
+Nothing here waits forever: every call has a timeout, every retry loop a bound.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Where the client looks for its server and key (argument first, then these).
+ENV_SERVER = "DENV_SERVER"
+ENV_API_KEY = "DENV_API_KEY"
+ENV_STATE_DIR = "DENV_STATE_DIR"
+
+# The local server (`denv serve`) listens here unless told otherwise.
+DEFAULT_SERVER_URL = "http://127.0.0.1:7711"
+# The local server keeps its database, key and layers here unless $DENV_STATE_DIR says otherwise.
+DEFAULT_STATE_DIR = Path("~/.local/share/denv")
+
+API_KEY_PREFIX = "dak_"
+
+# Seconds a plain call may take, end to end per attempt (connect, send, answer).
+DEFAULT_TIMEOUT_S = 30.0
+# Seconds to open a connection; short, because a server that does not accept is down.
+CONNECT_TIMEOUT_S = 5.0
+# Retries after the first attempt (connection failures; 429/5xx for idempotent calls only).
+DEFAULT_MAX_RETRIES = 2
+# Exponential backoff between attempts: INITIAL * MULTIPLIER**n, capped at MAX, with jitter.
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MULTIPLIER = 2.0
+BACKOFF_MAX_S = 8.0
+# A server's Retry-After is honored up to this many seconds.
+RETRY_AFTER_MAX_S = 60.0
+# Statuses that say "try again later" (retried only for idempotent calls).
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+# Contract defaults the client needs to size long-poll timeouts (see openapi/denv.yaml).
+DEFAULT_CREATE_WAIT_TIMEOUT_S = 120.0  # SandboxCreate/EnvsCreate.wait_timeout_s
+DEFAULT_ENV_WAIT_TIMEOUT_S = 60.0  # WaitRequest.timeout_s
+# Page size for list_* iterators.
+LIST_PAGE_SIZE = 100
+
+
+def default_state_dir() -> Path:
+    """The local server's state directory: $DENV_STATE_DIR, else ~/.local/share/denv."""
+    configured = os.environ.get(ENV_STATE_DIR)
+    return Path(configured).expanduser() if configured else DEFAULT_STATE_DIR.expanduser()
