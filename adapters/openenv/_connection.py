@@ -1,0 +1,155 @@
+"""Where a DenvProvider's denv server is, and the one client it and its forks share.
+
+Resolution, first match wins:
+
+1. the `server` argument (with `api_key`, or DENV_API_KEY, or the local key);
+2. DENV_SERVER (with DENV_API_KEY);
+3. the embedded default: a local `denv serve` owned by this user, started
+   when none answers (`denv._local.ensure_local_server`).
+
+With none of these usable, the error says what to install or set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+import httpx
+
+from denv._config import ENV_SERVER
+from denv._errors import DenvConfigError
+
+from ._readiness import is_loopback
+
+if TYPE_CHECKING:
+    from denv import Denv
+
+logger = logging.getLogger(__name__)
+
+#: Seconds one readiness probe (GET /health) may take.
+PROBE_TIMEOUT_S = 5.0
+#: Packages the embedded local server needs (the `denv[server]` extra).
+_SERVER_PACKAGES = ("fastapi", "uvicorn", "docker")
+_NO_SERVER = (
+    "no denv server is configured (no server argument, DENV_SERVER is unset), so DenvProvider "
+    "uses a local `denv serve`, but {problem}. Either {fix}, or set DENV_SERVER (and "
+    "DENV_API_KEY) to a running denv server."
+)
+
+
+class Connection:
+    """One denv client, shared by a provider and the providers forked from it.
+
+    Each holder calls `share()` once and `release()` once; the client closes
+    when the last holder lets go.
+    """
+
+    def __init__(self, denv: Denv, api_key: str | None) -> None:
+        self.denv = denv
+        #: The key as resolved here (argument or local server's); None: the client's own default.
+        self.api_key = api_key
+        # Probes go to the env's base URL (the server's ingress or a published
+        # port on its host): never through a proxy when that host is this machine.
+        self.http = httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=not is_loopback(denv.server))
+        self._holders = 1
+        self._lock = threading.Lock()
+
+    def share(self) -> Connection:
+        """Count one more holder and return self."""
+        with self._lock:
+            if self._holders == 0:
+                raise RuntimeError("this denv connection is already closed")
+            self._holders += 1
+        return self
+
+    def release(self) -> None:
+        """Count one holder less; close the clients when none is left."""
+        with self._lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            self.http.close()
+            self.denv.close()
+
+
+def open_connection(server: str | None, api_key: str | None) -> Connection:
+    """A connection to the configured denv server (see the module docstring)."""
+    from denv import Denv
+
+    if server is None and not os.environ.get(ENV_SERVER):
+        server, local_key = _local_server()
+        api_key = api_key or local_key
+    return Connection(Denv(server, api_key), api_key)
+
+
+def _local_server() -> tuple[str, str]:
+    """(url, api key) of this user's local `denv serve`, started if none answers."""
+    try:
+        from denv._local import ensure_local_server, read_local_server
+    except ImportError as exc:  # pragma: no cover - denv without its server module
+        raise DenvConfigError(
+            _NO_SERVER.format(
+                problem=f"this denv installation has no local server ({exc})",
+                fix="reinstall denv with pip install 'denv[server]'",
+            )
+        ) from exc
+    running = read_local_server()
+    if running is None:
+        _check_can_serve()
+        logger.info("starting a local denv server (no DENV_SERVER set)")
+        running = ensure_local_server()
+    _check_engine(running.url, running.api_key)
+    return running.url, running.api_key
+
+
+def _check_can_serve() -> None:
+    missing = [name for name in _SERVER_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise DenvConfigError(
+            _NO_SERVER.format(
+                problem=f"the packages it needs are not installed ({', '.join(missing)})",
+                fix="pip install 'denv[server]' and install Docker Engine "
+                "(https://docs.docker.com/engine/install/)",
+            )
+        )
+    if not _docker_reachable():
+        raise DenvConfigError(
+            _NO_SERVER.format(
+                problem="the Docker Engine is not reachable (docker ping failed)",
+                fix="install Docker Engine (https://docs.docker.com/engine/install/) and start "
+                "it, or point DOCKER_HOST at a running one",
+            )
+        )
+
+
+def _docker_reachable() -> bool:
+    import docker
+
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # docker raises DockerException, requests and OS errors alike
+        return False
+
+
+def _check_engine(url: str, api_key: str) -> None:
+    """A local server that answers but has no engine cannot start anything: say so now."""
+    from denv import Denv
+
+    with Denv(url, api_key) as denv:
+        engine = denv.health().engine
+    if engine == "unavailable":
+        raise DenvConfigError(
+            _NO_SERVER.format(
+                problem=f"the local server at {url} cannot reach the Docker Engine",
+                fix="install Docker Engine (https://docs.docker.com/engine/install/) and start "
+                "it, then restart the local server (denv serve)",
+            )
+        )

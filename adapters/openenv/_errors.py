@@ -1,0 +1,70 @@
+"""Errors raised by the OpenEnv adapter when an env does not become usable.
+
+OpenEnv's provider contract says a failed start raises `RuntimeError` and a
+readiness wait that runs out raises `TimeoutError`; these subclasses keep that
+contract and add what a caller needs to fix the problem: the env's id and its
+last log lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: How many log lines an error carries; enough for a traceback, short enough to read.
+LOG_TAIL_LINES = 40
+
+
+def _describe(summary: str, env_id: str | None, log_tail: Sequence[str], fix: str) -> str:
+    parts = [summary]
+    if log_tail:
+        parts.append("Last log lines:\n" + "\n".join(f"  | {line}" for line in log_tail))
+    elif env_id is not None:
+        parts.append("The env wrote no log lines.")
+    if fix:
+        parts.append(fix)
+    return "\n".join(parts)
+
+
+class _EnvDetails:
+    """The env an error is about, and what it printed last."""
+
+    env_id: str | None
+    log_tail: tuple[str, ...]
+
+    def _set_details(self, env_id: str | None, log_tail: Sequence[str]) -> None:
+        self.env_id = env_id
+        self.log_tail = tuple(log_tail)
+
+
+class EnvStartError(RuntimeError, _EnvDetails):
+    """The env failed while starting: its server exited, or the server could not start it.
+
+    `env_id` names the env (already deleted, so nothing is left behind) and
+    `log_tail` holds its last log lines.
+    """
+
+    def __init__(
+        self,
+        summary: str,
+        *,
+        env_id: str | None = None,
+        log_tail: Sequence[str] = (),
+        fix: str = "",
+    ) -> None:
+        super().__init__(_describe(summary, env_id, log_tail, fix))
+        self._set_details(env_id, log_tail)
+
+
+class EnvReadyTimeout(TimeoutError, _EnvDetails):
+    """The env did not become ready in time; `log_tail` shows how far it got."""
+
+    def __init__(
+        self,
+        summary: str,
+        *,
+        env_id: str | None = None,
+        log_tail: Sequence[str] = (),
+        fix: str = "",
+    ) -> None:
+        super().__init__(_describe(summary, env_id, log_tail, fix))
+        self._set_details(env_id, log_tail)
