@@ -23,26 +23,27 @@ from ._version import from_denv_version, install
 
 install()
 
+# The forkable-state helper (.state) is for the env's server side; it is imported on first
+# use, so a client that never touches it does not load it.
+_STATE_NAMES = ("ForkableState", "forkable", "restore_state", "save_state")
+
 __all__ = [
     "DenvProvider",
     "EnvReadyTimeout",
     "EnvStartError",
+    "ForkableState",
     "fork_client",
     "fork_clients",
+    "forkable",
     "from_denv_version",
+    "restore_state",
+    "save_state",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # The forkable-state helper lives in .state (written separately); import it on
-    # first use so this package works without it.
-    if name.startswith("_"):
-        raise AttributeError(name)
-    try:
+    if name in _STATE_NAMES:
         from . import state
-    except ImportError as exc:
-        raise AttributeError(f"module 'denv.openenv' has no attribute {name!r}") from exc
-    try:
+
         return getattr(state, name)
-    except AttributeError:
-        raise AttributeError(f"module 'denv.openenv' has no attribute {name!r}") from None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -127,7 +127,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         return str(self._conn().denv.server)
 
     @property
-    def api_key(self) -> str | None:
+    def api_key(self) -> str:
         """The API key used for `server` (never shown in repr or logs)."""
         return self._conn().api_key
 
