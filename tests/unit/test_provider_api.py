@@ -6,14 +6,13 @@ and end to end (tests/e2e/test_provider*.py).
 
 from __future__ import annotations
 
+import denv.openenv
 import pytest
+from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError, fork_client
+from denv.openenv._readiness import _session_error, is_loopback, websocket_url
 from openenv.core import GenericEnvClient
 from openenv.core.env_client import EnvClient
 from openenv.core.sync_client import SyncEnvClient
-
-import denv.openenv
-from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError, fork_client
-from denv.openenv._readiness import _session_error, is_loopback, websocket_url
 
 KEY = "dak_" + "SeCrEt0123456789" * 2 + "abcdefghijk"
 
