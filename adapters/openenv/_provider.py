@@ -46,6 +46,10 @@ _MAX_WAIT_S = 600.0
 #: Backoff between readiness probes that fail after the server reported the env healthy.
 _PROBE_BACKOFF_S = (0.005, 0.25)
 _FAILED = frozenset({"failed", "deleted"})
+_SLOW_FIX = (
+    "If the server is just slow to boot, allow more time: DenvProvider(timeout_s=...) "
+    "(or wait_timeout=... when starting)."
+)
 
 
 class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no type hints
@@ -370,10 +374,18 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             time.sleep(delay)
             delay = min(delay * 2, _PROBE_BACKOFF_S[1])
 
-    def _start_error(self, env: Env, what: str) -> EnvStartError:
+    def _start_error(self, env: Env, what: str) -> EnvStartError | EnvReadyTimeout:
         error = env.error
         cause = f"{error.code}: {error.message}" if error else f"status {env.status}"
         tail = list(error.log_tail) if error and error.log_tail else self._log_tail(env.id)
+        if error is not None and str(error.code) == "health_timeout":
+            # The server gave up waiting for the health path (its wait_timeout_s).
+            return EnvReadyTimeout(
+                f"env {env.id} ({what}) was not ready in time ({cause}); it has been deleted.",
+                env_id=env.id,
+                log_tail=tail[-LOG_TAIL_LINES:],
+                fix=_SLOW_FIX,
+            )
         return EnvStartError(
             f"env {env.id} ({what}) failed to start ({cause}); it has been deleted.",
             env_id=env.id,
@@ -388,8 +400,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             f"{which} was not ready within {timeout:g}s ({reason}); it has been deleted.",
             env_id=env_id,
             log_tail=self._log_tail(env_id) if env_id else (),
-            fix="If the server is just slow to boot, allow more time: DenvProvider(timeout_s=...) "
-            "or wait_for_ready(base_url, timeout_s=...).",
+            fix=_SLOW_FIX,
         )
 
     def _log_tail(self, env_id: str) -> list[str]:
