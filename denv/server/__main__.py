@@ -1,0 +1,7 @@
+"""``python -m denv.server [serve] [--port 0] ...``: the same as ``denv serve``."""
+
+import sys
+
+from denv.server.cli import run
+
+sys.exit(run())

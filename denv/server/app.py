@@ -1,0 +1,140 @@
+"""The FastAPI application: ``create_app(config)``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from fastapi import FastAPI
+
+from . import ids
+from .auth import KeyRing, digest
+from .config import MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
+from .context import Context
+from .engine import Engine
+from .envs import Envs
+from .errors import install_error_handlers
+from .ingress import IngressTable, mount_ingress
+from .netpolicy import install_host_guard
+from .reconcile import reap_forever, reconcile
+from .routes import Core, router
+from .store import Store
+from .versions import Versions
+from .volumes import Volumes
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+
+
+class RequestContext:
+    """Gives every request a ``req_`` id (``X-Request-Id``) and caps body size at 1 MiB."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = ids.new_id("req")
+        scope.setdefault("state", {})["request_id"] = rid
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length", b"0")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            body = json.dumps(
+                {
+                    "code": "invalid_request",
+                    "request_id": rid,
+                    "details": None,
+                    "message": "request body larger than 1 MiB: send less",
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 422,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"x-request-id", rid.encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _write_server_json(config: ServerConfig) -> None:
+    path = config.state_dir / "server.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": config.public_url(), "pid": os.getpid()}))
+    os.replace(tmp, path)
+
+
+def _remove_server_json(config: ServerConfig) -> None:
+    path = config.state_dir / "server.json"
+    with suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The denv API on the local Docker Engine, with state under ``config.state_dir``."""
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db_path)
+    store.add_key_digest(digest(config.api_key))
+    table = IngressTable()
+    ctx = Context(
+        config=config,
+        store=store,
+        engine=Engine(store.instance_id()),
+        volumes=Volumes(config.state_dir),
+        ingress=table,
+    )
+    core = Core(ctx, Envs(ctx), Versions(ctx))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Waits and Docker calls run in threads: more than the default handful.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(256, thread_name_prefix="denv-io")
+        )
+        # Fail fast: without the guard, egress-deny envs could reach the host.
+        await asyncio.to_thread(install_host_guard)
+        try:
+            await asyncio.to_thread(reconcile, core)
+        except Exception:
+            log.exception("reconcile failed; serving anyway (is dockerd running?)")
+        reaper = asyncio.create_task(reap_forever(core, REAPER_INTERVAL_S))
+        _write_server_json(config)
+        log.info("denv server %s listening at %s", ctx.engine.instance_id, config.public_url())
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            ctx.stopping.set()
+            ctx.pool.shutdown(wait=False, cancel_futures=True)
+            _remove_server_json(config)
+
+    app = FastAPI(title="denv", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.core = core
+    app.state.keyring = KeyRing(store)
+    install_error_handlers(app)
+    app.include_router(router)
+    mount_ingress(app, table)
+    app.add_middleware(RequestContext)
+    return app

@@ -1,0 +1,147 @@
+"""``denv serve``: run the local denv server.
+
+    denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key KEY]
+               [--max-envs-per-key 64]
+
+``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import socket
+import sys
+from pathlib import Path
+
+from .config import DEFAULT_HOST, DEFAULT_MAX_ENVS_PER_KEY, DEFAULT_PORT, ServerConfig
+from .config import default_state_dir as _default_state_dir
+
+log = logging.getLogger("denv.server")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``denv serve``."""
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help="address to bind (default %(default)s: this machine only)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help="port to bind; 0 picks a free one (default %(default)s)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where the database, API key and volumes live "
+        "(default $DENV_STATE_DIR or ~/.local/share/denv)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="the API key to accept (default: the one in <state-dir>/api_key, made on first start)",
+    )
+    parser.add_argument(
+        "--max-envs-per-key",
+        type=int,
+        default=DEFAULT_MAX_ENVS_PER_KEY,
+        help="live envs allowed per API key (default %(default)s)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="default %(default)s")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _setup_logging(state_dir: Path, level: str) -> None:
+    handler = logging.handlers.RotatingFileHandler(
+        state_dir / "server.log", maxBytes=10 * 1024 * 1024, backupCount=2
+    )
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(fmt)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(fmt)
+    root = logging.getLogger()
+    root.handlers = [handler, stderr]
+    root.setLevel(level.upper())
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the server until interrupted; returns the process exit code."""
+    import uvicorn
+
+    from denv._local import read_local_server
+
+    from .app import create_app
+    from .auth import load_or_create_key_file
+
+    state_dir: Path = (args.state_dir or _default_state_dir()).expanduser().resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    _setup_logging(state_dir, args.log_level)
+    running = read_local_server(state_dir)
+    if running is not None:
+        print(
+            f"denv serve: a server for {state_dir} already runs at {running.url}", file=sys.stderr
+        )
+        return 1
+    key_path = state_dir / "api_key"
+    if args.api_key:
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(args.api_key.strip() + "\n")
+        key = args.api_key.strip()
+    else:
+        key, key_path = load_or_create_key_file(state_dir)
+    try:
+        sock = _bind(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"denv serve: cannot listen on {args.host}:{args.port} ({exc.strerror}): "
+            "pick another --port, or 0 for a free one",
+            file=sys.stderr,
+        )
+        return 1
+    port = int(sock.getsockname()[1])
+    config = ServerConfig(
+        state_dir=state_dir,
+        api_key=key,
+        host=args.host,
+        port=port,
+        max_envs_per_key=args.max_envs_per_key,
+    )
+    app = create_app(config)
+    print(f"denv serve: listening at {config.public_url()}; API key in {key_path}", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    server.run(sockets=[sock])
+    return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    """``python -m denv.server [serve] ...``."""
+    parser = argparse.ArgumentParser(prog="denv serve", description="Run the local denv server.")
+    add_arguments(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = argv[1:]
+    return main(parser.parse_args(argv))

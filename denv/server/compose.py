@@ -1,0 +1,308 @@
+"""The compose subset denv deploys, parsed and validated.
+
+Supported: top-level ``services``, ``volumes``, ``name``, ``version``, ``x-*`` and
+``x-denv.agent.service`` (required; optional ``x-denv.agent.health_path``). Per service:
+``image`` (required), ``command``, ``environment``, ``ports``, ``volumes`` (named or anonymous,
+never host paths), ``depends_on`` and ``healthcheck``. Every error names the offending key,
+for example ``services.db.image: required``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from .errors import ApiError
+
+SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_SERVICE_KEYS = {"image", "command", "environment", "ports", "volumes", "depends_on", "healthcheck"}
+_IGNORED_SERVICE_KEYS = {"restart", "stop_grace_period", "stop_signal"}
+_TOP_KEYS = {"services", "volumes", "name", "version"}
+
+
+class ComposeError(ApiError):
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(422, "invalid_compose", f"{path}: {problem}", {"path": path})
+
+
+@dataclass
+class ServiceSpec:
+    name: str
+    image: str
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)  # container paths
+    depends_on: list[str] = field(default_factory=list)
+    wait_healthy: list[str] = field(default_factory=list)  # dependencies to wait healthy for
+    healthcheck: list[str] | None = None  # argv run with docker exec
+
+
+@dataclass
+class ComposeSpec:
+    agent_service: str
+    health_path: str
+    services: list[ServiceSpec]  # in start order (dependencies first)
+
+
+def parse_compose(text: str) -> ComposeSpec:
+    """Parse and validate a compose file; raises :class:`ComposeError` naming the key."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ComposeError("compose", f"not valid YAML ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ComposeError("compose", "must be a mapping with a 'services' key")
+    for key in doc:
+        if not isinstance(key, str) or (key not in _TOP_KEYS and not key.startswith("x-")):
+            raise ComposeError(str(key), f"not supported (supported: {sorted(_TOP_KEYS)}, x-*)")
+    raw_services = doc.get("services")
+    if not isinstance(raw_services, dict) or not raw_services:
+        raise ComposeError("services", "required: a mapping of at least one service")
+    named = doc.get("volumes") or {}
+    if not isinstance(named, dict):
+        raise ComposeError("volumes", "must be a mapping of volume names")
+    services: dict[str, ServiceSpec] = {}
+    owners: dict[str, str] = {}
+    for name, raw in raw_services.items():
+        if not isinstance(name, str) or not SERVICE_NAME.match(name):
+            raise ComposeError(
+                f"services.{name}",
+                "service names are letters, digits, _.- "
+                "(starting with a letter or digit, at most 63)",
+            )
+        services[name] = _service(name, raw, named, owners)
+    agent, health_path = _agent(doc.get("x-denv"), services)
+    for svc in services.values():
+        for dep in svc.depends_on:
+            where = f"services.{svc.name}.depends_on"
+            if dep not in services:
+                raise ComposeError(where, f"no service named '{dep}'")
+            if dep == svc.name:
+                raise ComposeError(where, "a service cannot depend on itself")
+            mapping_form = isinstance(raw_services[svc.name]["depends_on"], dict)
+            if dep in svc.wait_healthy and services[dep].healthcheck is None and mapping_form:
+                raise ComposeError(
+                    f"{where}.{dep}.condition",
+                    f"service_healthy needs a healthcheck on '{dep}'",
+                )
+    return ComposeSpec(agent, health_path, _order(services))
+
+
+def _agent(raw: Any, services: dict[str, ServiceSpec]) -> tuple[str, str]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("agent"), dict):
+        raise ComposeError(
+            "x-denv.agent.service",
+            "required: name the service clients talk to (the OpenEnv server)",
+        )
+    agent = raw["agent"]
+    name = agent.get("service")
+    if not isinstance(name, str) or name not in services:
+        raise ComposeError(
+            "x-denv.agent.service",
+            f"must name one of the services {sorted(services)}, got {name!r}",
+        )
+    health = agent.get("health_path", "/health")
+    if not isinstance(health, str) or not health.startswith("/"):
+        raise ComposeError("x-denv.agent.health_path", "must be a path starting with '/'")
+    if not services[name].ports:
+        raise ComposeError(
+            f"services.{name}.ports", "the agent service must expose at least one port"
+        )
+    return name, health
+
+
+def _service(name: str, raw: Any, named: dict[str, Any], owners: dict[str, str]) -> ServiceSpec:
+    where = f"services.{name}"
+    if not isinstance(raw, dict):
+        raise ComposeError(where, "must be a mapping")
+    for key in raw:
+        if key not in _SERVICE_KEYS and key not in _IGNORED_SERVICE_KEYS:
+            raise ComposeError(
+                f"{where}.{key}", f"not supported by denv (supported: {sorted(_SERVICE_KEYS)})"
+            )
+    image = raw.get("image")
+    if not isinstance(image, str) or not image.strip():
+        raise ComposeError(f"{where}.image", "required: the image to run (already on the engine)")
+    spec = ServiceSpec(name=name, image=image.strip())
+    spec.command = _command(raw.get("command"), f"{where}.command")
+    spec.env = _environment(raw.get("environment"), f"{where}.environment")
+    spec.ports = [_port(p, f"{where}.ports[{i}]") for i, p in enumerate(_list(raw, "ports", where))]
+    for i, v in enumerate(_list(raw, "volumes", where)):
+        spec.volumes.append(_volume(v, f"{where}.volumes[{i}]", name, named, owners))
+    if len(set(spec.volumes)) != len(spec.volumes):
+        raise ComposeError(f"{where}.volumes", "a container path is mounted twice")
+    spec.depends_on, spec.wait_healthy = _depends(raw.get("depends_on"), f"{where}.depends_on")
+    spec.healthcheck = _healthcheck(raw.get("healthcheck"), f"{where}.healthcheck")
+    return spec
+
+
+def _list(raw: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = raw.get(key) or []
+    if not isinstance(value, list):
+        raise ComposeError(f"{where}.{key}", "must be a list")
+    return value
+
+
+def _command(raw: Any, where: str) -> list[str] | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            return shlex.split(raw)
+        except ValueError as exc:
+            raise ComposeError(where, f"cannot split into words ({exc})") from exc
+    if isinstance(raw, list) and all(isinstance(x, str | int | float) for x in raw):
+        return [str(x) for x in raw]
+    raise ComposeError(where, "must be a string or a list of strings")
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _environment(raw: Any, where: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if raw is None:
+        return env
+    if isinstance(raw, dict):
+        items = [(str(k), _scalar(v)) for k, v in raw.items()]
+    elif isinstance(raw, list):
+        items = []
+        for i, entry in enumerate(raw):
+            if not isinstance(entry, str):
+                raise ComposeError(f"{where}[{i}]", "must be a 'NAME=value' string")
+            k, _, v = entry.partition("=")
+            items.append((k, v))
+    else:
+        raise ComposeError(where, "must be a mapping or a list of 'NAME=value'")
+    for k, v in items:
+        if not ENV_NAME.match(k):
+            raise ComposeError(f"{where}.{k}", "variable names are letters, digits and _")
+        env[k] = v
+    return env
+
+
+def _port(raw: Any, where: str) -> int:
+    text = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else None
+    if text is None:
+        raise ComposeError(where, "must be a port number or 'host:container' string")
+    text, _, proto = text.partition("/")
+    if proto and proto != "tcp":
+        raise ComposeError(where, f"only tcp ports are supported, got '{proto}'")
+    container = text.rsplit(":", 1)[-1]
+    if not container.isdigit() or not 1 <= int(container) <= 65535:
+        raise ComposeError(where, f"'{raw}' has no valid container port (1-65535)")
+    return int(container)
+
+
+def _volume(
+    raw: Any, where: str, service: str, named: dict[str, Any], owners: dict[str, str]
+) -> str:
+    if isinstance(raw, dict):
+        if raw.get("type", "volume") != "volume":
+            raise ComposeError(f"{where}.type", "only volumes are supported, not host binds")
+        source, target = raw.get("source"), raw.get("target")
+    elif isinstance(raw, str):
+        parts = raw.split(":")
+        if len(parts) == 1:
+            source, target = None, parts[0]
+        elif len(parts) in (2, 3):
+            source, target = parts[0], parts[1]
+        else:
+            raise ComposeError(where, f"'{raw}' is not 'name:/path' or '/path'")
+    else:
+        raise ComposeError(where, "must be a string or a mapping")
+    if not isinstance(target, str) or not target.startswith("/") or "\x00" in target:
+        raise ComposeError(where, "the container path must be absolute")
+    if source is not None:
+        if not isinstance(source, str) or source.startswith((".", "/", "~")):
+            raise ComposeError(where, "host paths cannot be mounted: use a named volume")
+        if source not in named:
+            raise ComposeError(where, f"volume '{source}' is not declared in top-level volumes")
+        if owners.setdefault(source, service) != service:
+            raise ComposeError(
+                where,
+                f"volume '{source}' is already used by service "
+                f"'{owners[source]}'; denv gives each service its own volumes",
+            )
+    return target.rstrip("/") or "/"
+
+
+def _depends(raw: Any, where: str) -> tuple[list[str], list[str]]:
+    """(dependencies, those to wait healthy for: list form waits when a healthcheck exists)."""
+    if raw is None:
+        return [], []
+    if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+        return list(raw), list(raw)
+    if isinstance(raw, dict):
+        deps, healthy = [], []
+        for dep, cond in raw.items():
+            deps.append(str(dep))
+            condition = (
+                (cond or {}).get("condition", "service_started")
+                if isinstance(cond, dict | type(None))
+                else None
+            )
+            if condition not in (
+                "service_started",
+                "service_healthy",
+                "service_completed_successfully",
+            ):
+                raise ComposeError(
+                    f"{where}.{dep}.condition", "must be service_started or service_healthy"
+                )
+            if condition == "service_healthy":
+                healthy.append(str(dep))
+        return deps, healthy
+    raise ComposeError(where, "must be a list of service names or a mapping")
+
+
+def _healthcheck(raw: Any, where: str) -> list[str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ComposeError(where, "must be a mapping with 'test'")
+    if raw.get("disable"):
+        return None
+    test = raw.get("test")
+    if isinstance(test, str):
+        return ["sh", "-c", test]
+    if isinstance(test, list) and test and all(isinstance(x, str) for x in test):
+        kind, args = test[0], test[1:]
+        if kind == "NONE":
+            return None
+        if kind == "CMD" and args:
+            return args
+        if kind == "CMD-SHELL" and len(args) == 1:
+            return ["sh", "-c", args[0]]
+    raise ComposeError(f"{where}.test", "must be a string, ['CMD', ...] or ['CMD-SHELL', cmd]")
+
+
+def _order(services: dict[str, ServiceSpec]) -> list[ServiceSpec]:
+    """Dependencies first; a cycle is an error naming a service on it."""
+    done: dict[str, bool] = {}
+    out: list[ServiceSpec] = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        if done.get(name):
+            return
+        if name in trail:
+            raise ComposeError(
+                f"services.{name}.depends_on", f"dependency cycle: {' -> '.join([*trail, name])}"
+            )
+        for dep in services[name].depends_on:
+            visit(dep, [*trail, name])
+        done[name] = True
+        out.append(services[name])
+
+    for name in services:
+        visit(name, [])
+    return out

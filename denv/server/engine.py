@@ -1,0 +1,272 @@
+"""The Docker Engine seam: containers, networks and images, through the ``docker`` SDK.
+
+Every call blocks; callers run them in threads. Every object carries the labels
+``denv.managed``, ``denv.instance``, ``denv.env`` and ``denv.service``, and reconcile only ever
+touches objects with this server's ``denv.instance``.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from .config import DOCKER_TIMEOUT_S, START_WORKERS
+from .errors import ApiError, EngineUnavailable
+from .netpolicy import BRIDGE_NAME_OPTION, bridge_name, network_name
+
+log = logging.getLogger(__name__)
+
+NotFound = docker.errors.NotFound
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """Docker transport failures become 503 ``engine_unavailable``."""
+    try:
+        yield
+    except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
+        if isinstance(exc, docker.errors.APIError | docker.errors.ImageNotFound):
+            raise
+        raise EngineUnavailable(type(exc).__name__) from exc
+
+
+class Engine:
+    """The Docker calls denv makes, with its labels applied."""
+
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        self._client: docker.DockerClient | None = None
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            with engine_errors():
+                self._client = docker.from_env(
+                    timeout=DOCKER_TIMEOUT_S, max_pool_size=START_WORKERS
+                )
+        return self._client
+
+    @property
+    def api(self) -> Any:
+        return self.client.api
+
+    def labels(self, env_id: str, service: str = "") -> dict[str, str]:
+        return {
+            "denv.managed": "true",
+            "denv.instance": self.instance_id,
+            "denv.env": env_id,
+            "denv.service": service,
+        }
+
+    def version(self) -> str:
+        try:
+            return str(self.api.version().get("Version", "unknown"))
+        except Exception:
+            return "unavailable"
+
+    # images
+    def resolve_image(self, image: str, pull: bool) -> str:
+        """The image's id (``sha256:...``); 422 ``image_not_found`` when it is not there."""
+        with engine_errors():
+            try:
+                return str(self.api.inspect_image(image)["Id"])
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code == 400:  # a malformed reference
+                    raise _image_missing(image, "it is not a valid image reference") from exc
+                raise
+            if not pull:
+                raise _image_missing(image)
+            try:
+                self.client.images.pull(image)
+                return str(self.api.inspect_image(image)["Id"])
+            except docker.errors.APIError as exc:
+                raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc
+
+    def export_path(self, image_id: str, path: str, dest: Path) -> bool:
+        """Copy what the image has at ``path`` into ``dest``; False when it has nothing there."""
+        with engine_errors():
+            cid = self.api.create_container(
+                image_id, command=["true"], labels=self.labels("", "seed"), entrypoint=[]
+            )["Id"]
+            try:
+                try:
+                    stream, _ = self.api.get_archive(cid, path.rstrip("/") + "/.")
+                except docker.errors.NotFound:
+                    return False
+                data = b"".join(stream)
+            finally:
+                self.api.remove_container(cid, force=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            members = [m for m in tar.getmembers() if m.name not in (".", "./")]
+            if not members:
+                return False
+            dest.mkdir(parents=True, exist_ok=True)
+            tar.extractall(dest, members=members, numeric_owner=True, filter="fully_trusted")
+        return True
+
+    # networks
+    def create_network(self, env_id: str, egress: str) -> str:
+        name = network_name(env_id)
+        with engine_errors():
+            self.api.create_network(
+                name,
+                driver="bridge",
+                internal=egress == "deny",
+                labels=self.labels(env_id),
+                options={BRIDGE_NAME_OPTION: bridge_name(env_id, deny=egress == "deny")},
+            )
+        return name
+
+    def remove_network(self, name: str) -> None:
+        with engine_errors(), suppress(docker.errors.NotFound):
+            self.api.remove_network(name)
+
+    # containers
+    def create_container(
+        self,
+        env_id: str,
+        service: str,
+        image_id: str,
+        command: list[str] | None,
+        environment: dict[str, str],
+        ports: list[int],
+        binds: list[tuple[str, str]],
+        network: str,
+        publish: bool,
+    ) -> str:
+        """Create (not start) a service's container; ``binds`` are (host mnt, container path)."""
+        mounts = [
+            docker.types.Mount(target=target, source=source, type="bind", propagation="rslave")
+            for source, target in binds
+        ]
+        port_bindings = {p: ("127.0.0.1", None) for p in ports} if publish else None
+        with engine_errors():
+            host_config = self.api.create_host_config(
+                mounts=mounts, port_bindings=port_bindings, init=False
+            )
+            net = self.api.create_networking_config(
+                {network: self.api.create_endpoint_config(aliases=[service])}
+            )
+            created = self.api.create_container(
+                image_id,
+                command=command,
+                environment=environment,
+                labels=self.labels(env_id, service),
+                name=f"denv-{env_id.lower()}-{service}",
+                ports=ports or None,
+                host_config=host_config,
+                networking_config=net,
+                detach=True,
+            )
+        return str(created["Id"])
+
+    def start(self, cid: str) -> None:
+        with engine_errors():
+            self.api.start(cid)
+
+    def inspect(self, cid: str) -> dict[str, Any] | None:
+        with engine_errors():
+            try:
+                return dict(self.api.inspect_container(cid))
+            except docker.errors.NotFound:
+                return None
+
+    def state(self, cid: str) -> str:
+        """created / running / paused / exited / missing."""
+        info = self.inspect(cid)
+        if info is None:
+            return "missing"
+        return _state(info["State"].get("Status", "exited"))
+
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        """Container id → state of this instance's containers (one Docker call)."""
+        label = [f"denv.instance={self.instance_id}"]
+        if env_id:
+            label.append(f"denv.env={env_id}")
+        with engine_errors():
+            found = self.api.containers(all=True, filters={"label": label})
+        return {c["Id"]: _state(c.get("State", "exited")) for c in found}
+
+    def pause(self, cid: str) -> None:
+        with engine_errors():
+            self.api.pause(cid)
+
+    def unpause(self, cid: str) -> None:
+        with engine_errors():
+            try:
+                self.api.unpause(cid)
+            except docker.errors.APIError as exc:
+                log.warning("unpause %s failed: %s", cid[:12], exc.explanation)
+
+    def remove(self, cid: str) -> None:
+        """Fast stop: SIGKILL and remove, no grace period (state lives in volumes)."""
+        with engine_errors():
+            try:
+                self.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: removal already in progress
+                    raise
+
+    def logs(self, cid: str, tail: int) -> list[str]:
+        with engine_errors():
+            try:
+                raw = self.api.logs(cid, stdout=True, stderr=True, tail=tail)
+            except docker.errors.NotFound:
+                return []
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        return text.splitlines()
+
+    def exec_ok(self, cid: str, cmd: list[str]) -> bool:
+        """Run ``cmd`` in the container; True when it exits 0."""
+        with engine_errors():
+            try:
+                exec_id = self.api.exec_create(cid, cmd, stdout=False, stderr=False)["Id"]
+                self.api.exec_start(exec_id)
+                return bool(self.api.exec_inspect(exec_id).get("ExitCode") == 0)
+            except docker.errors.APIError:
+                return False
+
+    # reconcile
+    def my_containers(self) -> list[dict[str, Any]]:
+        with engine_errors():
+            found = self.api.containers(
+                all=True, filters={"label": [f"denv.instance={self.instance_id}"]}
+            )
+        return list(found)
+
+    def my_networks(self) -> list[dict[str, Any]]:
+        with engine_errors():
+            found = self.api.networks(filters={"label": [f"denv.instance={self.instance_id}"]})
+        return list(found)
+
+
+def _state(status: str) -> str:
+    if status in ("created", "running", "paused", "exited"):
+        return status
+    if status == "restarting":
+        return "running"
+    return "exited"
+
+
+def _image_missing(image: str, why: str = "") -> ApiError:
+    reason = f" ({why})" if why else ""
+    return ApiError(
+        422,
+        "image_not_found",
+        f"image '{image}' is not on the Docker Engine{reason}: build or load it first "
+        "(docker build / docker load; see docker images), or pass pull: true",
+        {"image": image},
+    )

@@ -1,0 +1,102 @@
+"""One mapping from exceptions to the contract's ``Error`` body.
+
+Every error response, including FastAPI's own validation errors and unknown routes,
+is ``{"code", "message", "request_id", "details"}`` with a stable ``code``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error the API reports as-is: HTTP status, machine code, human message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def not_found(kind: str, ident: str) -> ApiError:
+    return ApiError(404, "not_found", f"no {kind} '{ident}' for this API key")
+
+
+def invalid(message: str, path: str | None = None) -> ApiError:
+    return ApiError(422, "invalid_request", message, {"path": path} if path else None)
+
+
+class EngineUnavailable(ApiError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            503,
+            "engine_unavailable",
+            f"the Docker Engine is not reachable ({detail}): start dockerd, then retry",
+        )
+
+
+def request_id(request: Request) -> str:
+    rid = getattr(request.state, "request_id", None)
+    return rid if isinstance(rid, str) else "req_unknown"
+
+
+def error_response(
+    request: Request, status: int, code: str, message: str, details: dict[str, Any] | None = None
+) -> JSONResponse:
+    body = {"code": code, "message": message, "request_id": request_id(request), "details": details}
+    return JSONResponse(body, status_code=status)
+
+
+def _location(loc: Any) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into an ``Error`` body."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(request, exc.status, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        where = _location(first.get("loc", ()))
+        message = f"{where}: {first.get('msg', 'invalid')}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem(s))"
+        return error_response(request, 422, "invalid_request", message, {"path": where})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return error_response(
+                request, 404, "not_found", f"no route {request.method} {request.url.path}"
+            )
+        if exc.status_code == 405:
+            return error_response(
+                request, 405, "invalid_request", f"method {request.method} not allowed here"
+            )
+        code = "invalid_request" if 400 <= exc.status_code < 500 else "internal"
+        return error_response(request, exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return error_response(
+            request, 500, "internal", "internal server error: see server.log for this request_id"
+        )

@@ -1,0 +1,70 @@
+"""Records → the contract's JSON shapes (Env, Version, Project)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .store import EnvRecord, VersionRecord
+
+_VERSION_SERVICE_KEYS = (
+    "name",
+    "image",
+    "image_digest",
+    "command",
+    "env",
+    "ports",
+    "volumes",
+    "depends_on",
+    "health_path",
+)
+
+
+def env_json(
+    rec: EnvRecord, version: VersionRecord | None, states: dict[str, str]
+) -> dict[str, Any]:
+    containers = rec.runtime.get("containers") or {}
+    services = []
+    for svc in version.services if version else []:
+        cid = containers.get(svc["name"])
+        status = states.get(cid, "missing") if cid else "missing"
+        if rec.status == "creating" and cid is None:
+            status = "created"
+        services.append(
+            {
+                "name": svc["name"],
+                "image": svc["image"],
+                "image_digest": svc["image_digest"],
+                "status": status,
+                "start": rec.start,
+            }
+        )
+    return {
+        "id": rec.id,
+        "status": rec.status,
+        "version_id": rec.version_id,
+        "parent_id": rec.parent_id,
+        "project": rec.project,
+        "agent_service": rec.agent_service,
+        "egress": rec.egress,
+        "labels": rec.labels,
+        "services": services,
+        "endpoints": list(rec.runtime.get("endpoints") or []) if rec.status != "deleted" else [],
+        "start": rec.start,
+        "created_at": rec.created_at,
+        "expires_at": rec.expires_at,
+        "error": rec.error,
+    }
+
+
+def version_json(rec: VersionRecord) -> dict[str, Any]:
+    return {
+        "id": rec.id,
+        "project": rec.project,
+        "parent_env_id": rec.parent_env_id,
+        "agent_service": rec.agent_service,
+        "services": [{k: s[k] for k in _VERSION_SERVICE_KEYS} for s in rec.services],
+        "layer_depth": max((len(v["layers"]) for v in rec.volumes), default=0),
+        "warm_fork": rec.warm_fork,
+        "labels": rec.labels,
+        "created_at": rec.created_at,
+    }

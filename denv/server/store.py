@@ -1,0 +1,369 @@
+"""SQLite state (WAL): API keys, versions, envs, ingress tokens, projects, idempotency records.
+
+One connection shared by all threads behind a lock held only for the SQL itself, never across a
+Docker call. Records are plain dataclasses; JSON columns hold the nested parts.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import ids
+
+LIVE = ("creating", "starting", "running", "healthy", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS api_keys (digest TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS versions (
+  id TEXT PRIMARY KEY, owner TEXT NOT NULL, project TEXT, parent_env_id TEXT,
+  agent_service TEXT NOT NULL, services TEXT NOT NULL, volumes TEXT NOT NULL,
+  warm_fork INTEGER NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL,
+  deleted INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS versions_owner ON versions (owner, id);
+CREATE TABLE IF NOT EXISTS envs (
+  id TEXT PRIMARY KEY, owner TEXT NOT NULL, version_id TEXT NOT NULL, parent_id TEXT,
+  project TEXT, agent_service TEXT NOT NULL, egress TEXT NOT NULL, labels TEXT NOT NULL,
+  status TEXT NOT NULL, start TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT NOT NULL,
+  error TEXT, spec TEXT NOT NULL, runtime TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS envs_owner ON envs (owner, id);
+CREATE INDEX IF NOT EXISTS envs_version ON envs (version_id, status);
+CREATE TABLE IF NOT EXISTS ingress (
+  token TEXT PRIMARY KEY, env_id TEXT NOT NULL, service TEXT NOT NULL, port INTEGER NOT NULL,
+  host TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS projects (
+  owner TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (owner, name));
+CREATE TABLE IF NOT EXISTS idempotency (
+  owner TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
+  body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (owner, key));
+"""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class VersionRecord:
+    id: str
+    owner: str
+    project: str | None
+    parent_env_id: str | None
+    agent_service: str
+    services: list[dict[str, Any]]  # VersionService fields + "healthcheck"
+    volumes: list[dict[str, Any]]  # {"service", "path", "layers": [newest first]}
+    warm_fork: bool
+    labels: dict[str, str]
+    created_at: str
+    deleted: bool = False
+
+
+@dataclass
+class EnvRecord:
+    id: str
+    owner: str
+    version_id: str
+    parent_id: str | None
+    project: str | None
+    agent_service: str
+    egress: str
+    labels: dict[str, str]
+    status: str
+    start: str
+    created_at: str
+    expires_at: str
+    error: dict[str, Any] | None = None
+    spec: dict[str, Any] = field(default_factory=dict)  # env overrides, health path, timeouts
+    runtime: dict[str, Any] = field(default_factory=dict)  # network, containers, endpoints
+
+
+class Store:
+    """The server's database. Safe to call from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Several statements as one; keep Docker calls out of it."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    def _run(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        with self._lock:
+            return self._db.execute(sql, args).rowcount
+
+    # meta and keys
+    def instance_id(self) -> str:
+        """The random id of this state dir's server; it labels every Docker object it makes."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key='instance'").fetchone()
+            if row:
+                return str(row[0])
+            value = ids.ulid().lower()
+            self._db.execute("INSERT INTO meta VALUES ('instance', ?)", (value,))
+            return value
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._all("SELECT value FROM meta WHERE key=?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._run("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def add_key_digest(self, digest: str) -> None:
+        self._run("INSERT OR IGNORE INTO api_keys VALUES (?, ?)", (digest, iso(now())))
+
+    def key_digests(self) -> list[str]:
+        return [str(r[0]) for r in self._all("SELECT digest FROM api_keys")]
+
+    # versions
+    def insert_version(self, v: VersionRecord) -> None:
+        self._run(
+            "INSERT INTO versions VALUES (?,?,?,?,?,?,?,?,?,?,0)",
+            (
+                v.id,
+                v.owner,
+                v.project,
+                v.parent_env_id,
+                v.agent_service,
+                json.dumps(v.services),
+                json.dumps(v.volumes),
+                int(v.warm_fork),
+                json.dumps(v.labels),
+                v.created_at,
+            ),
+        )
+        if v.project:
+            self._run(
+                "INSERT OR IGNORE INTO projects VALUES (?,?,?)", (v.owner, v.project, v.created_at)
+            )
+
+    @staticmethod
+    def _version(r: sqlite3.Row) -> VersionRecord:
+        return VersionRecord(
+            id=r["id"],
+            owner=r["owner"],
+            project=r["project"],
+            parent_env_id=r["parent_env_id"],
+            agent_service=r["agent_service"],
+            services=json.loads(r["services"]),
+            volumes=json.loads(r["volumes"]),
+            warm_fork=bool(r["warm_fork"]),
+            labels=json.loads(r["labels"]),
+            created_at=r["created_at"],
+            deleted=bool(r["deleted"]),
+        )
+
+    def get_version(self, version_id: str) -> VersionRecord | None:
+        rows = self._all("SELECT * FROM versions WHERE id=? AND deleted=0", (version_id,))
+        return self._version(rows[0]) if rows else None
+
+    def list_versions(
+        self, owner: str, limit: int, before: str | None, project: str | None
+    ) -> list[VersionRecord]:
+        sql = "SELECT * FROM versions WHERE owner=? AND deleted=0"
+        args: list[Any] = [owner]
+        if before:
+            sql += " AND id<?"
+            args.append(before)
+        if project:
+            sql += " AND project=?"
+            args.append(project)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        return [self._version(r) for r in self._all(sql, tuple(args))]
+
+    def all_versions(self) -> list[VersionRecord]:
+        return [self._version(r) for r in self._all("SELECT * FROM versions WHERE deleted=0")]
+
+    def mark_version_deleted(self, version_id: str) -> None:
+        self._run("UPDATE versions SET deleted=1 WHERE id=?", (version_id,))
+
+    def version_in_use(self, version_id: str) -> bool:
+        q = "SELECT 1 FROM envs WHERE version_id=? AND status!='deleted' LIMIT 1"
+        return bool(self._all(q, (version_id,)))
+
+    def list_projects(
+        self, owner: str, limit: int, after: str | None
+    ) -> list[tuple[str, str, str, int]]:
+        """(name, created_at, latest_version_id, version_count), by name."""
+        sql = (
+            "SELECT p.name, p.created_at, MAX(v.id), COUNT(v.id) FROM projects p "
+            "JOIN versions v ON v.owner=p.owner AND v.project=p.name AND v.deleted=0 "
+            "WHERE p.owner=?"
+        )
+        args: list[Any] = [owner]
+        if after:
+            sql += " AND p.name>?"
+            args.append(after)
+        sql += " GROUP BY p.name ORDER BY p.name LIMIT ?"
+        args.append(limit)
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._all(sql, tuple(args))]
+
+    # envs
+    def insert_env(self, e: EnvRecord) -> None:
+        self._run(
+            "INSERT INTO envs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                e.id,
+                e.owner,
+                e.version_id,
+                e.parent_id,
+                e.project,
+                e.agent_service,
+                e.egress,
+                json.dumps(e.labels),
+                e.status,
+                e.start,
+                e.created_at,
+                e.expires_at,
+                json.dumps(e.error) if e.error else None,
+                json.dumps(e.spec),
+                json.dumps(e.runtime),
+            ),
+        )
+
+    @staticmethod
+    def _env(r: sqlite3.Row) -> EnvRecord:
+        return EnvRecord(
+            id=r["id"],
+            owner=r["owner"],
+            version_id=r["version_id"],
+            parent_id=r["parent_id"],
+            project=r["project"],
+            agent_service=r["agent_service"],
+            egress=r["egress"],
+            labels=json.loads(r["labels"]),
+            status=r["status"],
+            start=r["start"],
+            created_at=r["created_at"],
+            expires_at=r["expires_at"],
+            error=json.loads(r["error"]) if r["error"] else None,
+            spec=json.loads(r["spec"]),
+            runtime=json.loads(r["runtime"]),
+        )
+
+    def get_env(self, env_id: str) -> EnvRecord | None:
+        rows = self._all("SELECT * FROM envs WHERE id=?", (env_id,))
+        return self._env(rows[0]) if rows else None
+
+    def list_envs(
+        self,
+        owner: str,
+        limit: int,
+        before: str | None,
+        status: str | None,
+        version_id: str | None,
+    ) -> list[EnvRecord]:
+        sql = "SELECT * FROM envs WHERE owner=?"
+        args: list[Any] = [owner]
+        for col, val in (("status", status), ("version_id", version_id)):
+            if val:
+                sql += f" AND {col}=?"
+                args.append(val)
+        if before:
+            sql += " AND id<?"
+            args.append(before)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        return [self._env(r) for r in self._all(sql, tuple(args))]
+
+    def live_envs(self) -> list[EnvRecord]:
+        return [self._env(r) for r in self._all("SELECT * FROM envs WHERE status!='deleted'")]
+
+    def count_live(self, owner: str) -> int:
+        rows = self._all("SELECT COUNT(*) FROM envs WHERE owner=? AND status!='deleted'", (owner,))
+        return int(rows[0][0])
+
+    def expired_envs(self, at: str) -> list[str]:
+        q = "SELECT id FROM envs WHERE status!='deleted' AND expires_at<?"
+        return [str(r[0]) for r in self._all(q, (at,))]
+
+    def set_status(
+        self,
+        env_id: str,
+        status: str,
+        error: dict[str, Any] | None = None,
+        only_from: tuple[str, ...] = LIVE,
+    ) -> bool:
+        """Move an env to ``status`` unless it already left ``only_from``; True when it moved."""
+        marks = ",".join("?" * len(only_from))
+        sql = f"UPDATE envs SET status=?, error=? WHERE id=? AND status IN ({marks})"
+        err = json.dumps(error) if error else None
+        return self._run(sql, (status, err, env_id, *only_from)) > 0
+
+    def set_runtime(self, env_id: str, runtime: dict[str, Any]) -> None:
+        self._run("UPDATE envs SET runtime=? WHERE id=?", (json.dumps(runtime), env_id))
+
+    # ingress tokens
+    def add_ingress(self, token: str, env_id: str, service: str, port: int, host: str) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO ingress VALUES (?,?,?,?,?)",
+            (token, env_id, service, port, host),
+        )
+
+    def ingress_routes(self) -> list[tuple[str, str, str, int]]:
+        """(token, env_id, host, port) of every stored ingress route."""
+        rows = self._all("SELECT token, env_id, host, port FROM ingress")
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    def remove_ingress(self, env_id: str) -> list[str]:
+        tokens = [
+            str(r[0]) for r in self._all("SELECT token FROM ingress WHERE env_id=?", (env_id,))
+        ]
+        self._run("DELETE FROM ingress WHERE env_id=?", (env_id,))
+        return tokens
+
+    # idempotency
+    def get_idempotent(self, owner: str, key: str) -> tuple[str, int, str] | None:
+        rows = self._all(
+            "SELECT fingerprint, status, body FROM idempotency WHERE owner=? AND key=?",
+            (owner, key),
+        )
+        return (rows[0][0], int(rows[0][1]), rows[0][2]) if rows else None
+
+    def put_idempotent(
+        self, owner: str, key: str, fingerprint: str, status: int, body: str, at: float
+    ) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO idempotency VALUES (?,?,?,?,?,?)",
+            (owner, key, fingerprint, status, body, at),
+        )
+
+    def expire_idempotent(self, before: float) -> None:
+        self._run("DELETE FROM idempotency WHERE created_at<?", (before,))

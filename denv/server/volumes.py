@@ -1,0 +1,158 @@
+"""Forkable volumes: overlayfs over immutable layers, mounted on the host, bind-mounted in.
+
+Layout under the state dir: ``layers/<layer_id>/`` (immutable) and
+``envs/<env_id>/<service>/<n>/{upper,work,mnt}``. ``mnt`` is first made a shared mount point
+of its own (bind onto itself, make-shared) so that the container's ``rslave`` bind sees mounts
+made on it later; the overlay is then mounted on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from . import ids
+from .config import LAYER_DEPTH_LIMIT
+
+log = logging.getLogger(__name__)
+
+EMPTY_LAYER = "empty"
+
+
+def _run(*args: str) -> None:
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise OSError(f"{' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}")
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def mount_points_under(root: Path) -> list[str]:
+    """Mount points at or below ``root``, deepest (and latest) first."""
+    prefix = str(root.resolve()).rstrip("/") + "/"
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = _unescape(line.split()[4])
+            if point.startswith(prefix) or point == prefix.rstrip("/"):
+                found.append(point)
+    found.reverse()  # later (stacked) mounts are listed after the ones under them
+    return sorted(found, key=lambda p: p.count("/"), reverse=True)
+
+
+def unmount_all(root: Path) -> None:
+    """Unmount everything at or below ``root`` (stacked mounts included)."""
+    for _ in range(64):
+        points = mount_points_under(root)
+        if not points:
+            return
+        for point in points:
+            proc = subprocess.run(["umount", point], capture_output=True, check=False)
+            if proc.returncode != 0:
+                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    log.warning("mounts left under %s after repeated umount", root)
+
+
+class Volumes:
+    """Makes, mounts, snapshots and merges volume layers under one state dir."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.layers_dir = state_dir / "layers"
+        self.envs_dir = state_dir / "envs"
+        self.layers_dir.mkdir(parents=True, exist_ok=True)
+        self.envs_dir.mkdir(parents=True, exist_ok=True)
+        (self.layers_dir / EMPTY_LAYER).mkdir(exist_ok=True)
+
+    def layer_path(self, layer_id: str) -> Path:
+        return self.layers_dir / layer_id
+
+    def env_dir(self, env_id: str) -> Path:
+        return self.envs_dir / env_id
+
+    def new_layer_dir(self) -> tuple[str, Path]:
+        """A fresh, not yet published layer dir; :meth:`publish` makes it visible."""
+        layer_id = ids.new_id("lyr")
+        tmp = self.layers_dir / f".tmp-{layer_id}"
+        tmp.mkdir()
+        return layer_id, tmp
+
+    def publish(self, layer_id: str, tmp: Path) -> None:
+        os.rename(tmp, self.layer_path(layer_id))
+
+    def mount(self, env_id: str, service: str, n: int, layers: list[str]) -> Path:
+        """Mount one volume (layers newest first) and return its ``mnt`` dir."""
+        base = self.envs_dir / env_id / service / str(n)
+        upper, work, mnt = base / "upper", base / "work", base / "mnt"
+        for d in (upper, work, mnt):
+            d.mkdir(parents=True, exist_ok=True)
+        lowers = [str(self.layer_path(x)) for x in layers] or [str(self.layer_path(EMPTY_LAYER))]
+        _run("mount", "--bind", str(mnt), str(mnt))
+        _run("mount", "--make-shared", str(mnt))
+        opts = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}"
+        _run("mount", "-t", "overlay", "overlay", "-o", opts, str(mnt))
+        return mnt
+
+    def upper(self, env_id: str, service: str, n: int) -> Path:
+        return self.envs_dir / env_id / service / str(n) / "upper"
+
+    def remove_env(self, env_id: str) -> None:
+        """Unmount and delete everything an env's volumes had."""
+        root = self.env_dir(env_id)
+        if root.exists():
+            unmount_all(root)
+            shutil.rmtree(root, ignore_errors=True)
+
+    def capture(self, upper: Path) -> str | None:
+        """Copy an upper dir into a new layer (whiteouts and xattrs kept); None when empty."""
+        if not upper.is_dir() or not any(upper.iterdir()):
+            return None
+        layer_id, tmp = self.new_layer_dir()
+        _run("cp", "-a", f"{upper}/.", str(tmp))
+        self.publish(layer_id, tmp)
+        return layer_id
+
+    def stack(self, new_layer: str | None, parent_layers: list[str]) -> list[str]:
+        """The layer stack of a new version's volume, merged into one past the depth limit."""
+        layers = ([new_layer] if new_layer else []) + parent_layers
+        if len(layers) <= LAYER_DEPTH_LIMIT:
+            return layers
+        return [self.merge(layers)]
+
+    def merge(self, layers: list[str]) -> str:
+        """One layer with the content of a whole stack (a read-only overlay, copied)."""
+        layer_id, tmp = self.new_layer_dir()
+        view = self.layers_dir / f".merge-{layer_id}"
+        view.mkdir()
+        lowers = ":".join(str(self.layer_path(x)) for x in layers)
+        try:
+            _run("mount", "-t", "overlay", "overlay", "-o", f"ro,lowerdir={lowers}", str(view))
+            try:
+                _run("cp", "-a", f"{view}/.", str(tmp))
+            finally:
+                _run("umount", str(view))
+        finally:
+            view.rmdir()
+        self.publish(layer_id, tmp)
+        return layer_id
+
+    def delete_layers(self, layer_ids: set[str]) -> None:
+        for layer_id in layer_ids:
+            if layer_id != EMPTY_LAYER and layer_id.startswith("lyr_"):
+                shutil.rmtree(self.layer_path(layer_id), ignore_errors=True)
+
+    def layer_ids(self) -> set[str]:
+        return {p.name for p in self.layers_dir.iterdir() if p.name.startswith("lyr_")}
+
+    def clean_tmp(self) -> None:
+        """Drop half-made layers left by a server that died mid-snapshot."""
+        for p in self.layers_dir.iterdir():
+            if p.name.startswith(".merge-"):
+                unmount_all(p)
+            if p.name.startswith((".tmp-", ".merge-")):
+                shutil.rmtree(p, ignore_errors=True)
