@@ -184,6 +184,7 @@ class Denv:
         self.server, key = _resolve(server, api_key)
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self._page_size = _config.LIST_PAGE_SIZE
         http = build_http_client(
             self.server,
             key,
@@ -300,7 +301,7 @@ class Denv:
         def page(cursor: str | Unset) -> EnvList:
             res = list_envs.sync_detailed(
                 client=self._api,
-                limit=_config.LIST_PAGE_SIZE,
+                limit=self._page_size,
                 cursor=cursor,
                 status=status_filter,
                 version_id=_opt(version_id),
@@ -403,7 +404,7 @@ class Denv:
 
         def page(cursor: str | Unset) -> VersionList:
             res = list_versions.sync_detailed(
-                client=self._api, limit=_config.LIST_PAGE_SIZE, cursor=cursor, project=_opt(project)
+                client=self._api, limit=self._page_size, cursor=cursor, project=_opt(project)
             )
             return unwrap(res)
 
@@ -433,7 +434,7 @@ class Denv:
 
         def page(cursor: str | Unset) -> ProjectList:
             res = list_projects.sync_detailed(
-                client=self._api, limit=_config.LIST_PAGE_SIZE, cursor=cursor
+                client=self._api, limit=self._page_size, cursor=cursor
             )
             return unwrap(res)
 

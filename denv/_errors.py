@@ -46,6 +46,7 @@ __all__ = [
 
 _KEY_PATTERN = re.compile(re.escape(API_KEY_PREFIX) + r"[A-Za-z0-9_\-]+")
 _REDACTED = API_KEY_PREFIX + "***"
+_TAG = re.compile(r"<[^>]*>")
 # How much of a body that is not a denv error is quoted in the message.
 _BODY_EXCERPT_CHARS = 200
 
@@ -240,7 +241,8 @@ def error_from_response(
             details=details if isinstance(details, dict) else None,
             **extra,
         )
-    excerpt = " ".join(text.split())[:_BODY_EXCERPT_CHARS] or "(empty body)"
+    # Tags dropped: a proxy's HTML error page reads as its words ("502 Bad Gateway nginx").
+    excerpt = " ".join(_TAG.sub(" ", text).split())[:_BODY_EXCERPT_CHARS] or "(empty body)"
     message = (
         f"{method} {url} answered HTTP {status} {_reason(status)} without a denv error body "
         f"(a proxy in front of the server, a server crash, or a DENV_SERVER that is not a "
