@@ -108,6 +108,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         self._env_id: str | None = None
         self._base_url: str | None = None
         self._ready_timeout_s: float | None = None
+        self._origin = ""  # what the env was started from, for messages
         self._lock = threading.RLock()
         #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
         #: (which cannot hold a WebSocket) replace it. Forks inherit it.
@@ -335,7 +336,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             self._delete_quietly(env.id)
             raise
         with self._lock:
-            self._env_id, self._base_url = env.id, url
+            self._env_id, self._base_url, self._origin = env.id, url, what
         logger.info("env %s started (%s, egress %s)", env.id, what, env.egress)
         return url
 
@@ -348,7 +349,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             env = denv.wait_env(env_id, until="healthy", timeout_s=min(remaining, _MAX_WAIT_S))
             status = str(env.status)
             if status in _FAILED:
-                raise self._start_error(env, "its image")
+                raise self._start_error(env, self._origin)
             if status in ("healthy", "running"):  # running: no health check was asked for
                 return
 
@@ -367,7 +368,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             if env_id is not None:
                 env = connection.denv.get_env(env_id)
                 if str(env.status) in _FAILED:
-                    raise self._start_error(env, "its image")
+                    raise self._start_error(env, self._origin)
             if time.monotonic() + delay > deadline:
                 raise self._timeout_error(env_id, timeout, reason)
             logger.debug("env %s not ready yet: %s", env_id, reason)
