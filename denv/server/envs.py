@@ -217,9 +217,10 @@ class Envs:
                 token = new_token()
                 self.ctx.store.add_ingress(token, rec.id, svc["name"], port, ip)
                 self.ctx.ingress.register(token, ip, port)
-                url = f"{self.ctx.config.public_url()}/ingress/{token}"
-                via = "ingress"
+                url, via = "", "ingress"  # rendered with the server's current URL
             endpoints.append({"service": svc["name"], "port": port, "url": url, "via": via})
+            if via == "ingress":
+                endpoints[-1]["token"] = token
         runtime["endpoints"] = endpoints
         runtime["agent_ip"] = ip
         return ip

@@ -19,8 +19,16 @@ _VERSION_SERVICE_KEYS = (
 )
 
 
+def _endpoints(rec: EnvRecord, base_url: str) -> list[dict[str, Any]]:
+    out = []
+    for e in rec.runtime.get("endpoints") or []:
+        url = f"{base_url}/ingress/{e['token']}" if e.get("token") else e["url"]
+        out.append({"service": e["service"], "port": e["port"], "url": url, "via": e["via"]})
+    return out
+
+
 def env_json(
-    rec: EnvRecord, version: VersionRecord | None, states: dict[str, str]
+    rec: EnvRecord, version: VersionRecord | None, states: dict[str, str], base_url: str
 ) -> dict[str, Any]:
     containers = rec.runtime.get("containers") or {}
     services = []
@@ -48,7 +56,7 @@ def env_json(
         "egress": rec.egress,
         "labels": rec.labels,
         "services": services,
-        "endpoints": list(rec.runtime.get("endpoints") or []) if rec.status != "deleted" else [],
+        "endpoints": _endpoints(rec, base_url) if rec.status != "deleted" else [],
         "start": rec.start,
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,

@@ -86,7 +86,8 @@ def _states(c: Core, env_id: str | None = None) -> dict[str, str] | None:
 def _env_view(c: Core, rec: EnvRecord, states: dict[str, str] | None) -> dict[str, Any]:
     if states is not None:
         rec = c.envs.observe(rec, states)
-    return env_json(rec, c.ctx.store.get_version(rec.version_id), states or {})
+    version = c.ctx.store.get_version(rec.version_id, include_deleted=True)
+    return env_json(rec, version, states or {}, c.ctx.config.public_url())
 
 
 def _wait_all(c: Core, recs: list[EnvRecord], wait: str, timeout_s: float) -> list[dict[str, Any]]:

@@ -189,8 +189,9 @@ class Store:
             deleted=bool(r["deleted"]),
         )
 
-    def get_version(self, version_id: str) -> VersionRecord | None:
-        rows = self._all("SELECT * FROM versions WHERE id=? AND deleted=0", (version_id,))
+    def get_version(self, version_id: str, include_deleted: bool = False) -> VersionRecord | None:
+        sql = "SELECT * FROM versions WHERE id=?" + ("" if include_deleted else " AND deleted=0")
+        rows = self._all(sql, (version_id,))
         return self._version(rows[0]) if rows else None
 
     def list_versions(

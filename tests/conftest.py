@@ -1,0 +1,123 @@
+"""Shared fixtures: a real local denv server in a subprocess.
+
+``denv_server`` (session scope) yields ``LocalDenv(url, key, state_dir)``; unpack it as
+``url, key, state_dir = denv_server``. The server runs ``python -m denv.server --port 0``
+with a temporary state dir; at the end it is stopped and every container, network and mount
+of its instance is removed, and the state dir deleted. For a server of your own (e.g. to
+check restarts or leftovers) use ``with start_server(state_dir) as srv: ...``.
+
+A second API key for the same server: ``denv.server.auth.create_api_key(state_dir)``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+START_TIMEOUT_S = 60.0
+
+
+class LocalDenv(NamedTuple):
+    url: str
+    key: str
+    state_dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+def instance_id(state_dir: Path) -> str | None:
+    """The ``denv.instance`` label value of the server of ``state_dir``."""
+    db = state_dir / "denv.db"
+    if not db.exists():
+        return None
+    with sqlite3.connect(db) as con:
+        row = con.execute("SELECT value FROM meta WHERE key='instance'").fetchone()
+    return str(row[0]) if row else None
+
+
+def leftovers(state_dir: Path) -> dict[str, list[str]]:
+    """Containers, networks and mounts of this state dir's server that still exist."""
+    inst = instance_id(state_dir)
+    found: dict[str, list[str]] = {"containers": [], "networks": [], "mounts": []}
+    if inst:
+        label = f"label=denv.instance={inst}"
+        for kind, cmd in (("containers", ["ps", "-aq"]), ("networks", ["network", "ls", "-q"])):
+            out = subprocess.run(
+                ["docker", *cmd, "--filter", label], capture_output=True, text=True, check=False
+            ).stdout
+            found[kind] = out.split()
+    root = str(state_dir.resolve())
+    with open("/proc/self/mountinfo") as f:
+        found["mounts"] = [ln.split()[4] for ln in f if ln.split()[4].startswith(root + "/")]
+    return found
+
+
+def clean(state_dir: Path) -> None:
+    """Remove whatever the server of ``state_dir`` left (after it stopped), then the dir."""
+    left = leftovers(state_dir)
+    if left["containers"]:
+        subprocess.run(["docker", "rm", "-f", *left["containers"]], capture_output=True)
+    if left["networks"]:
+        subprocess.run(["docker", "network", "rm", *left["networks"]], capture_output=True)
+    for _ in range(10):
+        mounts = leftovers(state_dir)["mounts"]
+        if not mounts:
+            break
+        for m in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", m], capture_output=True)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def start_server(state_dir: Path, *extra: str, cleanup: bool = True) -> Iterator[LocalDenv]:
+    """Run a server on a free port for ``state_dir``; stop it (and clean up) on exit."""
+    from denv._local import read_local_server
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log = open(state_dir / "server.out", "ab")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "denv.server", "--port", "0", "--state-dir", str(state_dir), *extra],
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while (found := read_local_server(state_dir)) is None or found.pid != proc.pid:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = (state_dir / "server.out").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"denv server did not start (exit {proc.poll()}):\n{out}")
+            time.sleep(0.05)
+        yield LocalDenv(found.url, found.api_key, state_dir, proc)
+    finally:
+        stop(proc)
+        log.close()
+        if cleanup:
+            clean(state_dir)
+
+
+@pytest.fixture(scope="session")
+def denv_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    """A real local server shared by the session's e2e tests."""
+    with start_server(tmp_path_factory.mktemp("denv-state")) as srv:
+        yield srv
