@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Build one denv image from a folder, only when its inputs changed.
-#   images/build.sh -t NAME [--with-denv] [--force] DIR
+#   images/build.sh -t NAME [--pins] [--with-denv] [--force] DIR
 # DIR holds a Dockerfile that takes `ARG BASE_IMAGE` (default python:3.11-slim); it is built
 # FROM denv-python-base:3.11 (scripts/base-image.sh). The build context is a temporary copy
 # of DIR plus, when present:
 #   denv-ca.crt      the host's CA bundle (TLS is intercepted on some machines: pip needs it)
-#   denv-*.whl       the denv wheel built from this checkout        (--with-denv)
-#   constraints.txt  pins from uv.lock, so images get the locked versions (--with-denv)
+#   constraints.txt  pins from uv.lock, so images get the locked versions (--pins)
+#   denv-*.whl       the denv wheel built from this checkout (--with-denv, implies --pins)
 # Dockerfiles COPY those with a glob (`denv-ca.cr[t]`), so a plain `docker build DIR` works too.
 # Up to date = the stamp .cache/images/<NAME>.stamp and the image's label ai.denv.inputs both
-# equal the hash of: the files of DIR, this script, the base image id, and with --with-denv the
-# denv sources and uv.lock.
+# equal the hash of: the files of DIR, this script, the base image id, uv.lock with --pins,
+# and the denv sources with --with-denv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,18 +21,19 @@ STAMPS=.cache/images
 log() { echo "images: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-name="" dir="" with_denv=0 force=0
+name="" dir="" with_denv=0 with_pins=0 force=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -t) name="${2:?-t needs an image name}"; shift 2 ;;
-    --with-denv) with_denv=1; shift ;;
+    --pins) with_pins=1; shift ;;
+    --with-denv) with_denv=1; with_pins=1; shift ;;
     --force) force=1; shift ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     -*) die "unknown option '$1' (see --help)" ;;
     *) [[ -z "$dir" ]] || die "one folder only, got '$dir' and '$1'"; dir="${1%/}"; shift ;;
   esac
 done
-[[ -n "$name" && -n "$dir" ]] || die "usage: images/build.sh -t NAME [--with-denv] [--force] DIR"
+[[ -n "$name" && -n "$dir" ]] || die "usage: images/build.sh -t NAME [--pins] [--with-denv] [--force] DIR"
 [[ -f "$dir/Dockerfile" ]] || die "no Dockerfile in '$dir'"
 
 base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) \
@@ -42,8 +43,11 @@ base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) \
 # counts before it is committed.
 inputs() {
   git ls-files -co --exclude-standard -- "$dir" images/build.sh
+  if [[ $with_pins -eq 1 ]]; then
+    echo uv.lock
+  fi
   if [[ $with_denv -eq 1 ]]; then
-    git ls-files -co --exclude-standard -- denv adapters generated pyproject.toml uv.lock
+    git ls-files -co --exclude-standard -- denv adapters generated pyproject.toml
   fi
 }
 hash=$({
@@ -66,11 +70,14 @@ cp -a "$dir/." "$ctx/"
 if [[ -s "$CA_BUNDLE" ]]; then
   cp "$CA_BUNDLE" "$ctx/denv-ca.crt"
 fi
-if [[ $with_denv -eq 1 ]]; then
-  [[ -x .venv/bin/uv ]] || die "no .venv/bin/uv to build the denv wheel: run scripts/bootstrap.sh"
-  .venv/bin/uv build --wheel --out-dir "$ctx" --quiet
+if [[ $with_pins -eq 1 ]]; then
+  [[ -x .venv/bin/uv ]] || die "no .venv/bin/uv to read uv.lock: run scripts/bootstrap.sh"
   .venv/bin/uv export --frozen --no-dev --extra openenv --no-emit-project --no-hashes --quiet \
     -o "$ctx/constraints.txt"
+fi
+if [[ $with_denv -eq 1 ]]; then
+  .venv/bin/uv build --wheel --out-dir "$ctx" --quiet
+  rm -f "$ctx/.gitignore"  # uv build leaves one in the out dir
 fi
 
 # Debian's docker.io has no buildx: use the classic builder there rather than let the

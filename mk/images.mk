@@ -1,0 +1,32 @@
+# Images the tests and the demo run, included by the Makefile.
+#   make images          build what changed (each image is skipped when its inputs hash is unchanged)
+#   make images-force    rebuild every image (not the base)
+#   make base-image      only denv-python-base:3.11 (python:3.11-slim, or built offline)
+# images/build.sh keys each image on a hash of its folder, uv.lock, the denv sources it
+# embeds and the base image id (stamps in .cache/images/), so `make images` is a few
+# seconds when nothing changed.
+
+IMAGE_BUILD := images/build.sh
+# The venv provides uv, which builds the denv wheel and reads uv.lock's pins.
+IMAGES_VENV := $(if $(VENV_STAMP),$(VENV_STAMP),.venv/bin/uv)
+
+.PHONY: images images-force base-image image-echo image-redis image-redis-counter
+
+images: image-echo image-redis image-redis-counter
+	@docker images --format '  {{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^  denv-' >&2 || true
+
+images-force:
+	@$(MAKE) --no-print-directory images IMAGE_FLAGS=--force
+
+base-image:
+	scripts/ensure-docker.sh
+	scripts/base-image.sh
+
+image-echo: base-image $(IMAGES_VENV)
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-echo-env:latest --with-denv envs/echo
+
+image-redis: base-image
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-redis:7 envs/redis-counter/redis
+
+image-redis-counter: base-image $(IMAGES_VENV)
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-redis-counter-env:latest --pins envs/redis-counter/agent
