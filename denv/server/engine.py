@@ -233,8 +233,8 @@ class Engine:
         """Run ``cmd`` in the container; True when it exits 0."""
         with engine_errors():
             try:
-                exec_id = self.api.exec_create(cid, cmd, stdout=False, stderr=False)["Id"]
-                self.api.exec_start(exec_id)
+                exec_id = self.api.exec_create(cid, cmd, stdout=True, stderr=True)["Id"]
+                self.api.exec_start(exec_id)  # returns when the command exits
                 return bool(self.api.exec_inspect(exec_id).get("ExitCode") == 0)
             except docker.errors.APIError:
                 return False
