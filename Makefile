@@ -14,10 +14,14 @@ docker:
 
 -include mk/images.mk
 
-## The fork demo (issue 5 brings it).
-demo: $(VENV_STAMP)
-	@echo "make demo: the fork demo arrives with issue 5 (reference environments and the demo); it is not built yet." >&2
-	@exit 1
+## The fork demo: the echo env on denv, a prefix, 8 branches stepped differently, cleaned up.
+demo: $(VENV_STAMP) docker images
+	$(PY) examples/fork_demo.py
+
+## The conformance suite on every reference env, cold and warm; results in conformance.json.
+conformance: $(VENV_STAMP) docker images
+	$(PY) -m denv conformance denv-echo-env:latest envs/redis-counter/compose.yaml \
+	  --action '{"message": "conformance {branch}.{i}"}' --action '{"delta": 1}' --json conformance.json
 
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine.
 test: $(VENV_STAMP) docker images

@@ -16,6 +16,10 @@ from collections.abc import Sequence
 # `add_arguments(parser)` and `main(args) -> int`.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
+    "conformance": (
+        "denv.openenv.conformance",
+        "check that OpenEnv environments start, step, fork and close correctly on denv",
+    ),
 }
 
 _EXTRA_FOR_MODULE = {"denv.server": "server", "denv.openenv": "openenv"}
@@ -58,14 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    # Two passes: find the subcommand, then let its module add its arguments.
-    known, _ = parser.parse_known_args(argv)
-    if known.command is None:
+    # The chosen subcommand's module adds its arguments before the real parse,
+    # so `denv serve --help` lists them.
+    command = next((a for a in argv if a in _SUBCOMMANDS), None)
+    if command is None:
+        args = parser.parse_args(argv)
         parser.print_help()
         return 2
-    module = _load(known._module)
-    sub_parser = _subparser(parser, known.command)
-    module.add_arguments(sub_parser)  # type: ignore[attr-defined]
+    module = _load(_SUBCOMMANDS[command][0])
+    module.add_arguments(_subparser(parser, command))  # type: ignore[attr-defined]
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
