@@ -1,0 +1,52 @@
+"""Shared pieces of the DenvProvider end-to-end tests (tests/e2e/test_provider*.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from typing import Any
+
+from conftest import LocalDenv
+
+from denv import Denv
+
+ECHO_IMAGE = "denv-echo-env:latest"
+PROBE_IMAGE = "denv-base-probe:latest"
+
+
+def message(text: str) -> dict[str, str]:
+    """A plain echo step."""
+    return {"message": text}
+
+
+def state_of(client: Any) -> dict[str, Any]:
+    state = client.state()
+    return dict(state.model_dump() if hasattr(state, "model_dump") else state)
+
+
+def assert_gone(server: LocalDenv, env_ids: Iterable[str]) -> None:
+    """Each env is deleted on the server and has no container left on the engine."""
+    ids = [env_id for env_id in env_ids if env_id]
+    assert ids, "no env ids to check"
+    with Denv(server.url, server.key) as denv:
+        for env_id in ids:
+            assert str(denv.get_env(env_id).status) == "deleted", env_id
+    for env_id in ids:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=denv.env={env_id}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert out == [], f"containers of {env_id} left: {out}"
+
+
+def live_env_ids(server: LocalDenv, label: tuple[str, str]) -> list[str]:
+    """Envs carrying `label` that are not deleted."""
+    key, value = label
+    with Denv(server.url, server.key) as denv:
+        return [
+            env.id
+            for env in denv.list_envs()
+            if str(env.status) != "deleted" and env.labels.additional_properties.get(key) == value
+        ]
