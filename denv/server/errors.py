@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,18 @@ def _location(loc: Any) -> str:
     return ".".join(parts) or "body"
 
 
+def _allowed(request: Request) -> list[str]:
+    """The methods of every route matching this path (Starlette names only the first's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match != Match.NONE:
+                methods |= route.methods
+    methods.discard("HEAD")  # served for GET, but not a documented operation
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that turn every failure into an ``Error`` body."""
 
@@ -88,9 +101,13 @@ def install_error_handlers(app: FastAPI) -> None:
                 request, 404, "not_found", f"no route {request.method} {request.url.path}"
             )
         if exc.status_code == 405:
-            return error_response(
+            res = error_response(
                 request, 405, "invalid_request", f"method {request.method} not allowed here"
             )
+            res.headers["Allow"] = ", ".join(_allowed(request))
+            return res
+        if exc.status_code == 400:  # e.g. a body that is not JSON: the contract says 422
+            return error_response(request, 422, "invalid_request", f"body: {exc.detail}")
         code = "invalid_request" if 400 <= exc.status_code < 500 else "internal"
         return error_response(request, exc.status_code, code, str(exc.detail))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 ServiceName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")]
 ProjectName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
@@ -28,9 +28,19 @@ EnvVars = Annotated[
 ]
 Egress = Literal["deny", "allow"]
 WaitFor = Literal["none", "running", "healthy"]
-Ttl = Annotated[int, Field(ge=1, le=604800)]
+
+
+def _integral(value: object) -> object:
+    """JSON Schema counts 3.0 as an integer; pydantic's strict mode does not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+Ttl = Annotated[Int, Field(ge=1, le=604800)]
 WaitTimeout = Annotated[float, Field(gt=0, le=600)]
-Warm = Annotated[int, Field(ge=0, le=32)]
+Warm = Annotated[Int, Field(ge=0, le=32)]
 
 
 class _Body(BaseModel):
@@ -45,7 +55,7 @@ class SandboxCreate(_Body):
     ) = None
     env: EnvVars = Field(default_factory=dict)
     ports: Annotated[
-        list[Annotated[int, Field(ge=1, le=65535)]], Field(min_length=1, max_length=16)
+        list[Annotated[Int, Field(ge=1, le=65535)]], Field(min_length=1, max_length=16)
     ] = Field(default_factory=lambda: [8000])
     egress: Egress = "deny"
     volumes: Annotated[list[Path], Field(max_length=8)] = Field(default_factory=list)
@@ -60,7 +70,7 @@ class SandboxCreate(_Body):
 
 
 class EnvsCreate(_Body):
-    count: Annotated[int, Field(ge=1)] = 1  # above MAX_COUNT: 422 limit_exceeded
+    count: Annotated[Int, Field(ge=1)] = 1  # above MAX_COUNT: 422 limit_exceeded
     egress: Egress | None = None
     env: EnvVars = Field(default_factory=dict)
     labels: Labels = Field(default_factory=dict)

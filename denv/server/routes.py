@@ -7,8 +7,6 @@ work in threads; the lifecycle itself lives in ``envs`` and ``versions``.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -52,21 +50,13 @@ def core(request: Request) -> Core:
 Dep = Annotated[Core, Depends(core)]
 
 
-def _encode_cursor(value: str) -> str:
-    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str | None) -> str | None:
-    if not cursor:
-        return None
-    try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise invalid("cursor: not a cursor from a previous page", "cursor") from exc
+    """A cursor is the last id (or project name) of the previous page; pages go past it."""
+    return cursor or None
 
 
 def _page(items: list[Any], limit: int, last: str) -> str | None:
-    return _encode_cursor(last) if len(items) > limit else None
+    return last if len(items) > limit else None
 
 
 def _owned_env(c: Core, owner: str, env_id: str) -> EnvRecord:
