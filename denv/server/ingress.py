@@ -60,6 +60,15 @@ CONNECT_TIMEOUT_S = 10.0
 # open. The client's own timeout governs: when it disconnects, the upstream request is
 # cancelled (see _watch_disconnect), so nothing waits on behalf of a client that left.
 READ_TIMEOUT_S: float | None = None
+WRITE_TIMEOUT_S = 300.0  # an env that stops reading an upload
+_TIMEOUTS = {
+    "timeout": {
+        "connect": CONNECT_TIMEOUT_S,
+        "read": READ_TIMEOUT_S,
+        "write": WRITE_TIMEOUT_S,
+        "pool": None,
+    }
+}
 KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive, so pooled connections are live
 MAX_KEEPALIVE_CONNECTIONS = 256
 BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
@@ -128,31 +137,34 @@ class IngressProxy:
 
     def __init__(self, table: IngressTable) -> None:
         self.table = table
-        self._client: httpx.AsyncClient | None = None
+        self._transport: httpx.AsyncHTTPTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def client(self) -> httpx.AsyncClient:
-        """The pooled upstream client of the running event loop."""
+    def transport(self) -> httpx.AsyncHTTPTransport:
+        """The pooled upstream transport of the running event loop.
+
+        httpx's connection pool without an ``AsyncClient`` around it: a client would keep a
+        cookie jar shared by every caller (one client's cookies sent with another's
+        requests), and its redirect, auth and hook layers are work the proxy must not do.
+        """
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
+        if self._transport is None or self._loop is not loop:
             self._loop = loop
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            self._transport = httpx.AsyncHTTPTransport(
                 limits=httpx.Limits(
                     max_connections=None,  # long polls to one env must not starve another
                     max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
                     keepalive_expiry=KEEPALIVE_EXPIRY_S,
                 ),
-                follow_redirects=False,
                 trust_env=False,  # never send a container IP through a configured proxy
             )
-        return self._client
+        return self._transport
 
     async def aclose(self) -> None:
         """Close the pooled upstream connections."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            await transport.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -244,15 +256,17 @@ class IngressProxy:
         port: int,
     ) -> httpx.Response | None:
         """Send the request upstream; on failure answer 502 and return None."""
-        client = self.client()
+        transport = self.transport()
         method = str(scope["method"])
         # A pooled connection that the env's server closed just as it was reused fails with
         # RemoteProtocolError before any response: retry once when that cannot repeat work.
         retries = 1 if method in _IDEMPOTENT and not isinstance(content, AsyncIterator) else 0
         while True:
-            request = client.build_request(method, url, headers=headers, content=content)
+            request = httpx.Request(
+                method, url, headers=headers, content=content, extensions=_TIMEOUTS
+            )
             try:
-                return await client.send(request, stream=True)
+                return await transport.handle_async_request(request)
             except httpx.RemoteProtocolError as exc:
                 if retries > 0:
                     retries -= 1
@@ -307,7 +321,7 @@ def mount_ingress(app: fastapi.FastAPI, table: IngressTable) -> None:
 
     Routes ``/ingress/{token}`` and ``/ingress/{token}/{path:path}`` are raw ASGI endpoints
     (no body parsing, no dependency injection), placed first in the router and left out of
-    the OpenAPI schema. The pooled upstream client closes with the app's lifespan. An auth
+    the OpenAPI schema. The pooled upstream connections close with the app's lifespan. An auth
     middleware must let ``/ingress/`` through: the token is the credential.
     """
     proxy = IngressProxy(table)

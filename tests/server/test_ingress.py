@@ -298,6 +298,14 @@ def test_headers_hop_by_hop_host_and_api_key(rig: Rig, http: httpx.Client) -> No
     assert response.headers.get_list("set-cookie") == ["a=1", "b=2"]
 
 
+def test_cookies_set_for_one_client_never_reach_another(rig: Rig) -> None:
+    # /echo answers with Set-Cookie: a pooled client with a cookie jar would replay it.
+    with httpx.Client(base_url=rig.base(), trust_env=False) as first:
+        assert first.get("/echo/c1").headers.get_list("set-cookie") == ["a=1", "b=2"]
+    second = httpx.get(rig.base() + "/echo/c2", trust_env=False)
+    assert "cookie" not in second.json()["headers"]
+
+
 def test_request_bodies_buffered_and_streamed(http: httpx.Client) -> None:
     small = b"hello \x00 world"
     body = http.post("/echo/b", content=small).json()
