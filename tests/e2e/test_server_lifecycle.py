@@ -213,3 +213,10 @@ def test_reconcile_marks_lost_and_removes_orphans(tmp_path: Path) -> None:
         assert got["status"] == "failed" and got["error"]["code"] == "lost"
         assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
         assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
+
+
+def test_ttl_reaper_deletes_expired_envs(server: LocalDenv) -> None:
+    with api(server) as c:
+        env = sandbox(c, ttl_s=1, wait="running")
+        res = c.post(f"/v1/envs/{env['id']}/wait", json={"until": "deleted", "timeout_s": 60})
+        assert res.status_code == 200 and res.json()["status"] == "deleted"
