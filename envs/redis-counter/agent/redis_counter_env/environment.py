@@ -11,7 +11,7 @@ instant, holds every step a client has seen answered, and a fork's Redis starts 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 import redis
@@ -101,7 +101,8 @@ class RedisCounterEnvironment(Environment):  # type: ignore[misc]
 
     @property
     def state(self) -> CounterState:
-        saved: dict[str, str] = self._redis.hgetall(EPISODE_KEY)
+        # redis-py types its sync and async clients together; this one is sync.
+        saved = cast(dict[str, str], self._redis.hgetall(EPISODE_KEY))
         return CounterState(
             episode_id=saved.get("episode_id"),
             step_count=int(saved.get("step_count", 0)),
