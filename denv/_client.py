@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -55,7 +53,7 @@ from denv_api_client.models import (
 from denv_api_client.types import UNSET, Unset
 
 from . import _config
-from ._errors import DenvConfigError
+from ._discovery import resolve as _resolve
 from ._http import build_http_client, call_options, unwrap, unwrap_empty
 
 EgressArg = Literal["deny", "allow"] | Egress
@@ -66,11 +64,6 @@ StatusArg = Literal["creating", "starting", "running", "healthy", "failed", "del
 __all__ = ["Denv"]
 
 
-class _LocalServer(Protocol):
-    url: str
-    api_key: str
-
-
 class _Secret(str):
     """A string whose repr does not show it (the generated client's attrs repr shows its token)."""
 
@@ -78,42 +71,6 @@ class _Secret(str):
 
     def __repr__(self) -> str:
         return f"'{_config.API_KEY_PREFIX}***'"
-
-
-def _read_local_server() -> _LocalServer | None:
-    try:
-        # Imported lazily: discovery of the local server is optional in a client-only install.
-        local = importlib.import_module("denv._local")
-    except ImportError:
-        return None
-    found: _LocalServer | None = local.read_local_server()
-    return found
-
-
-def _resolve(server: str | None, api_key: str | None) -> tuple[str, str]:
-    """Server URL and key: argument, then DENV_SERVER/DENV_API_KEY, then the local server."""
-    server = server or os.environ.get(_config.ENV_SERVER) or None
-    api_key = api_key or os.environ.get(_config.ENV_API_KEY) or None
-    if server is None or api_key is None:
-        local = _read_local_server()
-        if local is not None:
-            if server is None:
-                server = local.url
-            if api_key is None and server.rstrip("/") == local.url.rstrip("/"):
-                api_key = local.api_key
-    if server is None:
-        raise DenvConfigError(
-            "no denv server is configured and no local one is running: start one with "
-            f"`denv serve` (needs `pip install 'denv[server]'` and Docker), or set "
-            f"{_config.ENV_SERVER} and {_config.ENV_API_KEY}"
-        )
-    if api_key is None:
-        raise DenvConfigError(
-            f"no API key for the denv server at {server}: set {_config.ENV_API_KEY} or pass "
-            f"api_key= (the local server keeps its key in "
-            f"{_config.default_state_dir() / 'api_key'})"
-        )
-    return server.rstrip("/"), api_key
 
 
 def _opt(value: Any) -> Any:
