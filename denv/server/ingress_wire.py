@@ -123,6 +123,8 @@ def forward_headers(scope: Scope, host: str, port: int, *, websocket: bool) -> H
             forwarded_for = value + b", "
         elif websocket and (name.startswith(b"sec-websocket-") or name == b"user-agent"):
             continue  # the upstream handshake makes its own (user agent: see ingress_ws)
+        elif name == b"expect":
+            continue  # the server side already answered 100-continue; the body follows
         else:
             out.append((name, value))
     if not websocket:
