@@ -122,6 +122,7 @@ class Denv:
     Every call has a timeout (`timeout_s`; waits get theirs on top), raises a `DenvError`
     subclass on failure, and is retried up to `max_retries` times only when a retry cannot
     repeat work the server already did. Creates carry an Idempotency-Key made per call.
+    (`_transport` and `_sleep` replace the network and the retry pause in tests.)
     """
 
     def __init__(
