@@ -26,7 +26,8 @@ class Env:
     """
     Attributes:
         id (str): An env's id, `env_` followed by a ULID.
-        status (EnvStatus): `creating` (resources being made), `starting` (containers run, not yet
+        status (EnvStatus): Closed for v1 (a new status comes with a new major version).
+            `creating` (resources being made), `starting` (containers run, not yet
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.

@@ -20,7 +20,8 @@ T = TypeVar("T", bound="Error")
 class Error:
     """
     Attributes:
-        code (ErrorCode): A stable, machine-readable error code.
+        code (ErrorCode): A stable, machine-readable error code. The set is closed for v1: a
+            new code comes with a new major version of the API.
         message (str): What went wrong and what to do about it.
         request_id (str): Quote it when reporting a problem.
         details (ErrorDetailsType0 | None | Unset): Where in the request the problem is, for example {"path":

@@ -4,7 +4,6 @@ from urllib.parse import quote
 
 import httpx
 
-from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.env import Env
 from ...models.error import Error
@@ -26,7 +25,7 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Env | Error | None:
+) -> Env | Error:
     if response.status_code == 200:
         response_200 = Env.from_dict(response.json())
 
@@ -42,10 +41,9 @@ def _parse_response(
 
         return response_404
 
-    if client.raise_on_unexpected_status:
-        raise errors.UnexpectedStatus(response.status_code, response.content)
-    else:
-        return None
+    response_default = Error.from_dict(response.json())
+
+    return response_default
 
 
 def _build_response(

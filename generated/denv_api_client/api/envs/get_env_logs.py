@@ -4,7 +4,6 @@ from urllib.parse import quote
 
 import httpx
 
-from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.env_logs import EnvLogs
 from ...models.error import Error
@@ -38,7 +37,7 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> EnvLogs | Error | None:
+) -> EnvLogs | Error:
     if response.status_code == 200:
         response_200 = EnvLogs.from_dict(response.json())
 
@@ -59,10 +58,9 @@ def _parse_response(
 
         return response_422
 
-    if client.raise_on_unexpected_status:
-        raise errors.UnexpectedStatus(response.status_code, response.content)
-    else:
-        return None
+    response_default = Error.from_dict(response.json())
+
+    return response_default
 
 
 def _build_response(

@@ -3,7 +3,6 @@ from typing import Any
 
 import httpx
 
-from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.env_list import EnvList
 from ...models.env_status import EnvStatus
@@ -45,7 +44,7 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> EnvList | Error | None:
+) -> EnvList | Error:
     if response.status_code == 200:
         response_200 = EnvList.from_dict(response.json())
 
@@ -61,10 +60,9 @@ def _parse_response(
 
         return response_422
 
-    if client.raise_on_unexpected_status:
-        raise errors.UnexpectedStatus(response.status_code, response.content)
-    else:
-        return None
+    response_default = Error.from_dict(response.json())
+
+    return response_default
 
 
 def _build_response(
@@ -91,8 +89,8 @@ def sync_detailed(
     Args:
         limit (int | Unset):  Default: 50.
         cursor (str | Unset):
-        status (EnvStatus | Unset): `creating` (resources being made), `starting` (containers run,
-            not yet
+        status (EnvStatus | Unset): Closed for v1 (a new status comes with a new major version).
+            `creating` (resources being made), `starting` (containers run, not yet
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
@@ -133,8 +131,8 @@ def sync(
     Args:
         limit (int | Unset):  Default: 50.
         cursor (str | Unset):
-        status (EnvStatus | Unset): `creating` (resources being made), `starting` (containers run,
-            not yet
+        status (EnvStatus | Unset): Closed for v1 (a new status comes with a new major version).
+            `creating` (resources being made), `starting` (containers run, not yet
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
@@ -170,8 +168,8 @@ async def asyncio_detailed(
     Args:
         limit (int | Unset):  Default: 50.
         cursor (str | Unset):
-        status (EnvStatus | Unset): `creating` (resources being made), `starting` (containers run,
-            not yet
+        status (EnvStatus | Unset): Closed for v1 (a new status comes with a new major version).
+            `creating` (resources being made), `starting` (containers run, not yet
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
@@ -210,8 +208,8 @@ async def asyncio(
     Args:
         limit (int | Unset):  Default: 50.
         cursor (str | Unset):
-        status (EnvStatus | Unset): `creating` (resources being made), `starting` (containers run,
-            not yet
+        status (EnvStatus | Unset): Closed for v1 (a new status comes with a new major version).
+            `creating` (resources being made), `starting` (containers run, not yet
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.

@@ -3,7 +3,6 @@ from typing import Any
 
 import httpx
 
-from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.env import Env
 from ...models.error import Error
@@ -35,7 +34,7 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Env | Error | None:
+) -> Env | Error:
     if response.status_code == 201:
         response_201 = Env.from_dict(response.json())
 
@@ -66,10 +65,9 @@ def _parse_response(
 
         return response_503
 
-    if client.raise_on_unexpected_status:
-        raise errors.UnexpectedStatus(response.status_code, response.content)
-    else:
-        return None
+    response_default = Error.from_dict(response.json())
+
+    return response_default
 
 
 def _build_response(

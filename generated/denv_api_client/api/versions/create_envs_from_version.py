@@ -4,7 +4,6 @@ from urllib.parse import quote
 
 import httpx
 
-from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.env_batch import EnvBatch
 from ...models.envs_create import EnvsCreate
@@ -40,7 +39,7 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> EnvBatch | Error | None:
+) -> EnvBatch | Error:
     if response.status_code == 201:
         response_201 = EnvBatch.from_dict(response.json())
 
@@ -66,10 +65,9 @@ def _parse_response(
 
         return response_429
 
-    if client.raise_on_unexpected_status:
-        raise errors.UnexpectedStatus(response.status_code, response.content)
-    else:
-        return None
+    response_default = Error.from_dict(response.json())
+
+    return response_default
 
 
 def _build_response(
