@@ -128,6 +128,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             reaper.cancel()
             ctx.stopping.set()
             ctx.pool.shutdown(wait=False, cancel_futures=True)
+            await asyncio.to_thread(core.envs.warm.shutdown)
             _remove_server_json(config)
 
     app = FastAPI(title="denv", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)

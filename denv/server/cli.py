@@ -1,7 +1,8 @@
 """``denv serve``: run the local denv server.
 
     denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key KEY]
-               [--max-envs-per-key 64]
+               [--max-envs-per-key 64] [--warm-max-spares 32] [--warm-max-memory MIB]
+               [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
 
 ``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
 """
@@ -16,7 +17,16 @@ import socket
 import sys
 from pathlib import Path
 
-from .config import DEFAULT_HOST, DEFAULT_MAX_ENVS_PER_KEY, DEFAULT_PORT, ServerConfig
+from .config import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_ENVS_PER_KEY,
+    DEFAULT_PORT,
+    DEFAULT_WARM_IDLE_S,
+    DEFAULT_WARM_MAX_MEMORY_MB,
+    DEFAULT_WARM_MAX_SPARES,
+    DEFAULT_WARM_MIN_FREE_MB,
+    ServerConfig,
+)
 from .config import default_state_dir as _default_state_dir
 
 log = logging.getLogger("denv.server")
@@ -52,6 +62,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_ENVS_PER_KEY,
         help="live envs allowed per API key (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warm-max-spares",
+        type=int,
+        default=DEFAULT_WARM_MAX_SPARES,
+        help="booted spares kept for warm forks, all pools together (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warm-max-memory",
+        type=int,
+        default=DEFAULT_WARM_MAX_MEMORY_MB,
+        metavar="MIB",
+        help="memory of all spares together, as measured; 0: no cap but --warm-min-free-memory "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--warm-min-free-memory",
+        type=int,
+        default=DEFAULT_WARM_MIN_FREE_MB,
+        metavar="MIB",
+        help="boot no spare that would leave less memory available (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warm-idle-minutes",
+        type=float,
+        default=DEFAULT_WARM_IDLE_S / 60,
+        help="reap a warm pool nobody took a spare from for this long (default %(default)g)",
     )
     parser.add_argument("--log-level", default="INFO", help="default %(default)s")
 
@@ -121,6 +158,10 @@ def main(args: argparse.Namespace) -> int:
         host=args.host,
         port=port,
         max_envs_per_key=args.max_envs_per_key,
+        warm_max_spares=args.warm_max_spares,
+        warm_max_memory_mb=args.warm_max_memory,
+        warm_min_free_mb=args.warm_min_free_memory,
+        warm_idle_s=args.warm_idle_minutes * 60,
     )
     app = create_app(config)
     print(f"denv serve: listening at {config.public_url()}; API key in {key_path}", flush=True)

@@ -1,7 +1,9 @@
 """The compose subset denv deploys, parsed and validated.
 
 Supported: top-level ``services``, ``volumes``, ``name``, ``version``, ``x-*`` and
-``x-denv.agent.service`` (required; optional ``x-denv.agent.health_path``). Per service:
+``x-denv.agent.service`` (required; optional ``x-denv.agent.health_path`` and
+``x-denv.agent.fork``: ``warm`` when every service reads its volumes per session, so
+children may start from booted spares, ``cold`` when not). Per service:
 ``image`` (required), ``command``, ``environment``, ``ports``, ``volumes`` (named or anonymous,
 never host paths), ``depends_on`` and ``healthcheck``. Every error names the offending key,
 for example ``services.db.image: required``.
@@ -48,6 +50,7 @@ class ComposeSpec:
     agent_service: str
     health_path: str
     services: list[ServiceSpec]  # in start order (dependencies first)
+    fork: str | None = None  # x-denv.agent.fork: "warm", "cold", or None (undeclared)
 
 
 def parse_compose(text: str) -> ComposeSpec:
@@ -77,7 +80,7 @@ def parse_compose(text: str) -> ComposeSpec:
                 "(starting with a letter or digit, at most 63)",
             )
         services[name] = _service(name, raw, named, owners)
-    agent, health_path = _agent(doc.get("x-denv"), services)
+    agent, health_path, fork = _agent(doc.get("x-denv"), services)
     for svc in services.values():
         for dep in svc.depends_on:
             where = f"services.{svc.name}.depends_on"
@@ -91,10 +94,10 @@ def parse_compose(text: str) -> ComposeSpec:
                     f"{where}.{dep}.condition",
                     f"service_healthy needs a healthcheck on '{dep}'",
                 )
-    return ComposeSpec(agent, health_path, _order(services))
+    return ComposeSpec(agent, health_path, _order(services), fork)
 
 
-def _agent(raw: Any, services: dict[str, ServiceSpec]) -> tuple[str, str]:
+def _agent(raw: Any, services: dict[str, ServiceSpec]) -> tuple[str, str, str | None]:
     if not isinstance(raw, dict) or not isinstance(raw.get("agent"), dict):
         raise ComposeError(
             "x-denv.agent.service",
@@ -110,11 +113,14 @@ def _agent(raw: Any, services: dict[str, ServiceSpec]) -> tuple[str, str]:
     health = agent.get("health_path", "/health")
     if not isinstance(health, str) or not health.startswith("/"):
         raise ComposeError("x-denv.agent.health_path", "must be a path starting with '/'")
+    fork = agent.get("fork")
+    if fork not in (None, "warm", "cold"):
+        raise ComposeError("x-denv.agent.fork", f"must be 'warm' or 'cold', got {fork!r}")
     if not services[name].ports:
         raise ComposeError(
             f"services.{name}.ports", "the agent service must expose at least one port"
         )
-    return name, health
+    return name, health, fork
 
 
 def _service(name: str, raw: Any, named: dict[str, Any], owners: dict[str, str]) -> ServiceSpec:

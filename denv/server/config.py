@@ -21,6 +21,16 @@ IDEMPOTENCY_TTL_S = 24 * 3600
 DOCKER_TIMEOUT_S = 120
 START_WORKERS = 64  # threads that start envs (fork(n) starts its children in parallel)
 
+# Warm pools (booted spares for forks); the DEFAULT_* ones are `denv serve` flags.
+DEFAULT_WARM_MAX_SPARES = 32  # spares of all pools together, booting ones included
+DEFAULT_WARM_MAX_MEMORY_MB = 0  # memory of all spares together; 0: no cap of its own
+DEFAULT_WARM_MIN_FREE_MB = 1024  # never boot a spare that would leave less memory available
+DEFAULT_WARM_IDLE_S = 600.0  # a pool nobody took a spare from for this long is reaped
+WARM_BOOT_WORKERS = 8  # spares booting at once
+WARM_BOOT_TIMEOUT_S = 120.0
+WARM_MAX_FAILURES = 3  # boots that fail in a row stop a pool's refill until it is asked again
+WARM_MEMORY_GUESS = 256 * 1024 * 1024  # per spare, until one of the pool's is measured
+
 
 def default_state_dir() -> Path:
     """``$DENV_STATE_DIR`` or ``~/.local/share/denv``."""
@@ -40,6 +50,10 @@ class ServerConfig:
     port: int = DEFAULT_PORT
     max_envs_per_key: int = DEFAULT_MAX_ENVS_PER_KEY
     base_url: str = ""  # the URL clients use; ingress URLs start with it
+    warm_max_spares: int = DEFAULT_WARM_MAX_SPARES
+    warm_max_memory_mb: int = DEFAULT_WARM_MAX_MEMORY_MB
+    warm_min_free_mb: int = DEFAULT_WARM_MIN_FREE_MB
+    warm_idle_s: float = DEFAULT_WARM_IDLE_S
 
     @property
     def db_path(self) -> Path:

@@ -93,6 +93,12 @@ class Engine:
             except docker.errors.APIError as exc:
                 raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc
 
+    def image_labels(self, image_id: str) -> dict[str, str]:
+        """The labels an image was built with (``LABEL``), {} when it has none."""
+        with engine_errors():
+            info = self.api.inspect_image(image_id)
+        return dict((info.get("Config") or {}).get("Labels") or {})
+
     def export_path(self, image_id: str, path: str, dest: Path) -> bool:
         """Copy what the image has at ``path`` into ``dest``; False when it has nothing there."""
         with engine_errors():
@@ -144,6 +150,7 @@ class Engine:
         binds: list[tuple[str, str]],
         network: str,
         publish: bool,
+        extra_labels: dict[str, str] | None = None,
     ) -> str:
         """Create (not start) a service's container; ``binds`` are (host mnt, container path)."""
         mounts = [
@@ -162,7 +169,7 @@ class Engine:
                 image_id,
                 command=command,
                 environment=environment,
-                labels=self.labels(env_id, service),
+                labels={**self.labels(env_id, service), **(extra_labels or {})},
                 name=f"denv-{env_id.lower()}-{service}",
                 ports=ports or None,
                 host_config=host_config,
@@ -201,6 +208,31 @@ class Engine:
     def pause(self, cid: str) -> None:
         with engine_errors():
             self.api.pause(cid)
+
+    def try_pause(self, cid: str) -> bool:
+        """Pause a running container; False (no error) when it is not running."""
+        with engine_errors():
+            try:
+                self.api.pause(cid)
+            except docker.errors.APIError as exc:
+                if exc.status_code in (404, 409):  # gone, not running, or already paused
+                    return False
+                raise
+        return True
+
+    def memory_bytes(self, cid: str) -> int | None:
+        """Memory the container uses now (its cgroup's count), None when unknown."""
+        for path in (
+            f"/sys/fs/cgroup/memory/docker/{cid}/memory.usage_in_bytes",
+            f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.current",
+            f"/sys/fs/cgroup/docker/{cid}/memory.current",
+        ):
+            with suppress(OSError, ValueError):
+                return int(Path(path).read_text())
+        with engine_errors(), suppress(docker.errors.APIError, KeyError, TypeError, ValueError):
+            stats = self.api.stats(cid, stream=False)
+            return int(stats["memory_stats"]["usage"])
+        return None
 
     def unpause(self, cid: str) -> None:
         with engine_errors():

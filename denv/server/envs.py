@@ -2,6 +2,8 @@
 
 Starting runs on worker threads so ``fork(n)`` starts its children in parallel; each env's
 own lock serialises making and removing its resources (there is no global lock around Docker).
+A child of a warm-safe version may instead adopt a booted spare of a warm pool (``warm``):
+its volumes are mounted into the running containers and it is ready at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .errors import ApiError
 from .ingress import new_token
 from .netpolicy import network_name
 from .store import EnvRecord, VersionRecord, iso, now
+from .warm import Spare, WarmPools
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ def volume_slots(version: VersionRecord) -> list[tuple[dict[str, Any], int]]:
 class Envs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.warm = WarmPools(ctx)
 
     # create
     def create(
@@ -66,13 +70,18 @@ class Envs:
         ttl_s: int,
         wait_timeout_s: float,
         warm: int = 0,
+        use_spares: bool = False,
     ) -> list[EnvRecord]:
-        """Record ``count`` envs of ``version`` and start them on worker threads."""
+        """Record ``count`` envs of ``version`` and start them on worker threads.
+
+        With ``use_spares`` (fork, create-from-version) children take booted spares of the
+        version's warm pool while there are some; ``warm`` sets that pool's size.
+        """
         store, limit = self.ctx.store, self.ctx.config.max_envs_per_key
         created = now()
         records = [
             EnvRecord(
-                id=ids.new_id("env"),
+                id="",
                 owner=owner,
                 version_id=version.id,
                 parent_id=version.parent_env_id,
@@ -98,10 +107,21 @@ class Envs:
                     f"this API key has {live} live env(s); {count} more would pass "
                     f"the limit of {limit}: delete envs you no longer need",
                 )
-            for rec in records:
-                store.insert_env(rec)
-        for rec in records:
-            self.ctx.pool.submit(self._start, rec.id)
+            spares = self.warm.take(version, egress, env, count) if use_spares else []
+            for i, rec in enumerate(records):
+                rec.id = spares[i].env_id if i < len(spares) else ids.new_id("env")
+                rec.start = "warm" if i < len(spares) else "cold"
+            try:
+                store.insert_envs(records)
+            except BaseException:
+                self.warm.give_back(version, egress, env, spares)
+                raise
+        self.warm.ask([r.id for r in records], version, egress, env, warm)
+        for i, rec in enumerate(records):
+            if i < len(spares):
+                self.ctx.pool.submit(self._adopt, rec.id, version, spares[i])
+            else:
+                self.ctx.pool.submit(self._start, rec.id)
         return records
 
     def wait(self, env_id: str, until: set[str], timeout_s: float) -> EnvRecord:
@@ -115,6 +135,55 @@ class Envs:
                 if rec.status in until or rec.status in ("failed", "deleted") or left <= 0:
                     return rec
                 self.ctx.changed.wait(min(left, 0.5))
+
+    # warm start
+    def _adopt(self, env_id: str, version: VersionRecord, spare: Spare) -> None:
+        """Give a booted spare the env's volumes and endpoints; cold start if that fails."""
+        ctx = self.ctx
+        try:
+            with ctx.env_lock(env_id):
+                rec = self._check(env_id)
+                for vol, n in volume_slots(version):
+                    ctx.volumes.attach(env_id, vol["service"], n, vol["layers"])
+                agent = next(s for s in version.services if s["name"] == rec.agent_service)
+                endpoints, routes = [], []
+                for port in agent["ports"]:
+                    if rec.egress == "allow":
+                        url = f"http://127.0.0.1:{spare.host_ports[port]}"
+                        endpoints.append(
+                            {"service": agent["name"], "port": port, "url": url, "via": "published"}
+                        )
+                    else:
+                        token = new_token()
+                        routes.append((token, agent["name"], port, spare.agent_ip))
+                        endpoints.append(
+                            {"service": agent["name"], "port": port, "url": "", "via": "ingress"}
+                            | {"token": token}
+                        )
+                runtime = {
+                    "network": spare.network,
+                    "containers": dict(spare.containers),
+                    "endpoints": endpoints,
+                    "agent_ip": spare.agent_ip,
+                }
+                healthy = agent.get("health_path") and agent["ports"]
+                if not ctx.store.adopt(
+                    env_id, runtime, "healthy" if healthy else "running", routes
+                ):
+                    raise _Aborted()
+                for token, _, port, host in routes:
+                    ctx.ingress.register(token, host, port)
+            ctx.notify()
+        except _Aborted:
+            log.info("env %s was deleted while adopting its spare", env_id)
+        except Exception:
+            log.exception("env %s: adopting warm spare failed; starting it cold", env_id)
+            with ctx.env_lock(env_id):
+                self.teardown(env_id)
+                ctx.store.set_start(
+                    env_id, "cold", {"network": None, "containers": {}, "endpoints": []}
+                )
+            self._start(env_id)
 
     # start
     def _start(self, env_id: str) -> None:
@@ -303,6 +372,7 @@ class Envs:
             self.ctx.notify()
         with self.ctx.env_lock(env_id):
             self.teardown(env_id)
+        self.warm.release(env_id)
 
     def teardown(self, env_id: str) -> None:
         """Remove an env's containers, network, ingress routes and volumes (idempotent)."""

@@ -3,6 +3,8 @@
 Only objects labelled with this server's ``denv.instance`` are touched: several servers may
 share one Docker Engine. Orphans go; envs whose containers or mounts vanished become
 ``failed`` with code ``lost``; stored ingress tokens of live envs are registered again.
+Warm spares have no stored env until one is taken, so every spare left by a server that
+stopped is such an orphan.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def _problem(core: Core, env_id: str, states: dict[str, str]) -> str | None:
 
 
 async def reap_forever(core: Core, interval_s: float) -> None:
-    """Delete envs whose TTL passed; drop expired idempotency records."""
+    """Delete envs whose TTL passed; drop expired idempotency records; tend warm pools."""
     from .idempotency import expire
 
     while True:
@@ -93,5 +95,6 @@ async def reap_forever(core: Core, interval_s: float) -> None:
                 log.info("reaper: env %s passed its ttl", env_id)
                 await asyncio.to_thread(core.envs.delete, env_id)
             await asyncio.to_thread(expire, core.ctx.store)
+            await asyncio.to_thread(core.envs.warm.reap)
         except Exception:
             log.exception("reaper pass failed")

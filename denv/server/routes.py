@@ -240,6 +240,7 @@ def _start_from(
         ttl_s=body.ttl_s,
         wait_timeout_s=body.wait_timeout_s,
         warm=body.warm,
+        use_spares=True,
     )
 
 

@@ -238,25 +238,34 @@ class Store:
 
     # envs
     def insert_env(self, e: EnvRecord) -> None:
-        self._run(
-            "INSERT INTO envs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                e.id,
-                e.owner,
-                e.version_id,
-                e.parent_id,
-                e.project,
-                e.agent_service,
-                e.egress,
-                json.dumps(e.labels),
-                e.status,
-                e.start,
-                e.created_at,
-                e.expires_at,
-                json.dumps(e.error) if e.error else None,
-                json.dumps(e.spec),
-                json.dumps(e.runtime),
-            ),
+        self.insert_envs([e])
+
+    def insert_envs(self, records: list[EnvRecord]) -> None:
+        """Insert several envs in one transaction (a fork's children)."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT INTO envs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [self._env_row(e) for e in records],
+            )
+
+    @staticmethod
+    def _env_row(e: EnvRecord) -> tuple[Any, ...]:
+        return (
+            e.id,
+            e.owner,
+            e.version_id,
+            e.parent_id,
+            e.project,
+            e.agent_service,
+            e.egress,
+            json.dumps(e.labels),
+            e.status,
+            e.start,
+            e.created_at,
+            e.expires_at,
+            json.dumps(e.error) if e.error else None,
+            json.dumps(e.spec),
+            json.dumps(e.runtime),
         )
 
     @staticmethod
@@ -327,6 +336,32 @@ class Store:
         sql = f"UPDATE envs SET status=?, error=? WHERE id=? AND status IN ({marks})"
         err = json.dumps(error) if error else None
         return self._run(sql, (status, err, env_id, *only_from)) > 0
+
+    def adopt(
+        self,
+        env_id: str,
+        runtime: dict[str, Any],
+        status: str,
+        routes: list[tuple[str, str, int, str]],
+    ) -> bool:
+        """A warm env's runtime, ingress routes (token, service, port, host) and status, at
+        once; False (nothing stored) when the env left ``creating`` meanwhile."""
+        with self.transaction() as db:
+            moved = db.execute(
+                "UPDATE envs SET status=?, runtime=? WHERE id=? AND status='creating'",
+                (status, json.dumps(runtime), env_id),
+            ).rowcount
+            if moved:
+                db.executemany(
+                    "INSERT OR REPLACE INTO ingress VALUES (?,?,?,?,?)",
+                    [(t, env_id, svc, port, host) for t, svc, port, host in routes],
+                )
+        return moved > 0
+
+    def set_start(self, env_id: str, start: str, runtime: dict[str, Any]) -> None:
+        self._run(
+            "UPDATE envs SET start=?, runtime=? WHERE id=?", (start, json.dumps(runtime), env_id)
+        )
 
     def set_runtime(self, env_id: str, runtime: dict[str, Any]) -> None:
         self._run("UPDATE envs SET runtime=? WHERE id=?", (json.dumps(runtime), env_id))

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 SANDBOX_SERVICE = "agent"
 SNAPSHOT_STATES = ("starting", "running", "healthy")
+FORK_LABEL = "ai.denv.fork"  # an image's declaration: "warm" when it reads volumes per session
 
 
 class Versions:
@@ -101,9 +102,11 @@ class Versions:
             {"service": SANDBOX_SERVICE, "path": p, "layers": self._seed(image_id, p)}
             for p in paths
         ]
-        return self._record(
-            owner, None, None, SANDBOX_SERVICE, [svc], vols, bool(body.get("warm_fork")), {}
-        )
+        warm_fork = bool(body.get("warm_fork")) or self._warm_image(image_id)
+        return self._record(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {})
+
+    def _warm_image(self, image_id: str) -> bool:
+        return self.ctx.engine.image_labels(image_id).get(FORK_LABEL) == "warm"
 
     def deploy(
         self, owner: str, project: str, compose: str, labels: dict[str, str]
@@ -139,7 +142,13 @@ class Versions:
             vols += [
                 {"service": s.name, "path": p, "layers": self._seed(image_id, p)} for p in paths
             ]
-        return self._record(owner, project, None, spec.agent_service, services, vols, False, labels)
+        if spec.fork is not None:
+            warm_fork = spec.fork == "warm"
+        else:  # undeclared: warm when every image declares it
+            warm_fork = all(self._warm_image(s["image_digest"]) for s in services)
+        return self._record(
+            owner, project, None, spec.agent_service, services, vols, warm_fork, labels
+        )
 
     def _record(
         self,
@@ -187,9 +196,8 @@ class Versions:
             cids = list((current.runtime.get("containers") or {}).values())
             paused = []
             try:
-                for cid in cids:
-                    if ctx.engine.state(cid) == "running":
-                        ctx.engine.pause(cid)
+                for cid in cids:  # no inspect first: pausing what does not run is a no-op
+                    if ctx.engine.try_pause(cid):
                         paused.append(cid)
                 for vol, n in volume_slots(parent):
                     upper = ctx.volumes.upper(env.id, vol["service"], n)

@@ -8,6 +8,8 @@ made on it later; the overlay is then mounted on it.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import re
@@ -27,6 +29,39 @@ def _run(*args: str) -> None:
     proc = subprocess.run(args, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise OSError(f"{' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}")
+
+
+_libc: ctypes.CDLL | None = None
+MS_BIND = 4096
+MS_SHARED = 1 << 20
+
+
+def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
+    """The mount(2) syscall: no ``mount`` process to start on the fork path."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    rc = _libc.mount(
+        source.encode(),
+        os.fsencode(target),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mounting {fstype or source} on {target} failed: {os.strerror(err)}")
+
+
+def mount_overlay(opts: str, target: Path) -> None:
+    """``mount -t overlay overlay -o opts target``."""
+    _mount("overlay", target, "overlay", 0, opts)
+
+
+def make_shared_mount_point(path: Path) -> None:
+    """``mount --bind path path; mount --make-shared path``."""
+    _mount(str(path), path, None, MS_BIND, None)
+    _mount("none", path, None, MS_SHARED, None)
 
 
 def _unescape(path: str) -> str:
@@ -87,16 +122,29 @@ class Volumes:
 
     def mount(self, env_id: str, service: str, n: int, layers: list[str]) -> Path:
         """Mount one volume (layers newest first) and return its ``mnt`` dir."""
-        base = self.envs_dir / env_id / service / str(n)
-        upper, work, mnt = base / "upper", base / "work", base / "mnt"
-        for d in (upper, work, mnt):
-            d.mkdir(parents=True, exist_ok=True)
-        lowers = [str(self.layer_path(x)) for x in layers] or [str(self.layer_path(EMPTY_LAYER))]
-        _run("mount", "--bind", str(mnt), str(mnt))
-        _run("mount", "--make-shared", str(mnt))
-        opts = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}"
-        _run("mount", "-t", "overlay", "overlay", "-o", opts, str(mnt))
+        mnt = self.prepare(env_id, service, n)
+        self.attach(env_id, service, n, layers)
         return mnt
+
+    def prepare(self, env_id: str, service: str, n: int) -> Path:
+        """Make a volume's dirs and its ``mnt`` a shared mount point, still empty.
+
+        A container bound to ``mnt`` (``rslave``) sees the overlay :meth:`attach` mounts
+        later: this is how a booted warm spare gets a fork's volume.
+        """
+        base = self.envs_dir / env_id / service / str(n)
+        mnt = base / "mnt"
+        for d in (base / "upper", base / "work", mnt):
+            d.mkdir(parents=True, exist_ok=True)
+        make_shared_mount_point(mnt)
+        return mnt
+
+    def attach(self, env_id: str, service: str, n: int, layers: list[str]) -> None:
+        """Mount the overlay of ``layers`` (newest first) and a fresh upper dir on ``mnt``."""
+        base = self.envs_dir / env_id / service / str(n)
+        lowers = [str(self.layer_path(x)) for x in layers] or [str(self.layer_path(EMPTY_LAYER))]
+        opts = f"lowerdir={':'.join(lowers)},upperdir={base / 'upper'},workdir={base / 'work'}"
+        mount_overlay(opts, base / "mnt")
 
     def upper(self, env_id: str, service: str, n: int) -> Path:
         return self.envs_dir / env_id / service / str(n) / "upper"

@@ -1,0 +1,414 @@
+"""Warm pools: booted spares of an env's configuration, handed to forks in milliseconds.
+
+A spare is an env that has not been asked for yet: its own network, its containers started
+and healthy on the agent's health path, and every volume mount point a shared, still empty
+``mnt`` (see ``volumes.prepare``). A fork or create-from-version of a warm-safe version
+takes one and mounts the child's overlay on those mount points: it appears inside the
+running containers at once (``rslave``), and the env is ready without a boot.
+
+A spare already carries the id of the env it will become (``env_`` + ULID), so its network,
+containers, labels and volume dirs follow the naming of every env; until it is taken no
+record of it is stored, so reconcile removes the spares a stopped server left behind as
+orphans. Pools are keyed by everything that shapes a booted container (image digests,
+commands, env vars, ports and volume paths of every service, egress), refill on their own
+worker threads, stay within a count and a memory bound, and are reaped when idle or when
+every env that asked for one is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from . import ids
+from .config import (
+    HEALTH_POLL_S,
+    WARM_BOOT_TIMEOUT_S,
+    WARM_BOOT_WORKERS,
+    WARM_MAX_FAILURES,
+    WARM_MEMORY_GUESS,
+)
+from .context import Context
+from .netpolicy import network_name
+from .store import VersionRecord
+
+log = logging.getLogger(__name__)
+
+WARM_LABEL = "denv.warm"  # on a spare's containers: the key of its pool
+MIB = 1024 * 1024
+
+
+class _Cancelled(Exception):
+    """The pool or the server went away while a spare was booting."""
+
+
+@dataclass
+class Spare:
+    env_id: str
+    network: str
+    containers: dict[str, str]  # service -> container id
+    agent_ip: str
+    host_ports: dict[int, int]  # container port -> published host port (egress allow)
+    memory: int = 0  # bytes, measured once it was healthy
+
+
+@dataclass
+class Blueprint:
+    """What a spare of one pool is started from."""
+
+    services: list[dict[str, Any]]  # the version's services, in start order
+    volumes: list[tuple[str, int, str]]  # (service, n, path) of every volume slot
+    agent: str
+    egress: str
+    env: dict[str, str]  # the agent's env overrides
+
+
+@dataclass
+class Pool:
+    key: str
+    blueprint: Blueprint
+    owners: dict[str, int] = field(default_factory=dict)  # env id -> spares it asked for
+    idle: deque[Spare] = field(default_factory=deque)
+    booting: set[str] = field(default_factory=set)
+    last_used: float = field(default_factory=time.monotonic)
+    failures: int = 0
+    memory: int = 0  # the largest measured spare of this pool
+
+    @property
+    def target(self) -> int:
+        return max(self.owners.values(), default=0)
+
+
+def blueprint(version: VersionRecord, egress: str, env: dict[str, str]) -> Blueprint:
+    from .envs import volume_slots
+
+    return Blueprint(
+        services=version.services,
+        volumes=[(vol["service"], n, vol["path"]) for vol, n in volume_slots(version)],
+        agent=version.agent_service,
+        egress=egress,
+        env=dict(env),
+    )
+
+
+def pool_key(bp: Blueprint) -> str:
+    """Two envs share a pool when their containers would boot alike."""
+    services = [
+        {k: s.get(k) for k in ("name", "image_digest", "command", "env", "ports", "volumes")}
+        | {k: s.get(k) for k in ("depends_on", "health_path", "healthcheck", "wait_healthy")}
+        for s in bp.services
+    ]
+    doc = [services, bp.volumes, bp.agent, bp.egress, sorted(bp.env.items())]
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def mem_available() -> int:
+    """``MemAvailable`` of /proc/meminfo in bytes (0 when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class WarmPools:
+    """Every pool of one server. Thread-safe; no Docker call is made under its lock."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self._pools: dict[str, Pool] = {}
+        self._boots = ThreadPoolExecutor(WARM_BOOT_WORKERS, thread_name_prefix="denv-warm")
+        self._closed = False
+
+    # what envs ask for and take
+    def ask(
+        self, env_ids: list[str], version: VersionRecord, egress: str, env: dict[str, str], n: int
+    ) -> None:
+        """Keep ``n`` spares of this configuration while any of ``env_ids`` lives."""
+        if n <= 0 or not version.warm_fork:
+            return
+        bp = blueprint(version, egress, env)
+        with self._lock:
+            if self._closed:
+                return
+            pool = self._pools.setdefault(pool_key(bp), Pool(pool_key(bp), bp))
+            for env_id in env_ids:
+                pool.owners[env_id] = n
+            pool.last_used = time.monotonic()
+            pool.failures = 0
+            self._refill()
+
+    def take(
+        self, version: VersionRecord, egress: str, env: dict[str, str], count: int
+    ) -> list[Spare]:
+        """Up to ``count`` idle spares for children of ``version`` (none if not warm-safe)."""
+        if not version.warm_fork:
+            return []
+        key = pool_key(blueprint(version, egress, env))
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                return []
+            pool.last_used = time.monotonic()
+            taken = [pool.idle.popleft() for _ in range(min(count, len(pool.idle)))]
+            self._refill()
+        return taken
+
+    def give_back(
+        self, version: VersionRecord, egress: str, env: dict[str, str], spares: list[Spare]
+    ) -> None:
+        """Return spares that were taken but not used (the request failed)."""
+        key = pool_key(blueprint(version, egress, env))
+        with self._lock:
+            pool = self._pools.get(key)
+            keep = pool is not None and not self._closed
+            if pool is not None and keep:
+                pool.idle.extendleft(reversed(spares))
+        if not keep:
+            self._destroy_later([s.env_id for s in spares])
+
+    def release(self, env_id: str) -> None:
+        """An env is gone: pools only it asked for go too."""
+        gone: list[str] = []
+        with self._lock:
+            for key, pool in list(self._pools.items()):
+                if pool.owners.pop(env_id, None) is not None and not pool.owners:
+                    gone += self._drop(key)
+        if gone:
+            log.info("warm: reaping %d spare(s): the envs that asked for them are gone", len(gone))
+        self._destroy_later(gone)
+
+    # background upkeep
+    def reap(self) -> None:
+        """Drop idle pools and dead spares, and refill (the reaper calls this)."""
+        states = self.ctx.engine.states()
+        gone: list[str] = []
+        idle_s = self.ctx.config.warm_idle_s
+        with self._lock:
+            for key, pool in list(self._pools.items()):
+                if time.monotonic() - pool.last_used > idle_s:
+                    log.info("warm: pool %s unused for %.0fs: reaping it", key, idle_s)
+                    gone += self._drop(key)
+                    continue
+                for spare in list(pool.idle):
+                    if any(states.get(c) != "running" for c in spare.containers.values()):
+                        log.warning("warm: spare %s stopped; replacing it", spare.env_id)
+                        pool.idle.remove(spare)
+                        gone.append(spare.env_id)
+            self._refill()
+        self._destroy_later(gone)
+
+    def shutdown(self) -> None:
+        """Remove every spare (clean server exit); boots in flight stop and remove theirs."""
+        with self._lock:
+            self._closed = True
+            gone = [x for key in list(self._pools) for x in self._drop(key)]
+        self._boots.shutdown(wait=False, cancel_futures=True)
+        with ThreadPoolExecutor(8, thread_name_prefix="denv-warm-stop") as pool:
+            list(pool.map(self.destroy, gone))
+        self._boots.shutdown(wait=True)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                k: {"target": p.target, "idle": len(p.idle), "booting": len(p.booting)}
+                for k, p in self._pools.items()
+            }
+
+    # internals (the _locked ones run under self._lock)
+    def _drop(self, key: str) -> list[str]:
+        pool = self._pools.pop(key)
+        return [s.env_id for s in pool.idle]  # booting ones see the pool gone and remove theirs
+
+    def _spare_memory(self) -> int:
+        return sum(
+            sum(s.memory for s in p.idle) + len(p.booting) * (p.memory or WARM_MEMORY_GUESS)
+            for p in self._pools.values()
+        )
+
+    def _fits(self, pool: Pool) -> bool:
+        cfg = self.ctx.config
+        count = sum(len(p.idle) + len(p.booting) for p in self._pools.values())
+        if count >= cfg.warm_max_spares:
+            return False
+        need = pool.memory or WARM_MEMORY_GUESS
+        if cfg.warm_max_memory_mb and self._spare_memory() + need > cfg.warm_max_memory_mb * MIB:
+            return False
+        pending = sum(
+            len(p.booting) * (p.memory or WARM_MEMORY_GUESS) for p in self._pools.values()
+        )
+        return mem_available() - pending - need >= cfg.warm_min_free_mb * MIB
+
+    def _refill(self) -> None:
+        if self._closed or self.ctx.stopping.is_set():
+            return
+        for pool in self._pools.values():
+            while len(pool.idle) + len(pool.booting) < pool.target:
+                if pool.failures >= WARM_MAX_FAILURES or not self._fits(pool):
+                    break
+                env_id = ids.new_id("env")
+                pool.booting.add(env_id)
+                self._boots.submit(self._boot, pool, env_id)
+
+    def _boot(self, pool: Pool, env_id: str) -> None:
+        try:
+            spare = boot_spare(self.ctx, pool.blueprint, env_id, pool.key, self._cancelled(pool))
+        except _Cancelled:
+            self.destroy(env_id)
+            with self._lock:
+                pool.booting.discard(env_id)
+            return
+        except Exception as exc:
+            log.warning("warm: booting a spare of pool %s failed: %s", pool.key, exc)
+            self.destroy(env_id)
+            with self._lock:
+                pool.booting.discard(env_id)
+                pool.failures += 1
+                self._refill()
+            return
+        spare.memory = sum(self.ctx.engine.memory_bytes(c) or 0 for c in spare.containers.values())
+        with self._lock:
+            pool.booting.discard(env_id)
+            keep = not self._closed and self._pools.get(pool.key) is pool
+            keep = keep and len(pool.idle) < pool.target
+            if keep:
+                pool.idle.append(spare)
+                pool.memory = max(pool.memory, spare.memory)
+                pool.failures = 0
+                log.info(
+                    "warm: spare %s ready in pool %s (%d/%d, %d MiB)",
+                    env_id,
+                    pool.key,
+                    len(pool.idle),
+                    pool.target,
+                    spare.memory // MIB,
+                )
+            self._refill()
+        if not keep:
+            self.destroy(env_id)
+
+    def _cancelled(self, pool: Pool) -> Any:
+        def check() -> bool:
+            return (
+                self._closed or self.ctx.stopping.is_set() or self._pools.get(pool.key) is not pool
+            )
+
+        return check
+
+    def _destroy_later(self, env_ids: list[str]) -> None:
+        for env_id in env_ids:
+            try:
+                self.ctx.pool.submit(self.destroy, env_id)
+            except RuntimeError:  # the server is stopping: remove it now
+                self.destroy(env_id)
+
+    def destroy(self, env_id: str) -> None:
+        """Remove a spare's containers, network and volume dirs (found by its labels)."""
+        ctx = self.ctx
+        try:
+            for cid in ctx.engine.states(env_id):
+                ctx.engine.remove(cid)
+            ctx.engine.remove_network(network_name(env_id))
+            ctx.volumes.remove_env(env_id)
+        except Exception:
+            log.exception(
+                "warm: removing spare %s failed (reconcile removes it at restart)", env_id
+            )
+
+
+def boot_spare(ctx: Context, bp: Blueprint, env_id: str, key: str, cancelled: Any) -> Spare:
+    """Start one spare: network, empty shared mount points, containers, healthy agent."""
+    deadline = time.monotonic() + WARM_BOOT_TIMEOUT_S
+    network = ctx.engine.create_network(env_id, bp.egress)
+    binds: dict[str, list[tuple[str, str]]] = {}
+    for service, n, path in bp.volumes:
+        binds.setdefault(service, []).append((str(ctx.volumes.prepare(env_id, service, n)), path))
+    by_name = {s["name"]: s for s in bp.services}
+    containers: dict[str, str] = {}
+    for svc in bp.services:
+        for dep in svc["depends_on"]:
+            if by_name[dep].get("healthcheck") and dep in svc.get("wait_healthy", []):
+                _wait_exec(ctx, containers[dep], by_name[dep]["healthcheck"], deadline, cancelled)
+        if cancelled():
+            raise _Cancelled()
+        agent = svc["name"] == bp.agent
+        cid = ctx.engine.create_container(
+            env_id,
+            svc["name"],
+            svc["image_digest"],
+            svc["command"],
+            {**svc["env"], **(bp.env if agent else {})},
+            svc["ports"],
+            binds.get(svc["name"], []),
+            network,
+            publish=agent and bp.egress == "allow",
+            extra_labels={WARM_LABEL: key},
+        )
+        containers[svc["name"]] = cid
+        ctx.engine.start(cid)
+    agent_svc = by_name[bp.agent]
+    info = ctx.engine.inspect(containers[bp.agent])
+    if info is None:
+        raise RuntimeError("the agent container vanished")
+    settings = info["NetworkSettings"]
+    ip = str(((settings.get("Networks") or {}).get(network) or {}).get("IPAddress") or "")
+    if not ip:
+        raise RuntimeError("the agent container exited at once")
+    host_ports = {}
+    if bp.egress == "allow":
+        for port in agent_svc["ports"]:
+            bound = (settings.get("Ports") or {}).get(f"{port}/tcp") or []
+            if not bound:
+                raise RuntimeError(f"port {port} was not published")
+            host_ports[port] = int(bound[0]["HostPort"])
+    health = agent_svc.get("health_path")
+    if health and agent_svc["ports"]:
+        _wait_http(
+            ctx,
+            containers[bp.agent],
+            f"http://{ip}:{agent_svc['ports'][0]}{health}",
+            deadline,
+            cancelled,
+        )
+    return Spare(env_id, network, containers, ip, host_ports)
+
+
+def _wait_http(ctx: Context, cid: str, url: str, deadline: float, cancelled: Any) -> None:
+    polls = 0
+    with httpx.Client(timeout=2.0, trust_env=False) as http:
+        while True:
+            try:
+                if http.get(url).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if cancelled():
+                raise _Cancelled()
+            polls += 1
+            if polls % 25 == 0 and ctx.engine.state(cid) in ("exited", "missing"):
+                raise RuntimeError("the agent service exited before it answered its health path")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer 200 within {WARM_BOOT_TIMEOUT_S:.0f}s")
+            time.sleep(HEALTH_POLL_S * 5)
+
+
+def _wait_exec(ctx: Context, cid: str, test: list[str], deadline: float, cancelled: Any) -> None:
+    while not ctx.engine.exec_ok(cid, test):
+        if cancelled():
+            raise _Cancelled()
+        if ctx.engine.state(cid) in ("exited", "missing") or time.monotonic() > deadline:
+            raise RuntimeError("a dependency's healthcheck did not pass")
+        time.sleep(0.1)
