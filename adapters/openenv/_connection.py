@@ -78,14 +78,14 @@ class Connection:
 def open_connection(server: str | None, api_key: str | None) -> Connection:
     """A connection to the configured denv server (see the module docstring)."""
     from denv import Denv
-    from denv._client import _resolve
+    from denv._discovery import resolve
 
     if server is None and not os.environ.get(ENV_SERVER):
         server, local_key = _local_server()
         api_key = api_key or local_key
     # The client's own rules for the rest (DENV_API_KEY, the local server's key), resolved
     # here so that the provider can hand the same key to the providers it forks.
-    server, api_key = _resolve(server, api_key)
+    server, api_key = resolve(server, api_key)
     return Connection(Denv(server, api_key), api_key)
 
 
