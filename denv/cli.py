@@ -20,6 +20,10 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "denv.openenv.conformance",
         "check that OpenEnv environments start, step, fork and close correctly on denv",
     ),
+    "export": (
+        "denv.openenv.export",
+        "write a version as an OpenEnv environment package or a Harbor task",
+    ),
 }
 
 _EXTRA_FOR_MODULE = {"denv.server": "server", "denv.openenv": "openenv"}

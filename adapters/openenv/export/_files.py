@@ -1,0 +1,205 @@
+"""The files of an export, rendered in memory from the plan (nothing touches the disk here).
+
+An OpenEnv package and a Harbor task share the server (the `runtime` package, copied as
+`server/`), `denv-version.json` and the Dockerfile template; a Harbor task adds a start
+script for its container, an instruction and a verifier.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata, resources
+from string import Template
+from typing import Any
+
+from ._plan import ExportPlan
+
+#: relative path -> (content, file mode)
+Files = dict[str, tuple[bytes, int]]
+
+RUNTIME_MODULES = (
+    "__init__.py",
+    "__main__.py",
+    "app.py",
+    "denv_api.py",
+    "environment.py",
+    "inner.py",
+    "tools.py",
+)
+_PIN_NOTES = {
+    "registry digest": "",
+    "image id": (
+        "Local images have no registry digest: the id pins the exact image, on an engine "
+        "that has it. After pushing it, write `FROM repo@sha256:<registry digest>` instead."
+    ),
+}
+_MISSING_NOTE = (
+    "The image is not on the Docker Engine this was exported on: load it "
+    "(docker load) or pull it before building, or replace FROM with its registry digest."
+)
+
+
+def _template(name: str) -> Template:
+    text = resources.files(__package__).joinpath("templates", name).read_text()
+    return Template(text)
+
+
+def _render(name: str, values: dict[str, Any]) -> bytes:
+    return _template(name).substitute(values).encode()
+
+
+def _runtime(prefix: str) -> Files:
+    package = resources.files(__package__).joinpath("runtime")
+    return {
+        f"{prefix}server/{module}": (package.joinpath(module).read_bytes(), 0o644)
+        for module in RUNTIME_MODULES
+    }
+
+
+def _requirements() -> bytes:
+    try:
+        openenv = f"openenv=={metadata.version('openenv')}"
+    except metadata.PackageNotFoundError:
+        openenv = "openenv>=0.10"
+    return (
+        "# What the exported server needs (installed only when the base image lacks it).\n"
+        f"{openenv}\nhttpx\nuvicorn\nwebsockets\n"
+    ).encode()
+
+
+def _values(plan: ExportPlan, ref: str) -> dict[str, Any]:
+    pin = plan.agent
+    return {
+        "ref": ref,
+        "name": plan.name,
+        "version_id": plan.version_id,
+        "agent_service": plan.agent_service,
+        "agent_port": plan.agent_port,
+        "health_path": plan.health_path,
+        "agent_image": pin.image,
+        "agent_image_id": pin.image_id,
+        "base_ref": pin.reference,
+        "pin_kind": pin.kind,
+        "pin_note": _PIN_NOTES.get(pin.kind, _MISSING_NOTE),
+        "image_name": plan.name.replace("_", "-") + ":latest",
+        "tools": ", ".join(f"`{t}`" for t in plan.tools)
+        if plan.tools
+        else ("none declared" if plan.tools is not None else "every tool the env lists"),
+    }
+
+
+def _dockerfile(values: dict[str, Any], *, harbor: bool, user: str) -> bytes:
+    extra = ""
+    if harbor:
+        extra = (
+            "COPY start.sh /opt/denv-export/start\n"
+            "RUN chmod 755 /opt/denv-export/start && mkdir -p /var/lib/denv-export\n"
+            "# The verifier (tests/score.py) scores the episode from this log.\n"
+            "ENV DENV_EXPORT_REWARD_LOG=/var/lib/denv-export/rewards.jsonl"
+        )
+    build = (
+        "docker build -t IMAGE environment/"
+        if harbor
+        else f"docker build -f server/Dockerfile -t {values['image_name']} ."
+    )
+    return _render(
+        "Dockerfile.tmpl",
+        {
+            **values,
+            "title": f"denv version {values['version_id']} "
+            + ("as a Harbor task environment" if harbor else "as an OpenEnv environment"),
+            "context_dir": "the task's environment/ folder" if harbor else "the package root",
+            "build_command": build,
+            "requirements": "requirements.txt" if harbor else "server/requirements.txt",
+            "extra": extra,
+            "user_line": f"USER {user}" if user and user not in ("root", "0") else "",
+        },
+    )
+
+
+def _version_json(plan: ExportPlan) -> bytes:
+    return (json.dumps(plan.version_facts(), indent=2) + "\n").encode()
+
+
+def openenv_files(plan: ExportPlan, ref: str) -> Files:
+    """An OpenEnv environment package (the layout of `openenv init`)."""
+    values = _values(plan, ref)
+    services = ", ".join(f"`{p.service}` ({p.image})" for p in plan.services)
+    project_note = f" (project `{plan.project}`)" if plan.project else ""
+    pin_readme = _PIN_NOTES.get(plan.agent.kind, _MISSING_NOTE)
+    deps = ", ".join(json.dumps(d) for d in _requirements().decode().splitlines()[1:])
+    files: Files = {
+        "openenv.yaml": (_render("openenv.yaml.tmpl", values), 0o644),
+        "README.md": (
+            _render(
+                "README.md.tmpl",
+                {
+                    **values,
+                    "services": services,
+                    "project_note": project_note,
+                    "pin_readme": pin_readme,
+                },
+            ),
+            0o644,
+        ),
+        "pyproject.toml": (
+            _render(
+                "pyproject.toml.tmpl",
+                {**values, "dist_name": plan.name.replace("_", "-"), "dependencies": deps},
+            ),
+            0o644,
+        ),
+        "denv-version.json": (_version_json(plan), 0o644),
+        "server/requirements.txt": (_requirements(), 0o644),
+        "server/Dockerfile": (
+            _dockerfile(values, harbor=False, user=plan.agent.user),
+            0o644,
+        ),
+    }
+    files.update(_runtime(""))
+    files[".dockerignore"] = (b"**/__pycache__\n", 0o644)
+    return files
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: strings, lists of strings, or an empty string for None."""
+    if value is None:
+        return '""'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def harbor_files(plan: ExportPlan, ref: str) -> Files:
+    """A Harbor task: task.toml, instruction.md, environment/ (Dockerfile pinned), tests/."""
+    values = _values(plan, ref)
+    org = "denv"
+    task_values = {
+        **values,
+        "task_name": _toml(f"{org}/{plan.name.replace('_', '-')}"),
+        "description": _toml(
+            f"denv version {plan.version_id}: an OpenEnv environment whose every reset "
+            "starts from the version's state"
+        ),
+        "version_id_toml": _toml(plan.version_id),
+        "project_toml": _toml(plan.project),
+        "agent_service_toml": _toml(plan.agent_service),
+        "agent_image_toml": _toml(plan.agent.image),
+        "agent_image_id_toml": _toml(plan.agent.image_id),
+        "tools_toml": _toml(plan.tools or []),
+    }
+    files: Files = {
+        "task.toml": (_render("harbor/task.toml.tmpl", task_values), 0o644),
+        "instruction.md": (_render("harbor/instruction.md.tmpl", values), 0o644),
+        "environment/Dockerfile": (
+            _dockerfile(values, harbor=True, user=plan.agent.user),
+            0o644,
+        ),
+        "environment/denv-version.json": (_version_json(plan), 0o644),
+        "environment/requirements.txt": (_requirements(), 0o644),
+        "environment/start.sh": (_render("harbor/start.sh.tmpl", values), 0o755),
+        "tests/test.sh": (_render("harbor/test.sh.tmpl", values), 0o755),
+        "tests/score.py": (_render("harbor/score.py.tmpl", values), 0o644),
+    }
+    files.update(_runtime("environment/"))
+    return files
