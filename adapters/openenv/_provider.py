@@ -347,7 +347,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             remaining = deadline - time.monotonic()
             poll_s = min(remaining, _MAX_WAIT_S)
             if poll_s > 0:
-                env = denv.wait_env(env_id, until="healthy", timeout_s=poll_s)
+                env = denv.wait_env(env_id, until="healthy", timeout_s=round(poll_s, 3))
                 status = str(env.status)
                 if status in _FAILED:
                     raise self._start_error(env, self._origin)
