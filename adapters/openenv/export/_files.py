@@ -129,7 +129,18 @@ def openenv_files(plan: ExportPlan, ref: str) -> Files:
     pin_readme = _PIN_NOTES.get(plan.agent.kind, _MISSING_NOTE)
     deps = ", ".join(json.dumps(d) for d in _requirements().decode().splitlines()[1:])
     files: Files = {
-        "openenv.yaml": (_render("openenv.yaml.tmpl", values), 0o644),
+        "openenv.yaml": (
+            _render(
+                "openenv.yaml.tmpl",
+                {
+                    **values,
+                    "declared_tools": f"    declared_tools: {json.dumps(plan.tools)}"
+                    if plan.tools
+                    else "",
+                },
+            ),
+            0o644,
+        ),
         "README.md": (
             _render(
                 "README.md.tmpl",
