@@ -12,10 +12,12 @@ import asyncio
 import json
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import LocalDenv, clean
 from denv.openenv import DenvProvider, fork_clients, from_denv_version
@@ -63,6 +65,11 @@ def test_provider_owned_start_in_with_blocks(denv_server: LocalDenv) -> None:
             env.reset()
             assert env.step(message("owned")).observation["echoed_message"] == "owned"
             env_id = p.env_id
+            # The same base URL serves OpenEnv's HTTP routes.
+            base = str(p.base_url)
+            assert httpx.get(f"{base}/health", trust_env=False).status_code == 200
+            reset = httpx.post(f"{base}/reset", json={}, trust_env=False, timeout=30)
+            assert reset.status_code == 200, reset.text
         assert p.env_id is None  # the client's close stopped it
     assert env_id is not None
     assert_gone(denv_server, [env_id])
@@ -161,6 +168,36 @@ def test_egress_allow_publishes_the_port(denv_server: LocalDenv) -> None:
             child.close()
     finally:
         root.close()
+
+
+def test_warm_fork_carries_the_state(denv_server: LocalDenv) -> None:
+    # warm=1: the server keeps a booted spare of this configuration; a fork takes it once it
+    # has booted (until then children start cold), and the child still sees the root's state.
+    p = provider(denv_server, warm=1)
+    root = GenericEnvClient.from_docker_image(ECHO_IMAGE, provider=p).sync()
+    seen: list[str] = []
+    try:
+        root.reset()
+        root.step(message("before the warm fork"))
+        with Denv(denv_server.url, denv_server.key) as denv:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                child = p.fork()
+                try:
+                    start = str(denv.get_env(str(child.env_id)).start)
+                    seen.append(start)
+                    if start == "warm":
+                        client = GenericEnvClient(base_url=child.base_url, provider=child).sync()
+                        assert state_of(client)["last_message"] == "before the warm fork"
+                        client.step(message("warm child"))
+                        assert state_of(root)["last_message"] == "before the warm fork"
+                        client.close()
+                        break
+                finally:
+                    child.close()
+    finally:
+        root.close()
+    assert seen and seen[-1] == "warm", f"no warm child within the deadline: {seen}"
 
 
 def test_embedded_default_reuses_the_local_server(
