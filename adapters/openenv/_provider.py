@@ -18,16 +18,16 @@ import contextlib
 import logging
 import shlex
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from denv._errors import DenvError, NotFound
+from denv._errors import NotFound
 from openenv.core.containers.runtime import ContainerProvider
 
 from ._connection import Connection, open_connection
-from ._errors import LOG_TAIL_LINES, EnvReadyTimeout, EnvStartError
-from ._readiness import WebSocketProbe, probe_health, probe_websocket
+from ._errors import EnvReadyTimeout, EnvStartError
+from ._readiness import WebSocketProbe, probe_websocket
+from ._waits import FAILED, ReadyWait, start_error
 
 if TYPE_CHECKING:
     from denv import Env
@@ -41,15 +41,6 @@ DEFAULT_PORT = 8000
 #: Keyword arguments of start_container besides image/port/env_vars: what OpenEnv itself passes
 #: (AutoEnv's `wait_timeout`) and the per-start options other providers take.
 START_OPTIONS = ("wait_timeout", "labels", "command", "cmd")
-#: The longest single long-poll the contract allows (WaitRequest.timeout_s).
-_MAX_WAIT_S = 600.0
-#: Backoff between readiness probes that fail after the server reported the env healthy.
-_PROBE_BACKOFF_S = (0.005, 0.25)
-_FAILED = frozenset({"failed", "deleted"})
-_SLOW_FIX = (
-    "If the server is just slow to boot, allow more time: DenvProvider(timeout_s=...) "
-    "(or wait_timeout=... when starting)."
-)
 
 
 class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no type hints
@@ -226,12 +217,12 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         env is deleted. A refused API key raises `denv.Unauthorized` at once.
         """
         timeout = timeout_s if timeout_s is not None else self._ready_timeout_s or self._timeout_s
-        deadline = time.monotonic() + timeout
         env_id = self._env_id
+        wait = ReadyWait(self._conn(), self.ws_probe, env_id, self._origin, timeout)
         try:
             if env_id is not None:
-                self._wait_healthy(env_id, timeout, deadline)
-            self._wait_probes(base_url, env_id, timeout, deadline)
+                wait.until_healthy()
+            wait.until_probes_pass(base_url)
         except (EnvStartError, EnvReadyTimeout):
             if env_id is not None:
                 self._delete_quietly(env_id)
@@ -322,8 +313,8 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     def _adopt(self, env: Env, what: str) -> str:
         """Bind to a just-created env and return its base URL; delete it if it is unusable."""
         try:
-            if str(env.status) in _FAILED:
-                raise self._start_error(env, what)
+            if str(env.status) in FAILED:
+                raise start_error(self._conn().denv, env, what)
             url = _agent_url(env)
             if url is None:
                 raise EnvStartError(
@@ -339,82 +330,6 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             self._env_id, self._base_url, self._origin = env.id, url, what
         logger.info("env %s started (%s, egress %s)", env.id, what, env.egress)
         return url
-
-    def _wait_healthy(self, env_id: str, timeout: float, deadline: float) -> None:
-        denv = self._conn().denv
-        status = "not checked"
-        while True:
-            remaining = deadline - time.monotonic()
-            poll_s = min(remaining, _MAX_WAIT_S)
-            if poll_s > 0:
-                env = denv.wait_env(env_id, until="healthy", timeout_s=round(poll_s, 3))
-                status = str(env.status)
-                if status in _FAILED:
-                    raise self._start_error(env, self._origin)
-                if status in ("healthy", "running"):  # running: no health check was asked for
-                    return
-            # The server's answer decides, not the local clock: a wait that covered all the
-            # time left and still saw the env starting means the time is up.
-            if poll_s >= remaining:
-                raise self._timeout_error(env_id, timeout, f"still {status} on the server")
-
-    def _wait_probes(
-        self, base_url: str, env_id: str | None, timeout: float, deadline: float
-    ) -> None:
-        connection = self._conn()
-        delay = _PROBE_BACKOFF_S[0]
-        while True:
-            reason = probe_health(connection.http, base_url)
-            if reason is None:
-                remaining = max(deadline - time.monotonic(), 0.5)
-                reason = self.ws_probe(base_url, min(remaining, 10.0))
-                if reason is None:
-                    return
-            if env_id is not None:
-                env = connection.denv.get_env(env_id)
-                if str(env.status) in _FAILED:
-                    raise self._start_error(env, self._origin)
-            if time.monotonic() + delay > deadline:
-                raise self._timeout_error(env_id, timeout, reason)
-            logger.debug("env %s not ready yet: %s", env_id, reason)
-            time.sleep(delay)
-            delay = min(delay * 2, _PROBE_BACKOFF_S[1])
-
-    def _start_error(self, env: Env, what: str) -> EnvStartError | EnvReadyTimeout:
-        error = env.error
-        cause = f"{error.code}: {error.message}" if error else f"status {env.status}"
-        tail = list(error.log_tail) if error and error.log_tail else self._log_tail(env.id)
-        if error is not None and str(error.code) == "health_timeout":
-            # The server gave up waiting for the health path (its wait_timeout_s).
-            return EnvReadyTimeout(
-                f"env {env.id} ({what}) was not ready in time ({cause}); it has been deleted.",
-                env_id=env.id,
-                log_tail=tail[-LOG_TAIL_LINES:],
-                fix=_SLOW_FIX,
-            )
-        return EnvStartError(
-            f"env {env.id} ({what}) failed to start ({cause}); it has been deleted.",
-            env_id=env.id,
-            log_tail=tail[-LOG_TAIL_LINES:],
-            fix="Fix the image's server (the log lines show why it stopped); `docker run` "
-            "of the same image shows the same failure.",
-        )
-
-    def _timeout_error(self, env_id: str | None, timeout: float, reason: str) -> EnvReadyTimeout:
-        which = f"env {env_id}" if env_id else "the OpenEnv server"
-        return EnvReadyTimeout(
-            f"{which} was not ready within {timeout:g}s ({reason}); it has been deleted.",
-            env_id=env_id,
-            log_tail=self._log_tail(env_id) if env_id else (),
-            fix=_SLOW_FIX,
-        )
-
-    def _log_tail(self, env_id: str) -> list[str]:
-        try:
-            return list(self._conn().denv.logs(env_id, tail=LOG_TAIL_LINES))
-        except DenvError as exc:
-            logger.debug("no logs for env %s: %s", env_id, exc)
-            return []
 
     def _delete_quietly(self, env_id: str) -> None:
         """Delete an env on a failure path, where a second error would hide the first."""
