@@ -1,0 +1,284 @@
+"""`denv export` end to end: a real version, a real image build, real OpenEnv clients.
+
+The echo env is deployed as a one-service project (its compose declares the MCP tools),
+stepped to a state worth keeping and snapshotted; that version is exported as an OpenEnv
+package, built with docker (FROM the pinned agent image), and run as a plain OpenEnv image
+the way OpenEnv's LocalDockerProvider runs one (`docker run -d` with env vars). The
+container runs on the host's network: the test server listens on 127.0.0.1 and the ingress
+URLs it hands out start with that address, so that is the one way the container reaches
+both without changing the server. Its port comes from PORT.
+
+The Harbor export of the same version is loaded with Harbor's own task loader, in a Python
+3.12 venv under .cache/ (skipped, with the reason, where no 3.12 exists).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import httpx
+import pytest
+from denv.openenv.export import export_version
+from openenv.core import GenericEnvClient
+from openenv.core.mcp_client import MCPToolClient
+
+from denv import Denv, EnvStatus
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+ECHO_IMAGE = "denv-echo-env:latest"
+TOOLS = ["echo_message", "echo_with_length"]
+CA_BUNDLE = Path(os.environ.get("DENV_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
+#: The echo image imports OpenEnv cold at boot, which takes a while here.
+BOOT_TIMEOUT_S = 240.0
+HARBOR_VENV = ROOT / ".cache" / "harbor-venv"
+
+
+def _compose(project: str) -> str:
+    return f"""
+name: {project}
+x-denv:
+  agent: {{service: agent}}
+  tools: [{", ".join(TOOLS)}]
+services:
+  agent:
+    image: {ECHO_IMAGE}
+    ports: ["8000"]
+"""
+
+
+class Seeded(NamedTuple):
+    version_id: str
+    project: str
+    compose: str
+    state: dict[str, Any]  # the echo episode the version holds
+
+
+@pytest.fixture(scope="module")
+def client(denv_server: Any) -> Iterator[Denv]:
+    with Denv(denv_server.url, denv_server.key) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def seeded(client: Denv) -> Iterator[Seeded]:
+    """A version of the echo project whose episode has two steps ("seeded" last)."""
+    if subprocess.run(["docker", "image", "inspect", ECHO_IMAGE], capture_output=True).returncode:
+        pytest.fail(f"image {ECHO_IMAGE} is not on the Docker Engine: run `make images`")
+    project = f"export-{uuid.uuid4().hex[:8]}"
+    compose = _compose(project)
+    base = client.deploy(project, compose)
+    env = client.envs_from_version(base.id, wait_timeout_s=BOOT_TIMEOUT_S)[0]
+    try:
+        url = next(e.url for e in env.endpoints if e.service == "agent")
+        with GenericEnvClient(base_url=url).sync() as echo:
+            echo.reset()
+            echo.step({"message": "first"})
+            echo.step({"message": "seeded"})
+            state = dict(echo.state())
+        version = client.snapshot(env.id)
+    finally:
+        client.delete_env(env.id)
+    assert state["step_count"] == 2 and state["last_message"] == "seeded"
+    yield Seeded(version.id, project, compose, state)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _docker(*args: str, timeout: float = 600) -> str:
+    done = subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args[:3])} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout.strip()
+
+
+def _build(context: Path, dockerfile: Path, tag: str) -> None:
+    if CA_BUNDLE.is_file():  # used only if the build must pip install (see the Dockerfile)
+        shutil.copy(CA_BUNDLE, context / "denv-ca.crt")
+    env = dict(os.environ)
+    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode:
+        env["DOCKER_BUILDKIT"] = "0"  # Debian's docker.io has no buildx
+    done = subprocess.run(
+        ["docker", "build", "-f", str(dockerfile), "-t", tag, str(context)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, f"building the export failed:\n{done.stdout}\n{done.stderr}"
+
+
+def _wait_healthy(base_url: str, container: str) -> None:
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if _docker("inspect", "-f", "{{.State.Running}}", container) != "true":
+            break
+        time.sleep(0.5)
+    logs = subprocess.run(["docker", "logs", container], capture_output=True, text=True)
+    pytest.fail(f"the exported server did not become healthy:\n{logs.stdout}\n{logs.stderr}")
+
+
+def _live_envs(client: Denv, version_id: str) -> list[str]:
+    return [e.id for e in client.list_envs(version_id=version_id) if e.status != EnvStatus.DELETED]
+
+
+def test_openenv_export_runs_as_a_plain_openenv_image(
+    client: Denv, seeded: Seeded, denv_server: Any, tmp_path: Path
+) -> None:
+    url, key = denv_server.url, denv_server.key
+    dest = tmp_path / "echo-export"
+    began = time.monotonic()
+    plan = export_version(
+        client, f"{seeded.project}@{seeded.version_id}", dest, compose=seeded.compose
+    )
+    print(f"export: {time.monotonic() - began:.2f}s", file=sys.stderr)
+    image_id = _docker("image", "inspect", "-f", "{{.Id}}", ECHO_IMAGE)
+    assert plan.agent.image_id == image_id
+    assert f"FROM {image_id}\n" in (dest / "server" / "Dockerfile").read_text()
+    for path in dest.rglob("*"):  # credentials are never written into the package
+        assert not path.is_file() or key not in path.read_text(errors="replace")
+
+    tag = f"denv-export-e2e:{uuid.uuid4().hex[:8]}"
+    began = time.monotonic()
+    _build(dest, dest / "server" / "Dockerfile", tag)
+    print(f"build: {time.monotonic() - began:.2f}s", file=sys.stderr)
+    port = _free_port()
+    container = _docker(
+        "run", "-d", "--network", "host", "-e", f"PORT={port}",
+        "-e", f"DENV_SERVER={url}", "-e", f"DENV_API_KEY={key}", tag,
+    )  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        began = time.monotonic()
+        _wait_healthy(base_url, container)
+        print(f"server up: {time.monotonic() - began:.2f}s", file=sys.stderr)
+        _drive(client, seeded, base_url)
+        assert _live_envs(client, seeded.version_id) == [], "a closed session left its env"
+    finally:
+        _docker("rm", "-f", container)
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+    assert _live_envs(client, seeded.version_id) == []
+
+
+def _drive(client: Denv, seeded: Seeded, base_url: str) -> None:
+    version_state = seeded.state
+    with GenericEnvClient(base_url=base_url, message_timeout_s=300).sync() as env:
+        began = time.monotonic()
+        first = env.reset()
+        print(f"reset (cold env): {time.monotonic() - began:.2f}s", file=sys.stderr)
+        first_env = first.observation["metadata"]["denv_env_id"]
+        assert first.observation["state"] == version_state
+        assert dict(env.state()) == version_state
+
+        stepped = env.step({"message": "branch"})
+        assert stepped.observation["echoed_message"] == "branch"
+        assert stepped.reward == pytest.approx(0.6)
+        after = dict(env.state())
+        assert after["step_count"] == version_state["step_count"] + 1
+        assert after["last_message"] == "branch"
+
+        began = time.monotonic()
+        again = env.reset()
+        print(f"reset again: {time.monotonic() - began:.2f}s", file=sys.stderr)
+        assert again.observation["metadata"]["denv_env_id"] != first_env
+        assert dict(env.state()) == version_state  # back to the version's state
+        assert client.get_env(first_env).status == EnvStatus.DELETED
+
+        refused = env.step({"type": "call_tool", "tool_name": "not_declared", "arguments": {}})
+        assert "not one of the tools" in refused.observation["metadata"]["error"]
+
+    with MCPToolClient(base_url=base_url, message_timeout_s=300).sync() as tools:
+        tools.reset()
+        assert sorted(t.name for t in tools.list_tools()) == TOOLS
+        assert tools.call_tool("echo_with_length", message="abc") == {"message": "abc", "length": 3}
+
+
+def _python312() -> Path | None:
+    found = shutil.which("python3.12")
+    candidates = [Path(found)] if found else []
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += sorted(pyenv.glob("3.12*/bin/python3.12"), reverse=True)
+    return next((c for c in candidates if c.exists()), None)
+
+
+def _harbor_python() -> Path:
+    """A venv with Harbor (PyPI `harbor` needs Python >= 3.12), cached under .cache/."""
+    python = HARBOR_VENV / "bin" / "python"
+    if (
+        python.exists()
+        and not subprocess.run(
+            [str(python), "-c", "import harbor.models.task.task"], capture_output=True
+        ).returncode
+    ):
+        return python
+    interpreter = _python312()
+    if interpreter is None:
+        reason = "Harbor's task loader needs Python >= 3.12 and none is installed here"
+        print(f"SKIP: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    subprocess.run([str(interpreter), "-m", "venv", str(HARBOR_VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "harbor"], check=True, timeout=900)
+    return python
+
+
+LOAD_TASK = """
+import json, sys
+from harbor.models.task.task import Task
+task = Task(sys.argv[1])
+assert Task.is_valid_dir(sys.argv[1])
+print(json.dumps({
+    "name": task.name,
+    "instruction": task.instruction,
+    "env": task.config.environment.env,
+    "healthcheck": task.config.environment.healthcheck.command,
+    "metadata": task.config.metadata,
+    "test": str(task.paths.discovered_test_path),
+}))
+"""
+
+
+def test_harbor_export_loads_with_harbors_task_loader(
+    client: Denv, seeded: Seeded, denv_server: Any, tmp_path: Path
+) -> None:
+    import json
+
+    python = _harbor_python()
+    dest = tmp_path / "echo-task"
+    export_version(client, seeded.version_id, dest, kind="harbor", compose=seeded.compose)
+    done = subprocess.run(
+        [str(python), "-c", LOAD_TASK, str(dest)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"Harbor refused the task:\n{done.stderr}"
+    task = json.loads(done.stdout.strip().splitlines()[-1])
+    assert task["name"].startswith("denv/")
+    assert seeded.version_id in task["instruction"]
+    assert task["env"] == {"DENV_SERVER": "${DENV_SERVER}", "DENV_API_KEY": "${DENV_API_KEY}"}
+    assert task["metadata"]["denv_version_id"] == seeded.version_id
+    assert task["metadata"]["denv_tools"] == TOOLS
+    assert task["test"] == str(dest / "tests" / "test.sh")
+    image_id = _docker("image", "inspect", "-f", "{{.Id}}", ECHO_IMAGE)
+    assert f"FROM {image_id}\n" in (dest / "environment" / "Dockerfile").read_text()
+    key = denv_server.key
+    assert not any(key in p.read_text() for p in dest.rglob("*") if p.is_file())
