@@ -13,6 +13,7 @@ docker:
 	scripts/ensure-docker.sh
 
 -include mk/images.mk
+-include mk/bench.mk
 
 ## The fork demo: the echo env on denv, a prefix, 8 branches stepped differently, cleaned up.
 demo: $(VENV_STAMP) docker images

@@ -1,0 +1,412 @@
+"""What every benchmark shares: its own denv server, cleanup, the machine, statistics.
+
+A run starts a private local server (its own state dir, a new session so that Ctrl-C
+reaches only the benchmark, which then deletes what it made) and records the machine and
+the conditions the numbers were taken under. Nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from denv.openenv import DenvProvider
+
+from denv import Denv
+from denv._local import read_local_server
+
+log = logging.getLogger("bench")
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = "denv-echo-env:latest"
+#: Label on containers the benchmark runs itself (the `docker run` floor), for cleanup.
+RUN_LABEL = "denv.bench.run"
+SERVER_START_TIMEOUT_S = 60.0
+#: Marks a state dir as the benchmark's own (it is deleted at the end of a run).
+MARKER = ".denv-bench"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def sh(*args: str, check: bool = True, timeout: float | None = 120) -> str:
+    """Run a command; its stdout (stripped). Errors carry the command's stderr."""
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between the closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int]:
+    """n, median, p90, p99, mean, min, max of a sample (seconds stay seconds)."""
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "median": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "mean": sum(values) / len(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def ratio(a: float | int | None, b: float | int | None) -> float | None:
+    """a / b, or None when either is missing or b is zero."""
+    if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
+        return None
+    return a / b
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """(seconds, result) of one call."""
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def parallel(fns: Sequence[Callable[[], T]]) -> list[T]:
+    """Run the calls at once in threads; their results in order; the first error re-raised."""
+    if len(fns) == 1:
+        return [fns[0]()]
+    with ThreadPoolExecutor(max_workers=len(fns)) as pool:
+        futures = [pool.submit(fn) for fn in fns]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+    return [f.result() for f in futures]
+
+
+# -- the machine ----------------------------------------------------------------------------
+
+
+def meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes."""
+    out: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return out
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _git_commit() -> str:
+    try:
+        commit = sh("git", "-C", str(ROOT), "rev-parse", "HEAD")
+        dirty = sh("git", "-C", str(ROOT), "status", "--porcelain", "--", "denv", "adapters")
+    except (RuntimeError, OSError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, Docker version, date and denv commit: what a result file records."""
+    mem = meminfo()
+    try:
+        docker_version = sh("docker", "version", "--format", "{{.Server.Version}}")
+    except (RuntimeError, OSError) as exc:
+        docker_version = f"unavailable ({exc})"
+    try:
+        from importlib.metadata import version
+
+        import openenv  # noqa: F401  (version only)
+
+        openenv_version = version("openenv")
+    except Exception:
+        openenv_version = "unknown"
+    return {
+        "cores": os.cpu_count(),
+        "memory_bytes": mem.get("MemTotal"),
+        "docker_version": docker_version,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "openenv_version": openenv_version,
+        "date": now_iso(),
+        "denv_commit": _git_commit(),
+    }
+
+
+def conditions() -> dict[str, Any]:
+    """How busy the machine was: load and containers that are not this run's."""
+    try:
+        running = len(sh("docker", "ps", "-q").split())
+    except (RuntimeError, OSError):
+        running = -1
+    return {
+        "loadavg": loadavg(),
+        "mem_available_bytes": meminfo().get("MemAvailable"),
+        "containers_running": running,
+        "at": now_iso(),
+    }
+
+
+# -- containers: memory and CPU from their cgroups ------------------------------------------
+
+
+def _cgroup_dirs(controller: str, cid: str) -> Iterator[Path]:
+    base = Path("/sys/fs/cgroup")
+    yield base / controller / "docker" / cid  # v1, cgroupfs driver
+    yield base / controller / "system.slice" / f"docker-{cid}.scope"  # v1, systemd driver
+    yield base / "system.slice" / f"docker-{cid}.scope"  # v2, systemd driver
+    yield base / "docker" / cid  # v2, cgroupfs driver
+
+
+def _stat_file(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            out[key] = int(value)
+    return out
+
+
+def container_memory(cid: str) -> dict[str, int] | None:
+    """{"usage": bytes as `docker stats` shows (usage less inactive file cache), "rss": anon}."""
+    for d in _cgroup_dirs("memory", cid):
+        if (d / "memory.usage_in_bytes").exists():  # v1
+            stat = _stat_file(d / "memory.stat")
+            usage = int((d / "memory.usage_in_bytes").read_text())
+            inactive = stat.get("total_inactive_file", 0)
+            return {"usage": usage - inactive, "rss": stat.get("total_rss", 0)}
+        if (d / "memory.current").exists():  # v2
+            stat = _stat_file(d / "memory.stat")
+            usage = int((d / "memory.current").read_text())
+            return {"usage": usage - stat.get("inactive_file", 0), "rss": stat.get("anon", 0)}
+    return None
+
+
+def container_cpu_ns(cid: str) -> int | None:
+    """CPU time a container has used, in nanoseconds."""
+    for d in _cgroup_dirs("cpuacct", cid):
+        if (d / "cpuacct.usage").exists():
+            return int((d / "cpuacct.usage").read_text())
+    for d in _cgroup_dirs("cpu", cid):
+        if (d / "cpu.stat").exists():
+            usec = _stat_file(d / "cpu.stat").get("usage_usec")
+            return None if usec is None else usec * 1000
+    return None
+
+
+def containers(label: str) -> list[str]:
+    """Full ids of running containers with a label (`key=value`)."""
+    return sh("docker", "ps", "-q", "--no-trunc", "--filter", f"label={label}").split()
+
+
+# -- the benchmark's own server -------------------------------------------------------------
+
+
+def instance_id(state_dir: Path) -> str | None:
+    db = state_dir / "denv.db"
+    if not db.exists():
+        return None
+    with sqlite3.connect(db) as con:
+        row = con.execute("SELECT value FROM meta WHERE key='instance'").fetchone()
+    return str(row[0]) if row else None
+
+
+def remove_leftovers(state_dir: Path) -> None:
+    """Containers, networks and mounts of a stopped server of `state_dir`; then the dir."""
+    inst = instance_id(state_dir)
+    if inst:
+        label = f"label=denv.instance={inst}"
+        ids = sh("docker", "ps", "-aq", "--filter", label, check=False).split()
+        if ids:
+            sh("docker", "rm", "-f", *ids, check=False)
+        nets = sh("docker", "network", "ls", "-q", "--filter", label, check=False).split()
+        if nets:
+            sh("docker", "network", "rm", *nets, check=False)
+    root = str(state_dir.resolve()) + "/"
+    for _ in range(10):
+        with open("/proc/self/mountinfo") as f:
+            mounts = [ln.split()[4] for ln in f if ln.split()[4].startswith(root)]
+        if not mounts:
+            break
+        for m in sorted(mounts, key=len, reverse=True):
+            sh("umount", "-l", m, check=False)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@dataclass
+class Server:
+    url: str
+    api_key: str
+    state_dir: Path
+    instance: str
+    proc: subprocess.Popen[bytes]
+
+
+def start_server(state_dir: Path) -> Server:
+    """A fresh `denv serve --port 0` for `state_dir`, in a session of its own."""
+    running = read_local_server(state_dir)
+    if running is not None:
+        raise RuntimeError(
+            f"a denv server for {state_dir} already runs (pid {running.pid}): stop it "
+            f"(kill {running.pid}) or give the benchmark another --state-dir"
+        )
+    if state_dir.exists() and any(state_dir.iterdir()):
+        if not (state_dir / MARKER).exists():
+            raise RuntimeError(
+                f"{state_dir} is not empty and was not made by the benchmark: the benchmark "
+                "deletes its state dir at the end, so give it an empty or new --state-dir"
+            )
+        remove_leftovers(state_dir)  # a run that was killed outright leaves its dir behind
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / MARKER).touch()
+    out = open(state_dir / "server.out", "ab")  # noqa: SIM115 (the server process holds it)
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "denv", "serve", "--port", "0"),
+            *("--state-dir", str(state_dir), "--max-envs-per-key", "1024"),
+            *("--log-level", "WARNING"),
+        ],
+        stdout=out,
+        stderr=out,
+        start_new_session=True,  # Ctrl-C goes to the benchmark, which cleans up first
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out.close()
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while (found := read_local_server(state_dir)) is None or found.pid != proc.pid:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = (state_dir / "server.out").read_text(errors="replace")[-3000:]
+            stop_process(proc)
+            raise RuntimeError(f"denv server did not start (exit {proc.poll()}):\n{tail}")
+        time.sleep(0.05)
+    inst = instance_id(state_dir)
+    if inst is None:
+        raise RuntimeError(f"denv server for {state_dir} has no instance id in denv.db")
+    return Server(found.url, found.api_key, state_dir, inst, proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """One benchmark run: the server, the image, the profile, and what to clean up."""
+
+    server: Server
+    image: str
+    profile: Any
+    run_id: str
+    #: Containers started outside denv (LocalDockerProvider, the floor), removed at the end.
+    foreign: set[str] = field(default_factory=set)
+
+    def denv(self, timeout_s: float = 300.0) -> Denv:
+        return Denv(self.server.url, self.server.api_key, timeout_s=timeout_s)
+
+    def provider(self, **options: Any) -> DenvProvider:
+        return DenvProvider(server=self.server.url, api_key=self.server.api_key, **options)
+
+    def our_containers(self) -> list[str]:
+        return containers(f"denv.instance={self.server.instance}")
+
+    def settle(self, max_s: float = 60.0, idle_cores: float = 0.15) -> float:
+        """Wait until this run's containers use under `idle_cores` CPU (boots done); seconds."""
+        started = time.monotonic()
+        while time.monotonic() - started < max_s:
+            ids = self.our_containers()
+            before = sum(container_cpu_ns(c) or 0 for c in ids)
+            time.sleep(0.5)
+            after = sum(container_cpu_ns(c) or 0 for c in ids)
+            if (after - before) / 0.5e9 < idle_cores:
+                break
+        return time.monotonic() - started
+
+    def delete_all_envs(self) -> int:
+        """Delete every env of this run's server that is not deleted; how many."""
+        with self.denv() as api:
+            ids = [e.id for e in api.list_envs() if str(e.status) != "deleted"]
+
+            def delete(env_id: str) -> Callable[[], None]:
+                return lambda: api.delete_env(env_id)
+
+            for start in range(0, len(ids), 8):
+                parallel([delete(i) for i in ids[start : start + 8]])
+        return len(ids)
+
+    def cleanup(self) -> None:
+        """Leave nothing behind: envs, the server, its containers and mounts, foreign containers."""
+        try:
+            n = self.delete_all_envs()
+            if n:
+                log.info("deleted %d envs left by the run", n)
+        except Exception as exc:
+            log.warning(
+                "could not delete envs through the server (%s); removing them directly", exc
+            )
+        stop_process(self.server.proc)
+        remove_leftovers(self.server.state_dir)
+        labelled = sh("docker", "ps", "-aq", "--filter", f"label={RUN_LABEL}={self.run_id}")
+        names = sorted(self.foreign) + labelled.split()
+        if names:
+            sh("docker", "rm", "-f", *names, check=False)
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+def seconds(values: Iterable[float]) -> list[float]:
+    """Rounded to microseconds, for result files people read."""
+    return [round(v, 6) for v in values]

@@ -1,0 +1,243 @@
+"""results/*.json -> results/SUMMARY.md and PNG plots (python -m bench --report-only)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("bench.report")
+
+Result = dict[str, Any]
+
+
+def _load(out: Path) -> dict[str, Result]:
+    found: dict[str, Result] = {}
+    for path in sorted(out.glob("*.json")):
+        try:
+            found[path.stem] = json.loads(path.read_text())
+        except ValueError as exc:
+            log.warning("skipping %s: %s", path, exc)
+    return found
+
+
+def fmt_s(value: Any) -> str:
+    """Seconds for people: '5.31 s', '245 ms', '1.20 ms'; '-' when missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    v = float(value)
+    if abs(v) >= 1:
+        return f"{v:.2f} s"
+    if abs(v) >= 0.01:
+        return f"{v * 1000:.0f} ms"
+    return f"{v * 1000:.2f} ms"
+
+
+def fmt_bytes(value: Any) -> str:
+    if value is None:
+        return "-"
+    v = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(v) < 1024 or unit == "GB":
+            return f"{v:.0f} {unit}" if unit in ("B", "KB") else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} GB"
+
+
+def fmt_x(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.1f}x"
+
+
+def _conditions(r: Result) -> str:
+    before = r.get("conditions", {}).get("before", {})
+    load = before.get("loadavg", ["?"])[0]
+    return (
+        f"_{r.get('profile', '?')} profile, {r.get('machine', {}).get('date', '?')}, "
+        f"load average {load} before, {before.get('containers_running', '?')} containers "
+        f"running on the engine, {r.get('elapsed_s', '?')} s._"
+    )
+
+
+def _error(r: Result) -> list[str]:
+    return [f"Failed in this run: `{r['error']}`", ""] if "error" in r else []
+
+
+def _start(r: Result) -> list[str]:
+    ready, stop, ratios = r["ready"], r["stop"], r["ratios"]
+    rows = [
+        ("DenvProvider (egress deny, via ingress)", "denv"),
+        ("OpenEnv LocalDockerProvider", "local"),
+        ("floor: `docker run` to first 200 on /health", "floor"),
+    ]
+    lines = [
+        "| start -> ready | median | p90 | runs | stop (median) | stop (max) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, key in rows:
+        a, s = ready.get(key, {}), stop.get(key, {})
+        lines.append(
+            f"| {label} | {fmt_s(a.get('median'))} | {fmt_s(a.get('p90'))} | {a.get('n', 0)} "
+            f"| {fmt_s(s.get('median'))} | {fmt_s(s.get('max'))} |"
+        )
+    lines += [
+        "",
+        "LocalDockerProvider / DenvProvider (median): "
+        f"**{fmt_x(ratios['local_over_denv_median'])}**; "
+        f"DenvProvider / floor: {fmt_x(ratios['denv_over_floor_median'])}; "
+        f"LocalDockerProvider / floor: {fmt_x(ratios['local_over_floor_median'])}.",
+    ]
+    errors = [
+        f"{k}: {row.get('error') or 'stop: ' + row['stop_error']}"
+        for k, rows_ in r.get("runs", {}).items()
+        for row in rows_
+        if "error" in row or "stop_error" in row
+    ]
+    if errors:
+        lines += ["", "Errors: " + "; ".join(errors[:5])]
+    return lines
+
+
+def _fork8(r: Result) -> list[str]:
+    ready, ratios, n = r["ready"], r["ratios"], r["params"]["n"]
+    lines = [
+        f"| {n} ready branches (health + WebSocket) | median | p90 | runs |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, key in (
+        (f"denv fork({n}), warm", "warm"),
+        (f"denv fork({n}), cold", "cold"),
+        ("one LocalDockerProvider cold start (same rounds)", "local"),
+    ):
+        a = ready.get(key, {})
+        if key == "warm" and not r.get("warm_available"):
+            lines.append(f"| {label} | not available | | 0 |")
+            continue
+        lines.append(
+            f"| {label} | {fmt_s(a.get('median'))} | {fmt_s(a.get('p90'))} | {a.get('n', 0)} |"
+        )
+    lines += [
+        "",
+        f"One LocalDockerProvider start / fork({n}): cold "
+        f"{fmt_x(ratios['local_over_fork8_cold_median'])}, warm "
+        f"{fmt_x(ratios['local_over_fork8_warm_median'])} (target for warm: 20x, <= 250 ms).",
+    ]
+    return [*lines, "", *[f"- {n}" for n in r.get("notes", [])]]
+
+
+def _fork(r: Result) -> list[str]:
+    lines = [
+        "| K steps | N branches | fork cold | fork warm | replay | replay / fork cold "
+        "| replay / fork warm |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in r["table"]:
+        lines.append(
+            f"| {c['k']} | {c['n']} | {fmt_s(c['fork_cold'].get('median'))} "
+            f"| {fmt_s(c['fork_warm'].get('median'))} | {fmt_s(c['replay'].get('median'))} "
+            f"| {fmt_x(c['replay_over_fork_cold'])} | {fmt_x(c['replay_over_fork_warm'])} |"
+        )
+    p = r["params"]
+    lines += ["", f"Medians of {p['reps']} run(s) per cell; replay = {p['replay']}."]
+    return lines + [f"- {n}" for n in r.get("notes", [])]
+
+
+def _snapshot(r: Result) -> list[str]:
+    lines = [
+        "| volume | changed since the env started | snapshot (median) |",
+        "|---:|---:|---:|",
+    ]
+    for group in ("full_write", "by_volume_size", "by_changed_bytes"):
+        for row in r[group]:
+            if group == "by_changed_bytes" and row in r["by_volume_size"]:
+                continue
+            lines.append(
+                f"| {fmt_bytes(row['volume_bytes'])} | {fmt_bytes(row['changed_bytes'])} "
+                f"| {fmt_s(row.get('median'))} |"
+            )
+    return lines
+
+
+def _latency(r: Result) -> list[str]:
+    step, diff = r["step"], r["ingress_minus_direct_s"]
+    lines = [
+        "| WebSocket step | median | p90 | p99 | steps |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, key in (("direct (published port)", "direct"), ("ingress proxy", "ingress")):
+        s = step[key]
+        lines.append(
+            f"| {label} | {fmt_s(s['median'])} | {fmt_s(s['p90'])} | {fmt_s(s['p99'])} | {s['n']} |"
+        )
+    lines.append(
+        f"| ingress - direct | {fmt_s(diff['median'])} | {fmt_s(diff['p90'])} "
+        f"| {fmt_s(diff['p99'])} | |"
+    )
+    return lines
+
+
+def _density(r: Result) -> list[str]:
+    m = r["memory_per_env_bytes"]
+    return [
+        f"- idle echo envs up at once: **{r['envs']}** (stopped at: {r['stopped_because']}); "
+        f"{r['healthy_at_end']} of them answered /health at the end",
+        f"- memory per env: {fmt_bytes(m['cgroup_usage'].get('median'))} (cgroup usage, median), "
+        f"{fmt_bytes(m['cgroup_rss'].get('median'))} anonymous RSS; the host's MemAvailable "
+        f"changed by {fmt_bytes(m['host_available_drop'])} per env (noisy when other work runs)",
+        f"- at that size, free memory holds about {r['estimated_capacity_by_memory']} envs "
+        "(MemAvailable before the run less a reserve of "
+        f"{fmt_bytes(r['params']['reserve_bytes'])})",
+        f"- booting all took {fmt_s(r['boot_all_s'])}, deleting all {fmt_s(r['delete_all_s'])}",
+    ]
+
+
+SECTIONS = [
+    ("start", "Start -> ready and stop", _start),
+    ("fork8", "fork(n) of a live env against one cold start", _fork8),
+    ("fork", "Fork against replay", _fork),
+    ("snapshot", "Snapshot cost: follows the change, not the volume", _snapshot),
+    ("latency", "Per-step latency: published port against the ingress proxy", _latency),
+    ("density", "Density", _density),
+]
+
+
+def summary(results: dict[str, Result], plots: set[str]) -> str:
+    any_result = next(iter(results.values()), {})
+    m = any_result.get("machine", {})
+    lines = [
+        "# denv benchmarks",
+        "",
+        f"Machine: {m.get('cores', '?')} cores, {fmt_bytes(m.get('memory_bytes'))} memory, "
+        f"Docker {m.get('docker_version', '?')}, kernel {m.get('kernel', '?')}, "
+        f"OpenEnv {m.get('openenv_version', '?')}; denv {m.get('denv_commit', '?')}.",
+        "Image: " + f"`{any_result.get('image', '?')}`. Generated by `python -m bench`; "
+        "numbers are measured side by side in one run and never asserted.",
+        "",
+    ]
+    for name, title, render in SECTIONS:
+        r = results.get(name)
+        if r is None:
+            continue
+        lines += [f"## {title}", "", _conditions(r), ""]
+        try:
+            lines += _error(r) or render(r)
+        except (KeyError, TypeError) as exc:
+            lines.append(f"(no summary: {type(exc).__name__}: {exc})")
+        if name in plots:
+            lines += ["", f"![{title}]({name}.png)"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(out: Path) -> None:
+    """Rewrite SUMMARY.md and the plots from the result files in `out`."""
+    results = _load(out)
+    if not results:
+        log.warning("no result files in %s", out)
+        return
+    from .plots import draw
+
+    plots = draw(results, out)
+    (out / "SUMMARY.md").write_text(summary(results, plots))
+    log.info("wrote %s", out / "SUMMARY.md")
