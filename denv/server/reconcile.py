@@ -4,7 +4,7 @@ Only objects labelled with this server's ``denv.instance`` are touched: several 
 share one Docker Engine. Orphans go; envs whose containers or mounts vanished become
 ``failed`` with code ``lost``; stored ingress tokens of live envs are registered again.
 Warm spares have no stored env until one is taken, so every spare left by a server that
-stopped is such an orphan.
+stopped is such an orphan; the pools that live envs asked for are then refilled afresh.
 """
 
 from __future__ import annotations
@@ -59,6 +59,11 @@ def reconcile(core: Core) -> None:
             ctx.ingress.register(token, host, port)
     referenced = {x for v in store.all_versions() for vol in v.volumes for x in vol["layers"]}
     volumes.delete_layers(volumes.layer_ids() - referenced)
+    for rec in store.live_envs():  # warm pools live in memory: ask for them again
+        warm = int(rec.spec.get("warm") or 0)
+        version = store.get_version(rec.version_id) if warm and rec.status != "failed" else None
+        if version is not None:
+            envs.warm.ask([rec.id], version, rec.egress, rec.spec.get("env") or {}, warm)
 
 
 def _problem(core: Core, env_id: str, states: dict[str, str]) -> str | None:

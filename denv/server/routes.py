@@ -7,7 +7,9 @@ work in threads; the lifecycle itself lives in ``envs`` and ``versions``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -25,6 +27,7 @@ from .render import env_json, version_json
 from .store import EnvRecord, VersionRecord
 from .versions import Versions
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 Owner = Annotated[str, Depends(owner_from_request)]
 IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)]
@@ -258,11 +261,23 @@ async def fork_env(
     async def run() -> dict[str, Any]:
         rec = await asyncio.to_thread(_owned_env, c, owner, env_id)
         await asyncio.to_thread(_check_count, c, owner, opts.count)
+        t0 = time.perf_counter()
         version = await asyncio.to_thread(c.versions.snapshot, rec, {})
+        t1 = time.perf_counter()
         recs = await asyncio.to_thread(
             _start_from, c, owner, version, opts, opts.egress or rec.egress
         )
+        t2 = time.perf_counter()
         envs = await asyncio.to_thread(_wait_all, c, recs, opts.wait, opts.wait_timeout_s)
+        log.info(
+            "fork env %s into %d (%d warm): snapshot %.1f ms, create %.1f ms, wait %.1f ms",
+            rec.id,
+            len(recs),
+            sum(r.start == "warm" for r in recs),
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+            (time.perf_counter() - t2) * 1000,
+        )
         return {"version": version_json(version), "envs": envs}
 
     return await idempotent(request, c.ctx.store, owner, idem, run)

@@ -17,6 +17,7 @@ every env that asked for one is gone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,6 +26,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from inspect import signature
 from typing import Any
 
 import httpx
@@ -383,7 +385,30 @@ def boot_spare(ctx: Context, bp: Blueprint, env_id: str, key: str, cancelled: An
             deadline,
             cancelled,
         )
+        _prime(f"ws://{ip}:{agent_svc['ports'][0]}/ws")
     return Spare(env_id, network, containers, ip, host_ports)
+
+
+def _prime(url: str) -> None:
+    """Open and end one OpenEnv session, so a child's first one finds its code loaded.
+
+    An OpenEnv server imports much of its environment's code when the first session
+    starts (hundreds of ms); a spare pays that before a fork, not after. The session sees
+    the still empty mount points: what it writes there is hidden by the child's overlay.
+    Best effort: a server with no ``/ws`` is a spare all the same.
+    """
+    from websockets.exceptions import WebSocketException
+    from websockets.sync.client import connect
+
+    # websockets >= 15 reads proxy settings from the environment; this is a bridge address.
+    direct: dict[str, Any] = {"proxy": None} if "proxy" in signature(connect).parameters else {}
+    try:
+        with connect(url, open_timeout=10, close_timeout=10, **direct) as ws:
+            ws.send('{"type": "close"}')
+            with contextlib.suppress(TimeoutError, WebSocketException):
+                ws.recv(timeout=10)
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        log.debug("warm: priming %s failed: %s", url, exc)
 
 
 def _wait_http(ctx: Context, cid: str, url: str, deadline: float, cancelled: Any) -> None:
