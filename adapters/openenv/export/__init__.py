@@ -15,13 +15,16 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from denv._errors import DenvConfigError, DenvError
 
 from ._files import harbor_files, openenv_files
 from ._plan import ExportError, ExportPlan, declared_tools, make_plan, resolve_version
-from ._write import Progress, write_tree
+from ._write import Progress, check_destination, write_tree
+
+if TYPE_CHECKING:
+    from denv import Denv
 
 __all__ = ["ExportError", "ExportPlan", "add_arguments", "export_version", "main"]
 
@@ -31,7 +34,7 @@ Kind = Literal["openenv", "harbor"]
 
 
 def export_version(
-    client: object,
+    client: Denv,
     ref: str,
     dest: Path,
     *,
@@ -46,12 +49,7 @@ def export_version(
     `client` is a `denv.Denv`. `compose` (the compose file the project was deployed from)
     and `tools` supply the MCP tools the version declares (`x-denv.tools`).
     """
-    from denv import Denv
-
-    assert isinstance(client, Denv)
     progress = progress or Progress(quiet=True)
-    from ._write import check_destination
-
     check_destination(dest, force)  # before any request: a bad DIR fails fast
     progress.step(f"resolving {ref} on {client.server}")
     version = resolve_version(client, ref).to_dict()

@@ -29,13 +29,13 @@ RUNTIME_MODULES = (
 _PIN_NOTES = {
     "registry digest": "",
     "image id": (
-        "Local images have no registry digest: the id pins the exact image, on an engine "
-        "that has it. After pushing it, write `FROM repo@sha256:<registry digest>` instead."
+        "Local images have no registry digest: the id pins the exact image, on an engine\n"
+        "# that has it. After pushing it, write `FROM repo@sha256:<registry digest>` instead."
     ),
 }
 _MISSING_NOTE = (
-    "The image is not on the Docker Engine this was exported on: load it "
-    "(docker load) or pull it before building, or replace FROM with its registry digest."
+    "The image is not on the Docker Engine this was exported on: load it (docker load)\n"
+    "# or pull it before building, or replace FROM with its registry digest."
 )
 
 
@@ -126,7 +126,7 @@ def openenv_files(plan: ExportPlan, ref: str) -> Files:
     values = _values(plan, ref)
     services = ", ".join(f"`{p.service}` ({p.image})" for p in plan.services)
     project_note = f" (project `{plan.project}`)" if plan.project else ""
-    pin_readme = _PIN_NOTES.get(plan.agent.kind, _MISSING_NOTE)
+    pin_readme = _PIN_NOTES.get(plan.agent.kind, _MISSING_NOTE).replace("\n# ", " ")
     deps = ", ".join(json.dumps(d) for d in _requirements().decode().splitlines()[1:])
     files: Files = {
         "openenv.yaml": (

@@ -24,6 +24,8 @@ KEY_VAR = "DENV_API_KEY"
 WAIT_TIMEOUT_S = float(os.environ.get("DENV_WAIT_TIMEOUT_S", "120"))
 #: Seconds until the server deletes an env this package started and then lost track of.
 ENV_TTL_S = int(os.environ.get("DENV_ENV_TTL_S", "3600"))
+#: Booted spares the server keeps for the next reset (versions whose images allow warm forks).
+WARM = int(os.environ.get("DENV_WARM", "0"))
 _RETRIES = 2
 
 
@@ -67,6 +69,8 @@ class DenvApi:
             "ttl_s": ENV_TTL_S,
             "labels": labels,
         }
+        if WARM:
+            body["warm"] = WARM
         # One key for every attempt: a retry after a lost answer gets the same env back.
         headers = {"Idempotency-Key": f"denv-export-{uuid.uuid4().hex}"}
         data = self._call(
