@@ -136,9 +136,29 @@ class Root:
 
 
 def fork_once(b: Bench, root: Root, n: int) -> dict[str, Any]:
-    """Time `fork_clients(root, n)`; then check the children and delete them."""
+    """Time `fork_clients(root, n)`; then check the children and delete them.
+
+    Also times the server's part alone (POST /v1/envs/{id}/fork, which returns once the
+    children run) by wrapping the provider's client call; the rest is the client waiting
+    for health and a WebSocket on every child.
+    """
+    denv = root.provider._conn().denv
+    api_s: list[float] = []
+    server_fork = denv.fork
+
+    def timed_fork(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return server_fork(*args, **kwargs)
+        finally:
+            api_s.append(time.perf_counter() - started)
+
+    denv.fork = timed_fork  # instrumentation only: the call itself is unchanged
     t0 = time.perf_counter()
-    children = fork_clients(root.client, n)
+    try:
+        children = fork_clients(root.client, n)
+    finally:
+        del denv.fork
     elapsed = time.perf_counter() - t0
     try:
         with b.denv() as api:
@@ -148,7 +168,12 @@ def fork_once(b: Bench, root: Root, n: int) -> dict[str, Any]:
     finally:
         for child in children:
             child.close()
-    return {"ready_s": elapsed, "starts": starts, "state_ok": same}
+    return {
+        "ready_s": elapsed,
+        "server_fork_s": api_s[0] if api_s else None,
+        "starts": starts,
+        "state_ok": same,
+    }
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
@@ -203,7 +228,7 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
 
 
 def _ok(rows: list[dict[str, Any]], key: str) -> list[float]:
-    return [float(r[key]) for r in rows if key in r and "error" not in r]
+    return [float(r[key]) for r in rows if r.get(key) is not None and "error" not in r]
 
 
 def _start_result(s: dict[str, list[dict[str, Any]]], notes: list[str]) -> dict[str, Any]:
@@ -238,6 +263,10 @@ def _fork8_result(s: dict[str, list[dict[str, Any]]], notes: list[str], n: int) 
             "cold": ready["fork8_cold"],
             "warm": ready["fork8_warm"],
             "local": ready["local"],
+        },
+        "server_fork": {
+            "cold": summarize(_ok(s["fork8_cold"], "server_fork_s")),
+            "warm": summarize(_ok(s["fork8_warm"], "server_fork_s")),
         },
         "warm_available": bool(warm_runs),
         "ratios": {

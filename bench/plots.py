@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from .harness import percentile
+
 log = logging.getLogger("bench.plots")
 
 Result = dict[str, Any]
@@ -32,9 +34,10 @@ def _strip(ax: Axes, groups: list[tuple[str, list[float]]], unit: str = "s") -> 
         if not values:
             continue
         ax.scatter(values, [i] * len(values), alpha=0.6, s=18)
-        med = sorted(values)[len(values) // 2]
+        med = percentile(values, 50)
         ax.plot([med, med], [i - 0.3, i + 0.3], color="black", linewidth=2)
     ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlim(left=0)
     ax.set_xlabel(unit)
     ax.grid(axis="x", alpha=0.3)
 
@@ -93,6 +96,7 @@ def _fork(r: Result) -> Figure:
     ax.set_xlabel("prefix K (steps)")
     ax.set_ylabel("seconds to N ready branches at step K")
     ax.set_title("fork against replay")
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig

@@ -83,6 +83,12 @@ def _start(r: Result) -> list[str]:
         )
     lines += [
         "",
+        "What each one waits for: DenvProvider, /health and a WebSocket session through the "
+        "ingress proxy; LocalDockerProvider, a fixed 1 s sleep after `docker run`, then "
+        "/health polled every 0.5 s (as shipped in OpenEnv); the floor, /health polled "
+        "every 10 ms on a published port. Stop: DenvProvider deletes at once (SIGKILL); "
+        "LocalDockerProvider runs `docker stop` (SIGTERM, 10 s grace) and `docker rm`.",
+        "",
         "LocalDockerProvider / DenvProvider (median): "
         f"**{fmt_x(ratios['local_over_denv_median'])}**; "
         f"DenvProvider / floor: {fmt_x(ratios['denv_over_floor_median'])}; "
@@ -102,8 +108,9 @@ def _start(r: Result) -> list[str]:
 def _fork8(r: Result) -> list[str]:
     ready, ratios, n = r["ready"], r["ratios"], r["params"]["n"]
     lines = [
-        f"| {n} ready branches (health + WebSocket) | median | p90 | runs |",
-        "|---|---:|---:|---:|",
+        f"| {n} ready branches (health + WebSocket) | median | p90 | runs "
+        "| of which the server's fork call (median) |",
+        "|---|---:|---:|---:|---:|",
     ]
     for label, key in (
         (f"denv fork({n}), warm", "warm"),
@@ -112,10 +119,12 @@ def _fork8(r: Result) -> list[str]:
     ):
         a = ready.get(key, {})
         if key == "warm" and not r.get("warm_available"):
-            lines.append(f"| {label} | not available | | 0 |")
+            lines.append(f"| {label} | not available | | 0 | |")
             continue
+        server = r.get("server_fork", {}).get(key, {}).get("median")
         lines.append(
-            f"| {label} | {fmt_s(a.get('median'))} | {fmt_s(a.get('p90'))} | {a.get('n', 0)} |"
+            f"| {label} | {fmt_s(a.get('median'))} | {fmt_s(a.get('p90'))} | {a.get('n', 0)} "
+            f"| {fmt_s(server) if key != 'local' else ''} |"
         )
     lines += [
         "",
@@ -230,6 +239,114 @@ def summary(results: dict[str, Result], plots: set[str]) -> str:
     return "\n".join(lines)
 
 
+README_START = "<!-- bench:latest:start (written by python -m bench; edits are lost) -->"
+README_END = "<!-- bench:latest:end -->"
+
+
+def _get(results: dict[str, Result], *path: Any) -> Any:
+    """results[a][b][c]..., or None when any step is missing."""
+    node: Any = results
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
+    """The latest numbers in a few lines, for bench/README.md (plots under `prefix`)."""
+    any_result = next(iter(results.values()), {})
+    m, c = any_result.get("machine", {}), any_result.get("conditions", {}).get("before", {})
+
+    def g(*path: Any) -> Any:
+        return _get(results, *path)
+
+    lines = [
+        f"Latest run: **{any_result.get('profile', '?')} profile**, {m.get('date', '?')}, "
+        f"{m.get('cores', '?')} cores, {fmt_bytes(m.get('memory_bytes'))}, Docker "
+        f"{m.get('docker_version', '?')}, denv `{str(m.get('denv_commit', '?'))[:12]}`; "
+        f"load average {(c.get('loadavg') or ['?'])[0]} and {c.get('containers_running', '?')} "
+        "containers running when it began. Full tables: [results/SUMMARY.md](results/SUMMARY.md).",
+        "",
+        "| claim | denv | alternative | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    if g("start", "ready"):
+        lines.append(
+            "| start -> ready (median) | "
+            f"{fmt_s(g('start', 'ready', 'denv', 'median'))} | LocalDockerProvider "
+            f"{fmt_s(g('start', 'ready', 'local', 'median'))} (floor "
+            f"{fmt_s(g('start', 'ready', 'floor', 'median'))}) | "
+            f"{fmt_x(g('start', 'ratios', 'local_over_denv_median'))} |"
+        )
+        lines.append(
+            "| stop (median) | "
+            f"{fmt_s(g('start', 'stop', 'denv', 'median'))} | LocalDockerProvider "
+            f"{fmt_s(g('start', 'stop', 'local', 'median'))} | "
+            f"{fmt_x(g('start', 'ratios', 'local_stop_over_denv_stop_median'))} |"
+        )
+    if g("fork8", "ready"):
+        n = g("fork8", "params", "n")
+        for mode in ("warm", "cold"):
+            if mode == "warm" and not g("fork8", "warm_available"):
+                continue
+            lines.append(
+                f"| fork({n}) {mode}, {n} ready branches (median) | "
+                f"{fmt_s(g('fork8', 'ready', mode, 'median'))} | one LocalDockerProvider start "
+                f"{fmt_s(g('fork8', 'ready', 'local', 'median'))} | "
+                f"{fmt_x(g('fork8', 'ratios', f'local_over_fork8_{mode}_median'))} |"
+            )
+    table = g("fork", "table") or []
+    if table:
+        cell = max(table, key=lambda x: (x["k"], x["n"]))
+        best = "fork_warm" if cell["fork_warm"].get("n") else "fork_cold"
+        lines.append(
+            f"| N={cell['n']} branches at step K={cell['k']} | {best.replace('_', ' ')} "
+            f"{fmt_s(cell[best].get('median'))} | replay {fmt_s(cell['replay'].get('median'))} "
+            f"| {fmt_x(cell.get('replay_over_' + best))} |"
+        )
+    by_size = g("snapshot", "by_volume_size") or []
+    by_change = g("snapshot", "by_changed_bytes") or []
+    if by_size and by_change:
+        small, big = by_size[-1], by_change[-1]
+        lines.append(
+            f"| snapshot, {fmt_bytes(small['changed_bytes'])} changed in a "
+            f"{fmt_bytes(small['volume_bytes'])} volume | {fmt_s(small.get('median'))} | "
+            f"{fmt_bytes(big['changed_bytes'])} changed: {fmt_s(big.get('median'))} | |"
+        )
+    if g("latency", "step"):
+        lines.append(
+            "| WebSocket step via ingress (median / p99) | "
+            f"{fmt_s(g('latency', 'step', 'ingress', 'median'))} / "
+            f"{fmt_s(g('latency', 'step', 'ingress', 'p99'))} | published port "
+            f"{fmt_s(g('latency', 'step', 'direct', 'median'))} / "
+            f"{fmt_s(g('latency', 'step', 'direct', 'p99'))} | |"
+        )
+    if g("density", "envs") is not None:
+        lines.append(
+            f"| idle echo envs held (memory each) | {g('density', 'envs')} "
+            f"({fmt_bytes(g('density', 'memory_per_env_bytes', 'cgroup_usage', 'median'))}) "
+            f"| stopped at: {g('density', 'stopped_because')} | |"
+        )
+    lines.append("")
+    lines += [f"![{name}]({prefix}{name}.png)" for name, _, _ in SECTIONS if name in plots]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, block: str) -> None:
+    """Replace the text between the README's markers with `block` (no markers: no change)."""
+    if not readme.exists():
+        return
+    text = readme.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        log.warning("%s has no %s ... %s markers; not updated", readme, README_START, README_END)
+        return
+    head = text[: start + len(README_START)]
+    readme.write_text(head + "\n" + block + "\n" + text[end:])
+
+
 def write(out: Path) -> None:
     """Rewrite SUMMARY.md and the plots from the result files in `out`."""
     results = _load(out)
@@ -241,3 +358,6 @@ def write(out: Path) -> None:
     plots = draw(results, out)
     (out / "SUMMARY.md").write_text(summary(results, plots))
     log.info("wrote %s", out / "SUMMARY.md")
+    readme = Path(__file__).resolve().parent / "README.md"
+    if out.resolve() == readme.parent / "results":
+        update_readme(readme, headline(results, plots, "results/"))
