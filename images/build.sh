@@ -58,6 +58,14 @@ hash=$({
 } | sha256sum | cut -c1-16)
 
 stamp="$STAMPS/${name//[:\/]/_}.stamp"
+# Several makes may build at once on a shared machine: one build of an image at a time,
+# and the second finds it up to date.
+mkdir -p "$STAMPS"
+exec 9>"${stamp%.stamp}.lock"
+if ! flock -n 9; then
+  log "waiting for another build of $name"
+  flock 9
+fi
 if [[ $force -eq 0 && -f "$stamp" && "$(cat "$stamp")" == "$hash" ]] \
    && [[ "$(docker image inspect -f '{{index .Config.Labels "ai.denv.inputs"}}' "$name" 2>/dev/null)" == "$hash" ]]; then
   log "$name is up to date ($hash)"
@@ -72,8 +80,10 @@ if [[ -s "$CA_BUNDLE" ]]; then
 fi
 if [[ $with_pins -eq 1 ]]; then
   [[ -x .venv/bin/uv ]] || die "no .venv/bin/uv to read uv.lock: run scripts/bootstrap.sh"
-  .venv/bin/uv export --frozen --no-dev --extra openenv --no-emit-project --no-hashes --quiet \
-    -o "$ctx/constraints.txt"
+  # --no-header: the header names the output path, a new temp dir each time, which would
+  # change the file and so miss the Docker layer cache of the big pip install.
+  .venv/bin/uv export --frozen --no-dev --extra openenv --no-emit-project --no-hashes \
+    --no-header --quiet >"$ctx/constraints.txt"
 fi
 if [[ $with_denv -eq 1 ]]; then
   .venv/bin/uv build --wheel --out-dir "$ctx" --quiet
@@ -86,6 +96,7 @@ if ! docker buildx version >/dev/null 2>&1; then
   export DOCKER_BUILDKIT=0
 fi
 
+old_id=$(docker image inspect -f '{{.Id}}' "$name" 2>/dev/null || true)
 log "building $name from $dir (inputs $hash, FROM $BASE_IMAGE)"
 start=$SECONDS
 short=${name%%:*}
@@ -104,4 +115,9 @@ fi
   || die "building $name failed (output above)"
 mkdir -p "$STAMPS"
 echo "$hash" >"$stamp"
+# The image this one replaces is now untagged: drop it unless a container still uses it
+# (its layers shared with the new image stay, as the new image's cache).
+if [[ -n "$old_id" && "$old_id" != "$(docker image inspect -f '{{.Id}}' "$name")" ]]; then
+  docker image rm "$old_id" >/dev/null 2>&1 || true
+fi
 log "built $name in $((SECONDS - start))s"
