@@ -45,6 +45,7 @@ if docker info >/dev/null 2>&1; then
   exit 0
 fi
 
+started_pid=""
 if pgrep -x dockerd >/dev/null; then
   log "dockerd is running but not answering yet; waiting up to ${WAIT_S}s"
 else
@@ -53,7 +54,12 @@ else
   mkdir -p "$(dirname "$DOCKERD_LOG")"
   # setsid: dockerd must outlive this script and the make/CI step that ran it.
   setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  started_pid=$!  # setsid execs dockerd in this process (no fork: we are not a group leader)
 fi
+
+dockerd_alive() {
+  if [[ -n "$started_pid" ]]; then kill -0 "$started_pid" 2>/dev/null; else pgrep -x dockerd >/dev/null; fi
+}
 
 deadline=$((SECONDS + WAIT_S))
 until docker info >/dev/null 2>&1; do
@@ -62,7 +68,7 @@ until docker info >/dev/null 2>&1; do
     tail -n 30 "$DOCKERD_LOG" >&2 2>/dev/null || true
     die "fix what the log says (storage driver, iptables, permissions), or raise DENV_DOCKERD_WAIT_S"
   fi
-  if ! pgrep -x dockerd >/dev/null; then
+  if ! dockerd_alive; then
     log "error: dockerd exited; last lines of $DOCKERD_LOG:"
     tail -n 30 "$DOCKERD_LOG" >&2 2>/dev/null || true
     die "dockerd could not start: fix what the log says, then re-run"
