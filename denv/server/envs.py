@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,10 @@ STARTED = ("creating", "starting", "running", "healthy")
 
 class _Aborted(Exception):
     """The env was deleted while it was starting."""
+
+
+class _SpareLost(Exception):
+    """The booting spare an env was promised did not boot."""
 
 
 class StartFailure(Exception):
@@ -109,7 +114,7 @@ class Envs:
                 )
             spares = self.warm.take(version, egress, env, count) if use_spares else []
             for i, rec in enumerate(records):
-                rec.id = spares[i].env_id if i < len(spares) else ids.new_id("env")
+                rec.id = spares[i][0] if i < len(spares) else ids.new_id("env")
                 rec.start = "warm" if i < len(spares) else "cold"
             try:
                 store.insert_envs(records)
@@ -119,7 +124,7 @@ class Envs:
         self.warm.ask([r.id for r in records], version, egress, env, warm)
         for i, rec in enumerate(records):
             if i < len(spares):
-                self.ctx.pool.submit(self._adopt, rec.id, version, spares[i])
+                self.ctx.pool.submit(self._adopt, rec.id, version, spares[i][1])
             else:
                 self.ctx.pool.submit(self._start, rec.id)
         return records
@@ -137,10 +142,15 @@ class Envs:
                 self.ctx.changed.wait(min(left, 0.5))
 
     # warm start
-    def _adopt(self, env_id: str, version: VersionRecord, spare: Spare) -> None:
+    def _adopt(self, env_id: str, version: VersionRecord, booted: Future[Spare | None]) -> None:
         """Give a booted spare the env's volumes and endpoints; cold start if that fails."""
         ctx = self.ctx
         try:
+            rec = self._check(env_id)
+            # A booting spare's boot ends on its own (healthy, failed, timed out, cancelled).
+            spare = booted.result()
+            if spare is None:  # its boot failed, and removed what it had made
+                raise _SpareLost()
             with ctx.env_lock(env_id):
                 rec = self._check(env_id)
                 for vol, n in volume_slots(version):
@@ -176,8 +186,13 @@ class Envs:
             ctx.notify()
         except _Aborted:
             log.info("env %s was deleted while adopting its spare", env_id)
-        except Exception:
-            log.exception("env %s: adopting warm spare failed; starting it cold", env_id)
+            with ctx.env_lock(env_id):  # a spare that booted after the delete is removed too
+                self.teardown(env_id)
+        except Exception as exc:
+            if isinstance(exc, _SpareLost):
+                log.info("env %s: its warm spare failed to boot; starting it cold", env_id)
+            else:
+                log.exception("env %s: adopting warm spare failed; starting it cold", env_id)
             with ctx.env_lock(env_id):
                 self.teardown(env_id)
                 ctx.store.set_start(

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from inspect import signature
 from typing import Any
@@ -80,7 +80,8 @@ class Pool:
     blueprint: Blueprint
     owners: dict[str, int] = field(default_factory=dict)  # env id -> spares it asked for
     idle: deque[Spare] = field(default_factory=deque)
-    booting: set[str] = field(default_factory=set)
+    booting: dict[str, float] = field(default_factory=dict)  # env id -> start, oldest first
+    claims: dict[str, Future[Spare | None]] = field(default_factory=dict)  # booting, promised
     last_used: float = field(default_factory=time.monotonic)
     failures: int = 0
     memory: int = 0  # the largest measured spare of this pool
@@ -88,6 +89,9 @@ class Pool:
     @property
     def target(self) -> int:
         return max(self.owners.values(), default=0)
+
+    def unclaimed(self) -> list[str]:
+        return [x for x in self.booting if x not in self.claims]
 
 
 def blueprint(version: VersionRecord, egress: str, env: dict[str, str]) -> Blueprint:
@@ -134,6 +138,7 @@ class WarmPools:
         self._pools: dict[str, Pool] = {}
         self._boots = ThreadPoolExecutor(WARM_BOOT_WORKERS, thread_name_prefix="denv-warm")
         self._closed = False
+        self._dropped: list[Pool] = []  # pools dropped by shutdown, to fail their claims
 
     # what envs ask for and take
     def ask(
@@ -155,32 +160,54 @@ class WarmPools:
 
     def take(
         self, version: VersionRecord, egress: str, env: dict[str, str], count: int
-    ) -> list[Spare]:
-        """Up to ``count`` idle spares for children of ``version`` (none if not warm-safe)."""
+    ) -> list[tuple[str, Future[Spare | None]]]:
+        """Spares for up to ``count`` children of ``version``: (env id, its spare when booted).
+
+        Idle spares come first (their futures are done); then spares still booting, which
+        are ahead of a cold start begun now (the future gives None if the boot fails).
+        None of either when the version is not warm-safe.
+        """
         if not version.warm_fork:
             return []
         key = pool_key(blueprint(version, egress, env))
+        taken: list[tuple[str, Future[Spare | None]]] = []
         with self._lock:
             pool = self._pools.get(key)
             if pool is None:
                 return []
             pool.last_used = time.monotonic()
-            taken = [pool.idle.popleft() for _ in range(min(count, len(pool.idle)))]
+            while pool.idle and len(taken) < count:
+                spare = pool.idle.popleft()
+                done: Future[Spare | None] = Future()
+                done.set_result(spare)
+                taken.append((spare.env_id, done))
+            for env_id in pool.unclaimed()[: count - len(taken)]:
+                pool.claims[env_id] = Future()
+                taken.append((env_id, pool.claims[env_id]))
             self._refill()
         return taken
 
     def give_back(
-        self, version: VersionRecord, egress: str, env: dict[str, str], spares: list[Spare]
+        self,
+        version: VersionRecord,
+        egress: str,
+        env: dict[str, str],
+        taken: list[tuple[str, Future[Spare | None]]],
     ) -> None:
-        """Return spares that were taken but not used (the request failed)."""
+        """Return what :meth:`take` gave when the request failed before using it."""
         key = pool_key(blueprint(version, egress, env))
+        gone = []
         with self._lock:
-            pool = self._pools.get(key)
-            keep = pool is not None and not self._closed
-            if pool is not None and keep:
-                pool.idle.extendleft(reversed(spares))
-        if not keep:
-            self._destroy_later([s.env_id for s in spares])
+            pool = None if self._closed else self._pools.get(key)
+            for env_id, fut in taken:
+                if pool is not None and pool.claims.get(env_id) is fut:
+                    del pool.claims[env_id]
+                elif fut.done() and (spare := fut.result()) is not None:
+                    if pool is not None:
+                        pool.idle.appendleft(spare)
+                    else:
+                        gone.append(env_id)
+        self._destroy_later(gone)
 
     def release(self, env_id: str) -> None:
         """An env is gone: pools only it asked for go too."""
@@ -219,6 +246,10 @@ class WarmPools:
             self._closed = True
             gone = [x for key in list(self._pools) for x in self._drop(key)]
         self._boots.shutdown(wait=False, cancel_futures=True)
+        for dropped in self._dropped:
+            for fut in dropped.claims.values():
+                if not fut.done():
+                    fut.set_result(None)
         with ThreadPoolExecutor(8, thread_name_prefix="denv-warm-stop") as pool:
             list(pool.map(self.destroy, gone))
         self._boots.shutdown(wait=True)
@@ -233,17 +264,19 @@ class WarmPools:
     # internals (the _locked ones run under self._lock)
     def _drop(self, key: str) -> list[str]:
         pool = self._pools.pop(key)
+        if self._closed:
+            self._dropped.append(pool)
         return [s.env_id for s in pool.idle]  # booting ones see the pool gone and remove theirs
 
     def _spare_memory(self) -> int:
         return sum(
-            sum(s.memory for s in p.idle) + len(p.booting) * (p.memory or WARM_MEMORY_GUESS)
+            sum(s.memory for s in p.idle) + len(p.unclaimed()) * (p.memory or WARM_MEMORY_GUESS)
             for p in self._pools.values()
         )
 
     def _fits(self, pool: Pool) -> bool:
         cfg = self.ctx.config
-        count = sum(len(p.idle) + len(p.booting) for p in self._pools.values())
+        count = sum(len(p.idle) + len(p.unclaimed()) for p in self._pools.values())
         if count >= cfg.warm_max_spares:
             return False
         need = pool.memory or WARM_MEMORY_GUESS
@@ -258,35 +291,36 @@ class WarmPools:
         if self._closed or self.ctx.stopping.is_set():
             return
         for pool in self._pools.values():
-            while len(pool.idle) + len(pool.booting) < pool.target:
+            while len(pool.idle) + len(pool.unclaimed()) < pool.target:
                 if pool.failures >= WARM_MAX_FAILURES or not self._fits(pool):
                     break
                 env_id = ids.new_id("env")
-                pool.booting.add(env_id)
+                pool.booting[env_id] = time.monotonic()
                 self._boots.submit(self._boot, pool, env_id)
 
     def _boot(self, pool: Pool, env_id: str) -> None:
+        spare: Spare | None = None
         try:
-            spare = boot_spare(self.ctx, pool.blueprint, env_id, pool.key, self._cancelled(pool))
+            spare = boot_spare(
+                self.ctx, pool.blueprint, env_id, pool.key, self._cancelled(pool, env_id)
+            )
+            spare.memory = sum(
+                self.ctx.engine.memory_bytes(c) or 0 for c in spare.containers.values()
+            )
         except _Cancelled:
-            self.destroy(env_id)
-            with self._lock:
-                pool.booting.discard(env_id)
-            return
+            pass
         except Exception as exc:
             log.warning("warm: booting a spare of pool %s failed: %s", pool.key, exc)
-            self.destroy(env_id)
             with self._lock:
-                pool.booting.discard(env_id)
                 pool.failures += 1
-                self._refill()
-            return
-        spare.memory = sum(self.ctx.engine.memory_bytes(c) or 0 for c in spare.containers.values())
+        if spare is None:
+            self.destroy(env_id)  # before a claimant starts cold under this id
         with self._lock:
-            pool.booting.discard(env_id)
+            pool.booting.pop(env_id, None)
+            claim = pool.claims.pop(env_id, None)
             keep = not self._closed and self._pools.get(pool.key) is pool
-            keep = keep and len(pool.idle) < pool.target
-            if keep:
+            keep = spare is not None and claim is None and keep and len(pool.idle) < pool.target
+            if spare is not None and keep:
                 pool.idle.append(spare)
                 pool.memory = max(pool.memory, spare.memory)
                 pool.failures = 0
@@ -299,14 +333,16 @@ class WarmPools:
                     spare.memory // MIB,
                 )
             self._refill()
-        if not keep:
+        if claim is not None:
+            claim.set_result(spare)
+        elif spare is not None and not keep:
             self.destroy(env_id)
 
-    def _cancelled(self, pool: Pool) -> Any:
+    def _cancelled(self, pool: Pool, env_id: str) -> Any:
         def check() -> bool:
-            return (
-                self._closed or self.ctx.stopping.is_set() or self._pools.get(pool.key) is not pool
-            )
+            if self._closed or self.ctx.stopping.is_set():
+                return True
+            return self._pools.get(pool.key) is not pool and env_id not in pool.claims
 
         return check
 

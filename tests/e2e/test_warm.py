@@ -168,6 +168,23 @@ def test_warm_children_see_the_parents_work_and_the_pool_refills(server: LocalDe
         }
 
 
+def test_a_fork_takes_spares_still_booting(server: LocalDenv) -> None:
+    with api(server) as c:
+        root = probe_sandbox(c, warm_fork=True)
+        write(root, "note", "booting")
+        # The first fork asks for the pool and returns at once: its spares are still booting.
+        res = c.post(f"/v1/envs/{root['id']}/fork", json={"warm": 2, "wait": "none"})
+        assert res.status_code == 201, res.text
+        first = res.json()["envs"]
+        children = fork(c, root, 2)
+        assert [e["start"] for e in children] == ["warm", "warm"]
+        for child in children:
+            assert read(child, "note") == "booting"
+        for env in [root, *first, *children]:
+            assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
+        wait_for("the pool to be reaped", lambda: not spare_containers(server))
+
+
 def test_echo_state_equal_across_root_and_warm_children(server: LocalDenv) -> None:
     with api(server) as c:
         res = c.post("/v1/sandboxes", json={"image": ECHO, "warm": 2})
