@@ -26,7 +26,7 @@ image-echo: base-image $(IMAGES_VENV)
 	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-echo-env:latest --with-denv envs/echo
 
 image-redis: base-image
-	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-redis:7 envs/redis-counter/redis
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-redis:latest envs/redis-counter/redis
 
 image-redis-counter: base-image $(IMAGES_VENV)
 	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-redis-counter-env:latest --pins envs/redis-counter/agent

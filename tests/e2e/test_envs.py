@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 logger = logging.getLogger(__name__)
 
 ECHO_IMAGE = "denv-echo-env:latest"
-REDIS_IMAGE = "denv-redis:7"
+REDIS_IMAGE = "denv-redis:latest"
 COUNTER_IMAGE = "denv-redis-counter-env:latest"
 TEST_LABEL = "denv.test"
 BOOT_TIMEOUT_S = 120.0
