@@ -36,7 +36,9 @@ def fork_children(parent: DenvProvider, count: int) -> list[DenvProvider]:
         count=count,
         labels=parent._merged_labels(None),
         ttl_s=parent._ttl_s,
-        wait="running",
+        # The server starts the children in parallel and answers once each is healthy or
+        # failed (at once for warm children); the client then only probes its own path.
+        wait="healthy",
         wait_timeout_s=parent._timeout_s,
         warm=parent._warm,
     )

@@ -100,6 +100,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         self._base_url: str | None = None
         self._ready_timeout_s: float | None = None
         self._origin = ""  # what the env was started from, for messages
+        self._healthy_at_bind = False
         self._lock = threading.RLock()
         #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
         #: (which cannot hold a WebSocket) replace it. Forks inherit it.
@@ -220,7 +221,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         env_id = self._env_id
         wait = ReadyWait(self._conn(), self.ws_probe, env_id, self._origin, timeout)
         try:
-            if env_id is not None:
+            if env_id is not None and not self._healthy_at_bind:
                 wait.until_healthy()
             wait.until_probes_pass(base_url)
         except (EnvStartError, EnvReadyTimeout):
@@ -328,6 +329,8 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             raise
         with self._lock:
             self._env_id, self._base_url, self._origin = env.id, url, what
+            # Already healthy on the server (a fork that waited): no long-poll needed.
+            self._healthy_at_bind = str(env.status) == "healthy"
         logger.info("env %s started (%s, egress %s)", env.id, what, env.egress)
         return url
 
