@@ -360,14 +360,16 @@ class Bench:
 
     def settle(self, max_s: float = 60.0, idle_cores: float = 0.15) -> float:
         """Wait until this run's containers use under `idle_cores` CPU (boots done); seconds."""
-        started = time.monotonic()
-        while time.monotonic() - started < max_s:
+        # Two quiet windows in a row with the same containers: a warm pool's refill may
+        # start a moment after the fork that emptied it, so one quiet window is not enough.
+        started, quiet = time.monotonic(), 0
+        while quiet < 2 and time.monotonic() - started < max_s:
             ids = self.our_containers()
             before = sum(container_cpu_ns(c) or 0 for c in ids)
             time.sleep(0.5)
             after = sum(container_cpu_ns(c) or 0 for c in ids)
-            if (after - before) / 0.5e9 < idle_cores:
-                break
+            same = set(self.our_containers()) == set(ids)
+            quiet = quiet + 1 if same and (after - before) / 0.5e9 < idle_cores else 0
         return time.monotonic() - started
 
     def delete_all_envs(self) -> int:
