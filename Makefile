@@ -19,6 +19,10 @@ docker:
 demo: $(VENV_STAMP) docker images
 	$(PY) examples/fork_demo.py
 
+## The provider plumbing with a stand-in image (python -m http.server): start, ready, stop.
+e2e-frameworks: $(VENV_STAMP) docker image-standin
+	$(PY) -m pytest -q tests/frameworks
+
 ## The conformance suite on every reference env, cold and warm; results in conformance.json.
 conformance: $(VENV_STAMP) docker images
 	$(PY) -m denv conformance denv-echo-env:latest envs/redis-counter/compose.yaml \

@@ -10,9 +10,9 @@ IMAGE_BUILD := images/build.sh
 # The venv provides uv, which builds the denv wheel and reads uv.lock's pins.
 IMAGES_VENV := $(if $(VENV_STAMP),$(VENV_STAMP),.venv/bin/uv)
 
-.PHONY: images images-force base-image image-echo image-redis image-redis-counter
+.PHONY: images images-force base-image image-echo image-redis image-redis-counter image-standin
 
-images: image-echo image-redis image-redis-counter
+images: image-echo image-redis image-redis-counter image-standin
 	@docker images --format '  {{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^  denv-' >&2 || true
 
 images-force:
@@ -30,3 +30,6 @@ image-redis: base-image
 
 image-redis-counter: base-image $(IMAGES_VENV)
 	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-redis-counter-env:latest --pins envs/redis-counter/agent
+
+image-standin: base-image
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-http-standin:latest envs/http-standin

@@ -60,6 +60,8 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         warm: Booted spares the server keeps ready for forks of this env (0: none).
         warm_fork: Declare that the image's server reads `/work` per session,
             not at boot, so children may start from booted spares. Defaults to `warm > 0`.
+        websocket: Also require a WebSocket session on `/ws` for readiness (OpenEnv
+            servers). False for a plain HTTP service, which is ready on `/health` alone.
 
     The provider is bound to one env at a time (`env_id`, `base_url`);
     `fork()` returns new providers bound to children of that env.
@@ -77,6 +79,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         warm: int = 0,
         *,
         warm_fork: bool | None = None,
+        websocket: bool = True,
     ) -> None:
         if egress not in ("deny", "allow"):
             raise ValueError(f"egress must be 'deny' or 'allow', not {egress!r}")
@@ -104,7 +107,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         self._lock = threading.RLock()
         #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
         #: (which cannot hold a WebSocket) replace it. Forks inherit it.
-        self.ws_probe: WebSocketProbe = probe_websocket
+        self.ws_probe: WebSocketProbe = probe_websocket if websocket else _no_websocket
 
     # -- what the provider is bound to ---------------------------------------------------------
 
@@ -360,4 +363,9 @@ def _agent_url(env: Env) -> str | None:
     for endpoint in env.endpoints:
         if endpoint.service == env.agent_service:
             return str(endpoint.url).rstrip("/")
+    return None
+
+
+def _no_websocket(base_url: str, timeout_s: float) -> None:
+    """The WebSocket probe of a provider whose service is plain HTTP: nothing to check."""
     return None
