@@ -49,5 +49,7 @@ regen-check:
 wheel-check: $(VENV_STAMP)
 	scripts/check_wheel.sh
 
+## Re-record the unit tests' HTTP cassettes from a real local server (about 5 minutes).
 cassettes: $(VENV_STAMP) docker images
 	$(PY) scripts/record_cassettes.py
+	$(PY) scripts/record_provider_cassettes.py
