@@ -25,6 +25,7 @@ from .netpolicy import install_host_guard
 from .reconcile import reap_forever, reconcile
 from .routes import Core, router
 from .store import Store
+from .subnets import SubnetPool
 from .versions import Versions
 from .volumes import Volumes
 
@@ -101,7 +102,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     ctx = Context(
         config=config,
         store=store,
-        engine=Engine(store.instance_id()),
+        engine=Engine(store.instance_id(), SubnetPool(config.subnet_pool, config.subnet_prefix)),
         volumes=Volumes(config.state_dir),
         ingress=table,
     )

@@ -3,6 +3,7 @@
     denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key KEY]
                [--max-envs-per-key 64] [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
+               [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
 
 ``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
 """
@@ -28,6 +29,7 @@ from .config import (
     ServerConfig,
 )
 from .config import default_state_dir as _default_state_dir
+from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, parse_pool
 
 log = logging.getLogger("denv.server")
 
@@ -90,6 +92,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_WARM_IDLE_S / 60,
         help="reap a warm pool nobody took a spare from for this long (default %(default)g)",
     )
+    parser.add_argument(
+        "--subnet-pool",
+        default=DEFAULT_SUBNET_POOL,
+        help="IPv4 range the env networks' subnets are carved from; pick one no network of "
+        "this host uses (default %(default)s)",
+    )
+    parser.add_argument(
+        "--subnet-size",
+        type=int,
+        default=DEFAULT_SUBNET_PREFIX,
+        metavar="PREFIX",
+        help="prefix length of each env network's subnet (default /%(default)s: 30 addresses)",
+    )
     parser.add_argument("--log-level", default="INFO", help="default %(default)s")
 
 
@@ -125,6 +140,11 @@ def main(args: argparse.Namespace) -> int:
     from .app import create_app
     from .auth import load_or_create_key_file
 
+    try:
+        parse_pool(args.subnet_pool, args.subnet_size)
+    except ValueError as exc:
+        print(f"denv serve: {exc}", file=sys.stderr)
+        return 2
     state_dir: Path = (args.state_dir or _default_state_dir()).expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     _setup_logging(state_dir, args.log_level)
@@ -162,6 +182,8 @@ def main(args: argparse.Namespace) -> int:
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,
         warm_idle_s=args.warm_idle_minutes * 60,
+        subnet_pool=args.subnet_pool,
+        subnet_prefix=args.subnet_size,
     )
     app = create_app(config)
     print(f"denv serve: listening at {config.public_url()}; API key in {key_path}", flush=True)

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7711
 DEFAULT_MAX_ENVS_PER_KEY = 64
@@ -54,6 +56,8 @@ class ServerConfig:
     warm_max_memory_mb: int = DEFAULT_WARM_MAX_MEMORY_MB
     warm_min_free_mb: int = DEFAULT_WARM_MIN_FREE_MB
     warm_idle_s: float = DEFAULT_WARM_IDLE_S
+    subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
+    subnet_prefix: int = DEFAULT_SUBNET_PREFIX
 
     @property
     def db_path(self) -> Path:

@@ -22,6 +22,7 @@ import requests.exceptions
 from .config import DOCKER_TIMEOUT_S, START_WORKERS
 from .errors import ApiError, EngineUnavailable
 from .netpolicy import BRIDGE_NAME_OPTION, bridge_name, network_name
+from .subnets import OVERLAP_RETRIES, SubnetPool
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,10 @@ def engine_errors() -> Iterator[None]:
 class Engine:
     """The Docker calls denv makes, with its labels applied."""
 
-    def __init__(self, instance_id: str) -> None:
+    def __init__(self, instance_id: str, subnets: SubnetPool | None = None) -> None:
         self.instance_id = instance_id
+        self.subnets = subnets or SubnetPool()
+        self._subnet_of: dict[str, str] = {}  # network name -> the subnet it was given
         self._client: docker.DockerClient | None = None
 
     @property
@@ -123,20 +126,50 @@ class Engine:
 
     # networks
     def create_network(self, env_id: str, egress: str) -> str:
+        """The env's network, on a subnet of the server's pool (not Docker's ~30 defaults)."""
         name = network_name(env_id)
+        for _ in range(OVERLAP_RETRIES):
+            subnet = self.subnets.allocate(self._docker_subnets)
+            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+            try:
+                with engine_errors():
+                    self.api.create_network(
+                        name,
+                        driver="bridge",
+                        internal=egress == "deny",
+                        labels=self.labels(env_id),
+                        ipam=ipam,
+                        options={BRIDGE_NAME_OPTION: bridge_name(env_id, deny=egress == "deny")},
+                    )
+            except docker.errors.APIError as exc:
+                if "overlaps" not in str(exc.explanation or exc):
+                    self.subnets.release(subnet)
+                    raise
+                self.subnets.overlapped(subnet)  # another server took it a moment ago
+                continue
+            self._subnet_of[name] = subnet
+            return name
+        raise ApiError(
+            503,
+            "engine_unavailable",
+            f"no free subnet for network {name} after {OVERLAP_RETRIES} tries: other "
+            "networks keep taking them; retry, or give denv serve another --subnet-pool",
+        )
+
+    def _docker_subnets(self) -> list[str]:
         with engine_errors():
-            self.api.create_network(
-                name,
-                driver="bridge",
-                internal=egress == "deny",
-                labels=self.labels(env_id),
-                options={BRIDGE_NAME_OPTION: bridge_name(env_id, deny=egress == "deny")},
-            )
-        return name
+            found = self.api.networks()
+        return [
+            str(cfg.get("Subnet"))
+            for net in found
+            for cfg in ((net.get("IPAM") or {}).get("Config") or [])
+            if cfg.get("Subnet")
+        ]
 
     def remove_network(self, name: str) -> None:
         with engine_errors(), suppress(docker.errors.NotFound):
             self.api.remove_network(name)
+        self.subnets.release(self._subnet_of.pop(name, None))
 
     # containers
     def create_container(
