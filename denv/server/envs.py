@@ -27,6 +27,9 @@ from .warm import Spare, WarmPools
 
 log = logging.getLogger(__name__)
 
+HEALTH_CONNECT_TIMEOUT_S = 0.5  # the env is on a local bridge: a live one answers in far less
+HEALTH_READ_TIMEOUT_S = 2.0
+
 RUNNING_OR_LATER = {"starting", "running", "healthy", "failed", "deleted"}
 HEALTHY_OR_DONE = {"running", "healthy", "failed", "deleted"}
 STARTED = ("creating", "starting", "running", "healthy")
@@ -314,17 +317,23 @@ class Envs:
     ) -> None:
         url = f"http://{ip}:{port}{path}"
         polls = 0
-        with httpx.Client(timeout=2.0, trust_env=False) as http:
+        # A booting server refuses at once; a connect that times out means nobody holds the
+        # address any more (the container died): look at the container then, not 10 polls on.
+        timeout = httpx.Timeout(HEALTH_READ_TIMEOUT_S, connect=HEALTH_CONNECT_TIMEOUT_S)
+        with httpx.Client(timeout=timeout, trust_env=False) as http:
             while True:
+                suspect = False
                 try:
                     if http.get(url).status_code == 200:
                         return
+                except httpx.TimeoutException:
+                    suspect = True
                 except httpx.HTTPError:
                     pass
                 polls += 1
                 if self.ctx.stopping.is_set():
                     raise _Aborted()
-                if polls % EXIT_CHECK_EVERY == 0:
+                if suspect or polls % EXIT_CHECK_EVERY == 0:
                     self._check(env_id)
                     if self.ctx.engine.state(cid) in ("exited", "missing"):
                         raise StartFailure(
