@@ -11,6 +11,7 @@ from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7711
 DEFAULT_MAX_ENVS_PER_KEY = 64
+DEFAULT_MAX_VOLUME_MB = 10240  # what a volume may have changed when it is snapshotted; 0: none
 
 MAX_COUNT = 32  # envs per fork / create-from-version request
 MAX_BODY_BYTES = 1024 * 1024
@@ -32,6 +33,7 @@ WARM_BOOT_WORKERS = 8  # spares booting at once
 WARM_BOOT_TIMEOUT_S = 120.0
 WARM_MAX_FAILURES = 3  # boots that fail in a row stop a pool's refill until it is asked again
 WARM_MEMORY_GUESS = 256 * 1024 * 1024  # per spare, until one of the pool's is measured
+WARM_REFILL_DELAY_S = 1.0  # after spares are taken, before their replacements boot
 
 
 def default_state_dir() -> Path:
@@ -58,6 +60,7 @@ class ServerConfig:
     warm_idle_s: float = DEFAULT_WARM_IDLE_S
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
+    max_volume_mb: int = DEFAULT_MAX_VOLUME_MB
 
     @property
     def db_path(self) -> Path:

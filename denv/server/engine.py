@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import tarfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -26,6 +28,7 @@ from .subnets import OVERLAP_RETRIES, SubnetPool
 
 log = logging.getLogger(__name__)
 
+FREEZE_TIMEOUT_S = 2.0
 NotFound = docker.errors.NotFound
 
 
@@ -253,6 +256,42 @@ class Engine:
                 raise
         return True
 
+    def freeze(self, cid: str) -> str | None:
+        """Stop a running container's processes for a snapshot; how, for :meth:`thaw`.
+
+        Its cgroup's freezer, as ``docker pause`` does, without the round trips through
+        dockerd and runc (0.3 ms, not 25); ``docker pause`` where there is no freezer file.
+        None (no error) when the container does not run or is already paused.
+        """
+        path = _freezer(cid)
+        if path is None:
+            return "docker" if self.try_pause(cid) else None
+        v1 = path.name == "freezer.state"
+        try:
+            if _frozen(path):
+                return None
+            path.write_text("FROZEN" if v1 else "1")
+            deadline = time.monotonic() + FREEZE_TIMEOUT_S
+            while not _frozen(path):
+                if time.monotonic() > deadline:
+                    path.write_text("THAWED" if v1 else "0")
+                    log.warning("freezing %s timed out; pausing it through docker", cid[:12])
+                    return "docker" if self.try_pause(cid) else None
+                time.sleep(0.0002)
+        except OSError:  # the container stopped meanwhile
+            return None
+        return "freezer"
+
+    def thaw(self, cid: str, how: str | None = "freezer") -> None:
+        """Undo :meth:`freeze` (idempotent; a no-op for a container that is not frozen)."""
+        if how == "docker":
+            self.unpause(cid)
+            return
+        path = _freezer(cid)
+        if path is not None:
+            with suppress(OSError):
+                path.write_text("THAWED" if path.name == "freezer.state" else "0")
+
     def memory_bytes(self, cid: str) -> int | None:
         """Memory the container uses now (its cgroup's count), None when unknown."""
         for path in (
@@ -316,6 +355,24 @@ class Engine:
         with engine_errors():
             found = self.api.networks(filters={"label": [f"denv.instance={self.instance_id}"]})
         return list(found)
+
+
+def _freezer(cid: str) -> Path | None:
+    """The freezer control file of a container's cgroup (v1 or v2), None when not found."""
+    for path in (
+        f"/sys/fs/cgroup/freezer/docker/{cid}/freezer.state",
+        f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cgroup.freeze",
+        f"/sys/fs/cgroup/docker/{cid}/cgroup.freeze",
+    ):
+        if os.path.exists(path):
+            return Path(path)
+    return None
+
+
+def _frozen(path: Path) -> bool:
+    if path.name == "freezer.state":
+        return path.read_text().strip() == "FROZEN"
+    return "frozen 1" in (path.parent / "cgroup.events").read_text()
 
 
 def _state(status: str) -> str:

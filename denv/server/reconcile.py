@@ -76,7 +76,8 @@ def _problem(core: Core, env_id: str, states: dict[str, str]) -> str | None:
         return None
     for service, cid in (rec.runtime.get("containers") or {}).items():
         state = states.get(cid, "missing")
-        if state == "paused":  # a snapshot was interrupted
+        core.ctx.engine.thaw(cid)  # frozen by a snapshot that was interrupted
+        if state == "paused":  # paused by one through docker
             core.ctx.engine.unpause(cid)
         elif state != "running":
             return f"the container of service '{service}' is {state}"

@@ -194,17 +194,17 @@ class Versions:
                     "snapshotted (create a new env from its version instead)",
                 )
             cids = list((current.runtime.get("containers") or {}).values())
-            paused = []
+            frozen: list[tuple[str, str]] = []
             try:
-                for cid in cids:  # no inspect first: pausing what does not run is a no-op
-                    if ctx.engine.try_pause(cid):
-                        paused.append(cid)
+                for cid in cids:  # no inspect first: freezing what does not run is a no-op
+                    if how := ctx.engine.freeze(cid):
+                        frozen.append((cid, how))
                 for vol, n in volume_slots(parent):
                     upper = ctx.volumes.upper(env.id, vol["service"], n)
                     new_layers.append(ctx.volumes.capture(upper))
             finally:
-                for cid in paused:
-                    ctx.engine.unpause(cid)
+                for cid, how in frozen:
+                    ctx.engine.thaw(cid, how)
         volumes = [
             {**vol, "layers": ctx.volumes.stack(layer, vol["layers"])}
             for (vol, _), layer in zip(volume_slots(parent), new_layers, strict=True)

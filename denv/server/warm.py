@@ -38,6 +38,7 @@ from .config import (
     WARM_BOOT_WORKERS,
     WARM_MAX_FAILURES,
     WARM_MEMORY_GUESS,
+    WARM_REFILL_DELAY_S,
 )
 from .context import Context
 from .netpolicy import network_name
@@ -85,6 +86,7 @@ class Pool:
     last_used: float = field(default_factory=time.monotonic)
     failures: int = 0
     memory: int = 0  # the largest measured spare of this pool
+    hold_until: float = 0.0  # no refill before (monotonic): the children just taken boot first
 
     @property
     def target(self) -> int:
@@ -181,6 +183,13 @@ class WarmPools:
                 done: Future[Spare | None] = Future()
                 done.set_result(spare)
                 taken.append((spare.env_id, done))
+            if taken and pool.hold_until < time.monotonic():
+                # Booting replacements at once would take the CPU from the children's
+                # first requests, the moment a fork is meant to be fast.
+                pool.hold_until = time.monotonic() + WARM_REFILL_DELAY_S
+                timer = threading.Timer(WARM_REFILL_DELAY_S + 0.01, self._refill_now)
+                timer.daemon = True
+                timer.start()
             for env_id in pool.unclaimed()[: count - len(taken)]:
                 pool.claims[env_id] = Future()
                 taken.append((env_id, pool.claims[env_id]))
@@ -287,10 +296,16 @@ class WarmPools:
         )
         return mem_available() - pending - need >= cfg.warm_min_free_mb * MIB
 
+    def _refill_now(self) -> None:
+        with self._lock:
+            self._refill()
+
     def _refill(self) -> None:
         if self._closed or self.ctx.stopping.is_set():
             return
         for pool in self._pools.values():
+            if pool.hold_until > time.monotonic():
+                continue
             while len(pool.idle) + len(pool.unclaimed()) < pool.target:
                 if pool.failures >= WARM_MAX_FAILURES or not self._fits(pool):
                     break
