@@ -1,7 +1,8 @@
 """``denv serve``: run the local denv server.
 
     denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key KEY]
-               [--max-envs-per-key 64] [--warm-max-spares 32] [--warm-max-memory MIB]
+               [--max-envs-per-key 64] [--max-volume-mb 10240]
+               [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from .config import (
     DEFAULT_HOST,
     DEFAULT_MAX_ENVS_PER_KEY,
+    DEFAULT_MAX_VOLUME_MB,
     DEFAULT_PORT,
     DEFAULT_WARM_IDLE_S,
     DEFAULT_WARM_MAX_MEMORY_MB,
@@ -64,6 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_ENVS_PER_KEY,
         help="live envs allowed per API key (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-volume-mb",
+        type=int,
+        default=DEFAULT_MAX_VOLUME_MB,
+        metavar="MIB",
+        help="changes a volume may hold when it is snapshotted or forked; 0: no limit "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--warm-max-spares",
@@ -178,6 +188,7 @@ def main(args: argparse.Namespace) -> int:
         host=args.host,
         port=port,
         max_envs_per_key=args.max_envs_per_key,
+        max_volume_mb=args.max_volume_mb,
         warm_max_spares=args.warm_max_spares,
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,

@@ -22,6 +22,7 @@ from .context import Context
 from .envs import HEALTHY_OR_DONE, RUNNING_OR_LATER, Envs
 from .errors import ApiError, invalid, not_found
 from .idempotency import idempotent
+from .limits import check_volume_sizes
 from .models import DeployRequest, EnvsCreate, SandboxCreate, SnapshotRequest, WaitRequest
 from .render import env_json, version_json
 from .store import EnvRecord, VersionRecord
@@ -225,6 +226,7 @@ async def snapshot_env(
     async def run() -> dict[str, Any]:
         rec = await asyncio.to_thread(_owned_env, c, owner, env_id)
         labels = body.labels if body else {}
+        await asyncio.to_thread(check_volume_sizes, c.ctx, rec)
         return version_json(await asyncio.to_thread(c.versions.snapshot, rec, labels))
 
     return await idempotent(request, c.ctx.store, owner, idem, run)
@@ -261,6 +263,7 @@ async def fork_env(
     async def run() -> dict[str, Any]:
         rec = await asyncio.to_thread(_owned_env, c, owner, env_id)
         await asyncio.to_thread(_check_count, c, owner, opts.count)
+        await asyncio.to_thread(check_volume_sizes, c.ctx, rec)
         t0 = time.perf_counter()
         version = await asyncio.to_thread(c.versions.snapshot, rec, {})
         t1 = time.perf_counter()
