@@ -60,7 +60,14 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
 
     warm = 0 if args.cold else args.branches
-    say(f"1. starting {args.image} on denv (egress denied, reached through ingress) ...")
+    # The baseline first, on a quiet machine: booted spares refilling in the
+    # background would slow it down and flatter the fork.
+    say(f"0. baseline: a fresh env replaying a prefix of {args.prefix} steps ...")
+    replay_s = replay(args.image, args.prefix)
+    say(f"   {replay_s:.2f}s to reach step {args.prefix} by replay")
+
+    spares = f", with {warm} booted spares for forks" if warm else ""
+    say(f"1. starting {args.image} on denv{spares} (egress denied, reached through ingress) ...")
     t = time.perf_counter()
     root = start(args.image, warm=warm)
     branches: list[Any] = []
@@ -100,8 +107,7 @@ def main() -> int:
         unchanged = root.state() == root_state
         say(f"   root unchanged by its branches: {'yes' if unchanged else 'NO'}")
 
-        say("5. for comparison, replaying the prefix in a fresh env ...")
-        replay_s = replay(args.image, args.prefix)
+        say("5. fork against replay:")
         say(
             f"   fork: {args.branches} branches in {fork_s:.2f}s "
             f"({'warm spares' if warm else 'cold starts'}); "
