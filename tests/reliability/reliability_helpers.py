@@ -117,7 +117,9 @@ def leftover_line(found: dict[str, list[str]]) -> str:
     return ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in found.items()) + " left"
 
 
-def assert_nothing_left(request: pytest.FixtureRequest, state_dir: Path, what: str) -> str:
+def assert_nothing_left(
+    request: pytest.FixtureRequest, state_dir: Path, what: str, *, quiet: bool = False
+) -> str:
     """Wait briefly for removals in flight, then assert nothing is left; the summary."""
     deadline = time.monotonic() + 30
     found = all_leftovers(state_dir)
@@ -125,7 +127,8 @@ def assert_nothing_left(request: pytest.FixtureRequest, state_dir: Path, what: s
         time.sleep(0.5)
         found = all_leftovers(state_dir)
     line = f"{what}, {leftover_line(found)}"
-    report(request, line)
+    if not quiet:
+        report(request, line)
     assert not any(found.values()), found
     return line
 
