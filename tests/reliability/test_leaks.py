@@ -10,7 +10,6 @@ it starts in about a second. Counts: CI-sized under ``make test``, the issue's u
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import LocalDenv, clean, start_server
 from reliability_helpers import (
     ECHO,
     STANDIN,
@@ -223,47 +222,46 @@ def test_kill9_mid_fork_then_restart(tmp_path: Path, request: pytest.FixtureRequ
         "mkdir -p /work/many && for i in $(seq 1 3000); do echo $i > /work/many/f$i; done; "
         "exec python3 -m http.server 8000 --directory /srv/www"
     )
-    for i in range(rounds):
-        for phase in ("snapshot", "children"):
-            with start_server(state, cleanup=False) as srv, api(srv) as c:
-                parent = ok(
-                    c.post(
-                        "/v1/sandboxes",
-                        json={"image": STANDIN, "command": ["sh", "-c", fill], "egress": "allow"},
+    try:
+        for _round in range(rounds):
+            for phase in ("snapshot", "children"):
+                with start_server(state, cleanup=False) as srv, api(srv) as c:
+                    parent = ok(
+                        c.post(
+                            "/v1/sandboxes",
+                            json={
+                                "image": STANDIN,
+                                "command": ["sh", "-c", fill],
+                                "egress": "allow",
+                            },
+                        )
                     )
-                )
-                parents += 1
-                thread, outcome = _fork_in_background(c, parent["id"], 4)
-                assert srv.proc is not None
-                _kill_during(state, srv.proc, phase)
-                thread.join()
-                assert "error" in outcome, outcome  # the server died before answering
-            with start_server(state, cleanup=i == rounds - 1 and phase == "children") as srv:
-                with api(srv) as c:
-                    envs = live_envs(c)
-                    children += len(envs) - 1
-                    got = ok(c.get(f"/v1/envs/{parent['id']}"), 200)
-                    assert got["status"] == "healthy", got  # not left frozen by the snapshot
-                    url = got["endpoints"][0]["url"]
-                    answer = httpx.get(f"{url}/health", trust_env=False, timeout=10)
-                    assert answer.status_code == 200
-                    for env in envs:
-                        if env["id"] != parent["id"]:
-                            assert env["status"] in ("healthy", "failed"), env
-                    delete_all(c)
-                assert not unreferenced_layers(state), unreferenced_layers(state)
-                line = assert_nothing_left(request, state, "after restart", quiet=True)
+                    parents += 1
+                    thread, outcome = _fork_in_background(c, parent["id"], 4)
+                    assert srv.proc is not None
+                    _kill_during(state, srv.proc, phase)
+                    thread.join()
+                    assert "error" in outcome, outcome  # the server died before answering
+                with start_server(state, cleanup=False) as srv:
+                    with api(srv) as c:
+                        envs = live_envs(c)
+                        children += len(envs) - 1
+                        got = ok(c.get(f"/v1/envs/{parent['id']}"), 200)
+                        assert got["status"] == "healthy", got  # not left frozen by the snapshot
+                        url = got["endpoints"][0]["url"]
+                        answer = httpx.get(f"{url}/health", trust_env=False, timeout=10)
+                        assert answer.status_code == 200
+                        for env in envs:
+                            if env["id"] != parent["id"]:
+                                assert env["status"] in ("healthy", "failed"), env
+                        delete_all(c)
+                    assert not unreferenced_layers(state), unreferenced_layers(state)
+                    line = assert_nothing_left(request, state, "after restart", quiet=True)
+    finally:
+        clean(state)  # whatever a failed round left behind
     left = line.split(", ", 1)[1]
     report(
         request,
         f"leaks: server killed -9 {2 * rounds} times mid-fork (snapshot and children), "
         f"{parents} parents and {children} children reconciled, {left}",
     )
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy() -> Iterator[None]:
-    # The killed clients talk to 127.0.0.1 and container addresses directly.
-    saved = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy") if k in os.environ}
-    yield
-    os.environ.update(saved)
