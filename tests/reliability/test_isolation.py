@@ -1,0 +1,173 @@
+"""Isolation between API keys, and ingress capability tokens.
+
+Key B gets 404 ``not_found`` for every operation on key A's envs and versions (never 403:
+B learns nothing about what exists), and its lists show none of A's. An ingress URL is
+reached only with its token: not without one, not with a wrong or truncated one, not with
+an API key. Tokens carry at least 128 bits and differ between envs; keys and tokens are
+compared in constant time (checked by watching ``hmac.compare_digest`` at the seam, since
+tests never assert on time).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from conftest import LocalDenv, start_server
+from reliability_helpers import STANDIN, api, assert_nothing_left, delete_all, ok, report, standin
+
+pytestmark = pytest.mark.e2e
+
+COMPOSE = f"""
+services:
+  agent:
+    image: {STANDIN}
+    ports: ["8000"]
+x-denv:
+  agent: {{service: agent}}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    with start_server(tmp_path_factory.mktemp("denv-isolation")) as srv:
+        yield srv
+
+
+def test_other_key_gets_404_everywhere(server: LocalDenv, request: pytest.FixtureRequest) -> None:
+    from denv.server.auth import create_api_key
+
+    key_b = create_api_key(server.state_dir)
+    with api(server) as a, api(server, key_b) as b:
+        env = standin(a)
+        snap = ok(a.post(f"/v1/envs/{env['id']}/snapshot", json={}))
+        deployed = ok(a.post("/v1/projects/iso-a/deploy", json={"compose": COMPOSE}))
+        env_ops: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("GET", "/v1/envs/{e}", None),
+            ("DELETE", "/v1/envs/{e}", None),
+            ("POST", "/v1/envs/{e}/wait", {"timeout_s": 1}),
+            ("GET", "/v1/envs/{e}/logs", None),
+            ("POST", "/v1/envs/{e}/snapshot", {}),
+            ("POST", "/v1/envs/{e}/fork", {"count": 1}),
+        ]
+        version_ops: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("GET", "/v1/versions/{v}", None),
+            ("DELETE", "/v1/versions/{v}", None),
+            ("POST", "/v1/versions/{v}/envs", {"count": 1}),
+        ]
+        checked = 0
+        for method, path, body in env_ops:
+            res = b.request(method, path.format(e=env["id"]), json=body)
+            assert res.status_code == 404, (method, path, res.text)
+            assert res.json()["code"] == "not_found", res.text
+            checked += 1
+        for version in (env["version_id"], snap["id"], deployed["id"]):
+            for method, path, body in version_ops:
+                res = b.request(method, path.format(v=version), json=body)
+                assert res.status_code == 404, (method, path, res.text)
+                assert res.json()["code"] == "not_found", res.text
+                checked += 1
+        assert ok(b.get("/v1/envs"), 200)["items"] == []
+        assert ok(b.get("/v1/versions"), 200)["items"] == []
+        assert ok(b.get("/v1/projects"), 200)["items"] == []
+        assert ok(b.get("/v1/envs", params={"version_id": snap["id"]}), 200)["items"] == []
+        checked += 4
+        # B deploying a project of the same name makes B's own; A's is untouched.
+        b_version = ok(b.post("/v1/projects/iso-a/deploy", json={"compose": COMPOSE}))
+        assert b_version["id"] != deployed["id"]
+        a_projects = ok(a.get("/v1/projects"), 200)["items"]
+        assert [p["latest_version_id"] for p in a_projects] == [deployed["id"]]
+        checked += 1
+        # Everything of A's still works for A after B's attempts.
+        assert ok(a.get(f"/v1/envs/{env['id']}"), 200)["status"] == "healthy"
+        assert ok(a.get(f"/v1/versions/{snap['id']}"), 200)["id"] == snap["id"]
+        delete_all(a)
+    report(request, f"isolation: {checked} operations of key B on key A's things, all 404/empty")
+    assert_nothing_left(request, server.state_dir, "isolation: after deletes", quiet=True)
+
+
+def test_ingress_needs_its_token(server: LocalDenv, request: pytest.FixtureRequest) -> None:
+    with api(server) as c:
+        envs = [standin(c) for _ in range(3)]
+        urls = [e["endpoints"][0]["url"] for e in envs]
+        tokens = [urlsplit(u).path.split("/")[2] for u in urls]
+        assert len(set(tokens)) == len(tokens)
+        for token in tokens:
+            assert len(token) >= 22, token  # URL-safe base64: 6 bits a character, >= 128 bits
+        base = f"{server.url}/ingress"
+        token = tokens[0]
+        attempts = [
+            f"{base}/health",
+            f"{base}/",
+            f"{base}/{token[:-1]}/health",
+            f"{base}/{token[:22]}/health",
+            f"{base}/{token}x/health",
+            f"{base}/{token.upper()}/health",
+            f"{base}/{secrets.token_urlsafe(24)}/health",
+            f"{base}/{server.key}/health",
+            f"{base}/{envs[0]['id']}/health",
+            f"{base}/%2e%2e/{token}/health",
+        ]
+        refused = 0
+        with httpx.Client(trust_env=False, timeout=10) as http:
+            for url in attempts:
+                res = http.get(url, headers={"Authorization": f"Bearer {server.key}"})
+                assert res.status_code == 404, (url, res.status_code, res.text)
+                assert token not in res.text and server.key not in res.text
+                refused += 1
+            for url in urls:  # positive control: the real URLs answer
+                assert http.get(f"{url}/health").status_code == 200
+        delete_all(c)
+    report(
+        request,
+        f"isolation: {refused} ingress attempts without the right token, 0 reached an env; "
+        f"{len(tokens)} tokens of >= {min(len(t) for t in tokens) * 6} bits, all distinct",
+    )
+
+
+def test_keys_and_tokens_compared_in_constant_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    from denv.server import auth, ingress
+    from denv.server.store import Store
+
+    calls: list[tuple[str, str]] = []
+    real = hmac.compare_digest
+
+    def watched(a: Any, b: Any) -> bool:
+        calls.append((str(a), str(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", watched)
+    store = Store(tmp_path / "denv.db")
+    try:
+        key = auth.new_key()
+        assert len(key) - len("dak_") >= 43  # 256 bits
+        store.add_key_digest(auth.digest(key))
+        ring = auth.KeyRing(store)
+        assert ring.owner_of(key) == auth.digest(key)
+        assert ring.owner_of("dak_" + "x" * 43) is None
+    finally:
+        store.close()
+    key_checks = len(calls)
+    assert key_checks >= 2 and all(key not in a + b for a, b in calls)  # digests, not keys
+
+    table = ingress.IngressTable()
+    token = ingress.new_token()
+    assert len(token) * 6 >= 128
+    table.register(token, "10.213.0.2", 8000)
+    assert table.resolve(token) == ("10.213.0.2", 8000)
+    assert table.resolve(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    token_checks = len(calls) - key_checks
+    assert token_checks >= 1, "IngressTable.resolve did not compare with hmac.compare_digest"
+    report(
+        request,
+        f"isolation: {key_checks} key and {token_checks} token comparisons, "
+        "all through hmac.compare_digest",
+    )
