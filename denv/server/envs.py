@@ -22,8 +22,9 @@ from .context import Context
 from .errors import ApiError
 from .ingress import new_token
 from .netpolicy import network_name
+from .spares import Spare
 from .store import EnvRecord, VersionRecord, iso, now
-from .warm import Spare, WarmPools
+from .warm import WarmPools
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ ECHO = "denv-echo-env:latest"
 APP = (Path(__file__).parent / "probe_app.py").read_text()
 READY = re.compile(r"spare (env_[0-9A-Z]{26}) ready in pool")
 WAIT_S = 240.0
+NOTHING: dict[str, list[str]] = {"containers": [], "networks": [], "dirs": [], "mounts": []}
 
 
 def api(srv: LocalDenv) -> httpx.Client:
@@ -159,13 +160,8 @@ def test_warm_children_see_the_parents_work_and_the_pool_refills(server: LocalDe
         # Deleting every env that asked for the pool reaps it.
         for env in [root, *children]:
             assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
-        wait_for("the pool to be reaped", lambda: not spare_containers(server))
-        assert left_of(server, refilled | first | {root["id"]}) == {
-            "containers": [],
-            "networks": [],
-            "dirs": [],
-            "mounts": [],
-        }
+        gone = refilled | first | {root["id"]}
+        wait_for("the pool to be reaped", lambda: left_of(server, gone) == NOTHING)
 
 
 def test_a_fork_takes_spares_still_booting(server: LocalDenv) -> None:
@@ -260,14 +256,14 @@ def test_restart_leaves_no_spare_behind(tmp_path: Path) -> None:
         assert set(spare_containers(srv).values()) >= killed
 
     with start_server(state, cleanup=False) as srv, api(srv) as c:
-        assert left_of(srv, killed) == {"containers": [], "networks": [], "dirs": [], "mounts": []}
+        assert left_of(srv, killed) == NOTHING
         env = c.get(f"/v1/envs/{root['id']}").json()
         assert env["status"] == "healthy"
         # The pool the live env asked for is booted again.
         wait_for("2 new spares", lambda: len(idle_spares(srv, c) - killed) >= 2)
         stopped = idle_spares(srv, c)
     # A clean stop removes its spares; the env itself stays for the next start.
-    assert left_of(srv, stopped) == {"containers": [], "networks": [], "dirs": [], "mounts": []}
+    assert left_of(srv, stopped) == NOTHING
     assert left_of(srv, {root["id"]})["dirs"] == [root["id"]]
 
     with start_server(state) as srv, api(srv) as c:  # this one cleans up everything
