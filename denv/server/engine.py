@@ -8,6 +8,7 @@ touches objects with this server's ``denv.instance``.
 from __future__ import annotations
 
 import io
+import ipaddress
 import logging
 import os
 import tarfile
@@ -133,7 +134,9 @@ class Engine:
         name = network_name(env_id)
         for _ in range(OVERLAP_RETRIES):
             subnet = self.subnets.allocate(self._docker_subnets)
-            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+            gateway = str(next(ipaddress.IPv4Network(subnet).hosts()))  # named, as Docker does
+            pool = docker.types.IPAMPool(subnet=subnet, gateway=gateway)
+            ipam = docker.types.IPAMConfig(pool_configs=[pool])
             try:
                 with engine_errors():
                     self.api.create_network(
@@ -187,6 +190,7 @@ class Engine:
         network: str,
         publish: bool,
         extra_labels: dict[str, str] | None = None,
+        cpu_shares: int | None = None,
     ) -> str:
         """Create (not start) a service's container; ``binds`` are (host mnt, container path)."""
         mounts = [
@@ -196,7 +200,7 @@ class Engine:
         port_bindings = {p: ("127.0.0.1", None) for p in ports} if publish else None
         with engine_errors():
             host_config = self.api.create_host_config(
-                mounts=mounts, port_bindings=port_bindings, init=False
+                mounts=mounts, port_bindings=port_bindings, init=False, cpu_shares=cpu_shares
             )
             net = self.api.create_networking_config(
                 {network: self.api.create_endpoint_config(aliases=[service])}
@@ -291,6 +295,21 @@ class Engine:
         if path is not None:
             with suppress(OSError):
                 path.write_text("THAWED" if path.name == "freezer.state" else "0")
+
+    def set_cpu_shares(self, cid: str, shares: int) -> None:
+        """Change a running container's CPU weight (its cgroup file: no dockerd round trip)."""
+        weight = 1 + (shares - 2) * 9999 // 262142  # cgroup v2's scale, as runc maps it
+        for path, value in (
+            (f"/sys/fs/cgroup/cpu/docker/{cid}/cpu.shares", shares),
+            (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.weight", weight),
+            (f"/sys/fs/cgroup/docker/{cid}/cpu.weight", weight),
+        ):
+            if os.path.exists(path):
+                with suppress(OSError):
+                    Path(path).write_text(str(value))
+                    return
+        with engine_errors(), suppress(docker.errors.APIError):
+            self.api.update_container(cid, cpu_shares=shares)
 
     def memory_bytes(self, cid: str) -> int | None:
         """Memory the container uses now (its cgroup's count), None when unknown."""
