@@ -34,6 +34,8 @@ WARM_BOOT_TIMEOUT_S = 120.0
 WARM_MAX_FAILURES = 3  # boots that fail in a row stop a pool's refill until it is asked again
 WARM_MEMORY_GUESS = 256 * 1024 * 1024  # per spare, until one of the pool's is measured
 WARM_REFILL_DELAY_S = 1.0  # after spares are taken, before their replacements boot
+WARM_CPU_SHARES = 128  # a spare's CPU weight until it is taken (Docker's default is 1024)
+CPU_SHARES = 1024
 
 
 def default_state_dir() -> Path:

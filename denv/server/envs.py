@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from . import ids
-from .config import EXIT_CHECK_EVERY, HEALTH_POLL_S, LOG_TAIL_LINES
+from .config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, LOG_TAIL_LINES
 from .context import Context
 from .errors import ApiError
 from .ingress import new_token
@@ -159,6 +159,8 @@ class Envs:
                 rec = self._check(env_id)
                 for vol, n in volume_slots(version):
                     ctx.volumes.attach(env_id, vol["service"], n, vol["layers"])
+                for cid in spare.containers.values():
+                    ctx.engine.set_cpu_shares(cid, CPU_SHARES)
                 agent = next(s for s in version.services if s["name"] == rec.agent_service)
                 endpoints, routes = [], []
                 for port in agent["ports"]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from .config import HEALTH_POLL_S, WARM_BOOT_TIMEOUT_S
+from .config import HEALTH_POLL_S, WARM_BOOT_TIMEOUT_S, WARM_CPU_SHARES
 from .context import Context
 from .store import VersionRecord
 
@@ -90,6 +90,7 @@ def boot_spare(ctx: Context, bp: Blueprint, env_id: str, key: str, cancelled: An
             network,
             publish=agent and bp.egress == "allow",
             extra_labels={WARM_LABEL: key},
+            cpu_shares=WARM_CPU_SHARES,  # booting in the background: the envs in use go first
         )
         containers[svc["name"]] = cid
         ctx.engine.start(cid)
