@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 
 from . import ids
 from .auth import KeyRing, digest
@@ -76,7 +76,26 @@ class RequestContext:
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
             await send(message)
 
+        if str(scope.get("path", "")).startswith("/v1/"):
+            receive = _capped(receive)  # a chunked body has no Content-Length to check
         await self.app(scope, receive, send_with_id)
+
+
+def _capped(receive: Any) -> Any:
+    """``receive`` that refuses (422) a body once more than 1 MiB of it has arrived."""
+    seen = 0
+
+    async def capped() -> Any:
+        nonlocal seen
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                # FastAPI re-raises HTTPException from body parsing; the error handler maps it.
+                raise HTTPException(422, "request body larger than 1 MiB: send less")
+        return message
+
+    return capped
 
 
 def _write_server_json(config: ServerConfig) -> None:
