@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from conftest import LocalDenv, instance_id, leftovers, start_server
 from openenv.core import GenericEnvClient
 
@@ -222,6 +223,90 @@ def test_not_warm_safe_falls_back_to_cold(server: LocalDenv) -> None:
         assert not spare_containers(server)  # a pool it cannot use is never booted
         for env in [root, *children]:
             c.delete(f"/v1/envs/{env['id']}")
+
+
+def two_services(fork: str) -> str:
+    """The agent (probe app) and a db whose http.server reads /data per request."""
+    reach_db = "import urllib.request as u; u.urlopen('http://db:5000/', timeout=5)"
+    doc: dict[str, Any] = {
+        "services": {
+            "agent": {
+                "image": PROBE,
+                "command": ["python3", "-c", APP],
+                "ports": ["8000"],
+                "depends_on": {"db": {"condition": "service_healthy"}},
+            },
+            "db": {
+                "image": PROBE,
+                "command": ["python3", "-m", "http.server", "5000", "--directory", "/data"],
+                "volumes": ["dbdata:/data"],
+                "healthcheck": {
+                    "test": ["CMD", "python3", "-c", reach_db.replace("db", "127.0.0.1")]
+                },
+            },
+        },
+        "volumes": {"dbdata": {}},
+        "x-denv": {"agent": {"service": "agent", "fork": fork}},
+    }
+    return yaml.safe_dump(doc)
+
+
+def db_file(env: dict[str, Any], name: str, text: str | None = None) -> str:
+    """Write (with ``text``) or read /data/<name> in the env's db container."""
+    script = f"echo {text} > /data/{name}" if text else f"cat /data/{name}"
+    out = subprocess.run(
+        ["docker", "exec", f"denv-{env['id'].lower()}-db", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip()
+
+
+def test_multi_service_warm_fork_and_create_from_version(server: LocalDenv) -> None:
+    with api(server) as c:
+        res = c.post("/v1/projects/warm2/deploy", json={"compose": two_services("warm")})
+        assert res.status_code == 201, res.text
+        assert res.json()["warm_fork"] is True
+        res = c.post(f"/v1/versions/{res.json()['id']}/envs", json={"warm": 1})
+        assert res.status_code == 201, res.text
+        (root,) = res.json()["envs"]
+        assert root["status"] == "healthy", root
+        write(root, "note", "agent")
+        db_file(root, "seed", "db")
+        wait_for("a two-service spare", lambda: len(idle_spares(server, c)) >= 1)
+
+        (child,) = fork(c, root, 1)
+        assert child["start"] == "warm"
+        assert {s["name"]: s["start"] for s in child["services"]} == {"agent": "warm", "db": "warm"}
+        assert read(child, "note") == "agent"
+        assert db_file(child, "seed") == "db"  # every service's volumes are mounted late
+
+        # Create-from-version takes a spare too (the pool refilled after the fork).
+        wait_for("the pool to refill", lambda: len(idle_spares(server, c)) >= 1)
+        res = c.post(f"/v1/versions/{child['version_id']}/envs", json={"count": 1})
+        assert res.status_code == 201, res.text
+        (again,) = res.json()["envs"]
+        assert again["status"] == "healthy" and again["start"] == "warm", again
+        assert read(again, "note") == "agent" and db_file(again, "seed") == "db"
+        for env in (root, child, again):
+            assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
+        wait_for("the pool to be reaped", lambda: not spare_containers(server))
+
+
+def test_compose_declared_cold_is_cold(server: LocalDenv) -> None:
+    with api(server) as c:
+        res = c.post("/v1/projects/cold2/deploy", json={"compose": two_services("cold")})
+        assert res.status_code == 201, res.text
+        assert res.json()["warm_fork"] is False
+
+
+def test_idle_pool_is_reaped(tmp_path: Path) -> None:
+    with start_server(tmp_path / "state", "--warm-idle-minutes", "0.02") as srv, api(srv) as c:
+        probe_sandbox(c, warm=1, warm_fork=True)
+        wait_for("a spare", lambda: len(idle_spares(srv, c)) >= 1)
+        # Nobody forks: the pool passes its idle time (1.2 s) and the reaper removes it.
+        wait_for("the idle pool to be reaped", lambda: not spare_containers(srv))
 
 
 def test_spare_count_bound(tmp_path: Path) -> None:

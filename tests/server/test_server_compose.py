@@ -107,3 +107,12 @@ def test_a_named_volume_belongs_to_one_service() -> None:
         "  b: {image: b, volumes: ['v:/b']}\nvolumes: {v: {}}\n" + AGENT
     )
     assert "already used by service 'agent'" in parse_error(text)
+
+
+def test_agent_fork_declares_warm_or_cold() -> None:
+    base = "services:\n  agent: {image: env:1, ports: ['8000']}\nx-denv:\n  agent:\n"
+    assert parse_compose(base + "    service: agent\n").fork is None
+    assert parse_compose(base + "    service: agent\n    fork: warm\n").fork == "warm"
+    assert parse_compose(base + "    service: agent\n    fork: cold\n").fork == "cold"
+    message = parse_error(base + "    service: agent\n    fork: hot\n")
+    assert message.startswith("x-denv.agent.fork: must be 'warm' or 'cold'")
