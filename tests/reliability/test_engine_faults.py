@@ -1,0 +1,212 @@
+"""Faults in the engine: dying children are reported failed with their log tail, and a
+Docker daemon restart is survived.
+
+The daemon restart runs against a private dockerd of its own (own socket, data root and
+exec root, no iptables, no default bridge) that the server is pointed at with
+``DOCKER_HOST``: restarting the machine's shared dockerd would kill the containers of every
+other test and user (and of other helpers' servers sharing it). About 20 s, most of it
+loading the stand-in image into that daemon. Where no second dockerd can run (no binary,
+no privileges), the test is skipped with the daemon's log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import LocalDenv, start_server
+from reliability_helpers import (
+    STANDIN,
+    api,
+    assert_nothing_left,
+    container_of,
+    delete_all,
+    ok,
+    report,
+)
+
+pytestmark = pytest.mark.e2e
+
+MAYBE_DIE = (
+    'if [ -n "$DIE" ]; then echo child-dying-marker; exit 7; fi; '
+    "exec python3 -m http.server 8000 --directory /srv/www"
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    with start_server(tmp_path_factory.mktemp("denv-faults")) as srv:
+        yield srv
+
+
+def test_dying_children_are_failed_with_log_tail(
+    server: LocalDenv, request: pytest.FixtureRequest
+) -> None:
+    with api(server) as c:
+        parent = ok(
+            c.post("/v1/sandboxes", json={"image": STANDIN, "command": ["sh", "-c", MAYBE_DIE]})
+        )
+        assert parent["status"] == "healthy", parent
+        # a child that dies while it starts (its env var makes its server exit)
+        born_dead = ok(c.post(f"/v1/envs/{parent['id']}/fork", json={"env": {"DIE": "1"}}))
+        (dead,) = born_dead["envs"]
+        assert dead["status"] == "failed", dead
+        assert dead["error"]["code"] == "exited", dead["error"]
+        assert "child-dying-marker" in dead["error"]["log_tail"], dead["error"]
+        # children whose containers are killed after they were healthy
+        fork = ok(c.post(f"/v1/envs/{parent['id']}/fork", json={"count": 3}))
+        victims, survivor = fork["envs"][:2], fork["envs"][2]
+        for child in [*victims, survivor]:
+            assert httpx.get(child["endpoints"][0]["url"] + "/health", trust_env=False).is_success
+        for child in victims:
+            subprocess.run(["docker", "kill", container_of(child)], check=True, capture_output=True)
+        for child in victims:
+            got = ok(c.get(f"/v1/envs/{child['id']}"), 200)
+            assert got["status"] == "failed", got
+            assert got["error"]["code"] == "exited", got["error"]
+            assert any("GET /health" in line for line in got["error"]["log_tail"]), got["error"]
+        listed = {e["id"]: e["status"] for e in ok(c.get("/v1/envs"), 200)["items"]}
+        assert all(listed[v["id"]] == "failed" for v in victims)
+        assert ok(c.get(f"/v1/envs/{survivor['id']}"), 200)["status"] == "healthy"
+        assert ok(c.get(f"/v1/envs/{parent['id']}"), 200)["status"] == "healthy"
+        delete_all(c)
+    report(
+        request,
+        "engine faults: 1 child dead at start and 2 killed children reported failed with their "
+        "log tail, 2 siblings still healthy",
+    )
+    assert_nothing_left(request, server.state_dir, "engine faults: after", quiet=True)
+
+
+class DaemonDidNotStart(RuntimeError):
+    pass
+
+
+class PrivateDockerd:
+    """A dockerd of this test's own, so restarting it disturbs nobody."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sock = root / "docker.sock"
+        self.host = f"unix://{self.sock}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 (the daemon keeps it)
+        self.proc = subprocess.Popen(
+            [
+                "dockerd",
+                "--host",
+                self.host,
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "dockerd.pid"),
+                "--iptables=false",
+                "--ip-masq=false",
+                "--bridge=none",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while not self.answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = (self.root / "dockerd.log").read_text(errors="replace")[-1500:]
+                raise DaemonDidNotStart(f"the private dockerd did not come up:\n{tail}")
+            time.sleep(0.2)
+
+    def answers(self) -> bool:
+        done = subprocess.run(
+            ["docker", "-H", self.host, "info"], capture_output=True, check=False, timeout=30
+        )
+        return done.returncode == 0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def docker(self, *args: str) -> str:
+        return subprocess.run(
+            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=True
+        ).stdout
+
+
+def test_docker_daemon_restart_is_survived(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("dockerd") is None:
+        pytest.skip("no dockerd binary to run a private daemon with")
+    daemon = PrivateDockerd(Path("/tmp") / f"denv-dockerd-{os.getpid()}")
+    try:
+        daemon.start()
+    except DaemonDidNotStart as exc:
+        daemon.stop()
+        shutil.rmtree(daemon.root, ignore_errors=True)
+        pytest.skip(f"no second dockerd can run here: {exc}")
+    try:
+        subprocess.run(
+            f"docker save {STANDIN} | docker -H {daemon.host} load",
+            shell=True,
+            check=True,
+            capture_output=True,
+        )
+        monkeypatch.setenv("DOCKER_HOST", daemon.host)
+        with start_server(tmp_path / "state") as srv, api(srv) as c:
+            envs = [
+                ok(c.post("/v1/sandboxes", json={"image": STANDIN})),
+                ok(c.post("/v1/sandboxes", json={"image": STANDIN, "egress": "allow"})),
+            ]
+            assert all(e["status"] == "healthy" for e in envs), envs
+            daemon.stop()
+            # the engine is gone: the server still answers, and says so
+            health = ok(c.get("/v1/health"), 200)
+            assert health["engine"] == "unavailable", health
+            for env in envs:
+                assert c.get(f"/v1/envs/{env['id']}").status_code == 200
+            res = c.post("/v1/sandboxes", json={"image": STANDIN})
+            assert res.status_code == 503 and res.json()["code"] == "engine_unavailable"
+            answered = 2 + len(envs)
+            daemon.start()
+            # back: the envs whose containers stopped with the daemon are failed, new ones run
+            for env in envs:
+                got = ok(c.get(f"/v1/envs/{env['id']}"), 200)
+                assert got["status"] == "failed", got
+            fresh = ok(c.post("/v1/sandboxes", json={"image": STANDIN}))
+            assert fresh["status"] == "healthy", fresh
+            delete_all(c)
+            left_containers = daemon.docker("ps", "-aq").split()
+            left_networks = [
+                n
+                for n in daemon.docker(
+                    "network", "ls", "-q", "--filter", "label=denv.managed"
+                ).split()
+            ]
+            assert_nothing_left(request, srv.state_dir, "engine faults: daemon", quiet=True)
+        report(
+            request,
+            f"engine faults: dockerd restarted under {len(envs)} envs: {answered} requests "
+            f"answered while it was down, {len(envs)} envs reported failed after, a new env "
+            f"healthy, {len(left_containers)} containers and {len(left_networks)} networks left",
+        )
+        assert not left_containers and not left_networks
+    finally:
+        daemon.stop()
+        subprocess.run(["umount", "-R", str(daemon.root / "exec")], capture_output=True)
+        shutil.rmtree(daemon.root, ignore_errors=True)
