@@ -32,6 +32,11 @@ conformance: $(VENV_STAMP) docker images
 test: $(VENV_STAMP) docker images
 	$(PY) -m pytest -q
 
+## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...): not in CI.
+.PHONY: soak
+soak: $(VENV_STAMP) docker images
+	DENV_SOAK=1 $(PY) -m pytest -q tests/reliability
+
 unit: $(VENV_STAMP)
 	$(PY) -m pytest -q -m "not e2e"
 
