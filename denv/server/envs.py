@@ -151,6 +151,8 @@ class Envs:
         ctx = self.ctx
         try:
             rec = self._check(env_id)
+            if not booted.done():
+                self.warm.expedite(env_id)
             # A booting spare's boot ends on its own (healthy, failed, timed out, cancelled).
             spare = booted.result()
             if spare is None:  # its boot failed, and removed what it had made

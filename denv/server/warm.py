@@ -22,12 +22,14 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import ids
 from .config import (
+    CPU_SHARES,
     WARM_BOOT_WORKERS,
     WARM_MAX_FAILURES,
     WARM_MEMORY_GUESS,
@@ -174,6 +176,11 @@ class WarmPools:
                         gone.append(env_id)
         self._destroy_later(gone)
 
+    def expedite(self, env_id: str) -> None:
+        """A claimed spare still booting: give the containers it has the default CPU weight."""
+        for cid in self.ctx.engine.states(env_id):
+            self.ctx.engine.set_cpu_shares(cid, CPU_SHARES)
+
     def release(self, env_id: str) -> None:
         """An env is gone: pools only it asked for go too."""
         gone: list[str] = []
@@ -188,6 +195,8 @@ class WarmPools:
     # background upkeep
     def reap(self) -> None:
         """Drop idle pools and dead spares, and refill (the reaper calls this)."""
+        if not self._pools:
+            return
         states = self.ctx.engine.states()
         gone: list[str] = []
         idle_s = self.ctx.config.warm_idle_s
@@ -273,7 +282,12 @@ class WarmPools:
         spare: Spare | None = None
         try:
             spare = boot_spare(
-                self.ctx, pool.blueprint, env_id, pool.key, self._cancelled(pool, env_id)
+                self.ctx,
+                pool.blueprint,
+                env_id,
+                pool.key,
+                self._cancelled(pool, env_id),
+                lambda: env_id in pool.claims,
             )
             spare.memory = sum(
                 self.ctx.engine.memory_bytes(c) or 0 for c in spare.containers.values()
@@ -309,7 +323,7 @@ class WarmPools:
         elif spare is not None and not keep:
             self.destroy(env_id)
 
-    def _cancelled(self, pool: Pool, env_id: str) -> Any:
+    def _cancelled(self, pool: Pool, env_id: str) -> Callable[[], bool]:
         def check() -> bool:
             if self._closed or self.ctx.stopping.is_set():
                 return True
