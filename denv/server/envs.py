@@ -185,12 +185,14 @@ class Envs:
                     "agent_ip": spare.agent_ip,
                 }
                 healthy = agent.get("health_path") and agent["ports"]
+                for token, _, port, host in routes:  # routable before anyone sees it ready
+                    ctx.ingress.register(token, host, port)
                 if not ctx.store.adopt(
                     env_id, runtime, "healthy" if healthy else "running", routes
                 ):
+                    for token, *_ in routes:
+                        ctx.ingress.unregister(token)
                     raise _Aborted()
-                for token, _, port, host in routes:
-                    ctx.ingress.register(token, host, port)
             ctx.notify()
         except _Aborted:
             log.info("env %s was deleted while adopting its spare", env_id)
