@@ -8,13 +8,16 @@ made on it later; the overlay is then mounted on it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from . import ids
@@ -199,8 +202,43 @@ class Volumes:
 
     def clean_tmp(self) -> None:
         """Drop half-made layers left by a server that died mid-snapshot."""
+        _kill_orphan_copies(f"{self.layers_dir}/.")
         for p in self.layers_dir.iterdir():
             if p.name.startswith(".merge-"):
                 unmount_all(p)
             if p.name.startswith((".tmp-", ".merge-")):
                 shutil.rmtree(p, ignore_errors=True)
+
+
+def _kill_orphan_copies(prefix: str, wait_s: float = 5.0) -> None:
+    """SIGKILL processes whose arguments name a path under ``prefix``, and wait for them.
+
+    A server killed (-9) mid-snapshot leaves its ``cp -a`` running; it would keep writing
+    into the half-made layer that the next server is about to remove.
+    """
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.decode(errors="replace").startswith(prefix) for arg in argv):
+            log.info("killing %s left running by a server that died: %s", proc.name, argv[:3])
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                pids.append(int(proc.name))
+    deadline = time.monotonic() + wait_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (nobody may reap an orphan)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
