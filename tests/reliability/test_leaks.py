@@ -257,11 +257,13 @@ def test_kill9_mid_fork_then_restart(tmp_path: Path, request: pytest.FixtureRequ
                         delete_all(c)
                     assert not unreferenced_layers(state), unreferenced_layers(state)
                     line = assert_nothing_left(request, state, "after restart", quiet=True)
+        orphans = (state / "server.log").read_text().count("left running by a server that died")
     finally:
         clean(state)  # whatever a failed round left behind
     left = line.split(", ", 1)[1]
     report(
         request,
         f"leaks: server killed -9 {2 * rounds} times mid-fork (snapshot and children), "
-        f"{parents} parents and {children} children reconciled, {left}",
+        f"{parents} parents and {children} children reconciled, {orphans} orphaned copies "
+        f"killed, {left}",
     )
