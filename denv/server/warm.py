@@ -168,13 +168,20 @@ class WarmPools:
             pool = None if self._closed else self._pools.get(key)
             for env_id, fut in taken:
                 if pool is not None and pool.claims.get(env_id) is fut:
-                    del pool.claims[env_id]
-                elif fut.done() and (spare := fut.result()) is not None:
+                    del pool.claims[env_id]  # its boot goes on, to the pool
+                elif not fut.done():  # a claim of a pool dropped meanwhile: nobody takes it
+                    fut.add_done_callback(self._remove_when_booted)
+                elif (spare := fut.result()) is not None:
                     if pool is not None:
                         pool.idle.appendleft(spare)
                     else:
                         gone.append(env_id)
         self._destroy_later(gone)
+
+    def _remove_when_booted(self, booted: Future[Spare | None]) -> None:
+        spare = booted.result()
+        if spare is not None:
+            self._destroy_later([spare.env_id])
 
     def expedite(self, env_id: str) -> None:
         """A claimed spare still booting: give the containers it has the default CPU weight."""
