@@ -35,7 +35,7 @@ Scope = dict[str, Any]
 
 
 class RequestContext:
-    """Gives every request a ``req_`` id (``X-Request-Id``) and caps body size at 1 MiB."""
+    """Gives every request a ``req_`` id (``X-Request-Id``) and caps API bodies at 1 MiB."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -46,9 +46,11 @@ class RequestContext:
             return
         rid = ids.new_id("req")
         scope.setdefault("state", {})["request_id"] = rid
+        # The cap is the API's (see the contract); ingress streams env traffic of any size.
+        api = str(scope.get("path", "")).startswith("/v1/")
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length", b"0")
-        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        if api and length.isdigit() and int(length) > MAX_BODY_BYTES:
             body = json.dumps(
                 {
                     "code": "invalid_request",
@@ -76,7 +78,7 @@ class RequestContext:
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
             await send(message)
 
-        if str(scope.get("path", "")).startswith("/v1/"):
+        if api:
             receive = _capped(receive)  # a chunked body has no Content-Length to check
         await self.app(scope, receive, send_with_id)
 

@@ -91,6 +91,15 @@ def test_http_through_ingress(denv_server: LocalDenv, deny_env: dict[str, Any]) 
         assert wrong.json()["code"] == "not_found" and token not in wrong.text
 
 
+def test_ingress_carries_bodies_larger_than_the_api_limit(deny_env: dict[str, Any]) -> None:
+    # The API caps bodies at 1 MiB; env traffic through ingress is the env's business.
+    message = "x" * (2 * 1024 * 1024)
+    with httpx.Client(trust_env=False, timeout=60) as http:
+        res = http.post(f"{base_url(deny_env)}/step", json={"action": {"message": message}})
+    assert res.status_code == 200, res.text[:500]
+    assert res.json()["observation"]["echoed_message"] == message
+
+
 def test_openenv_websocket_steps_through_ingress(deny_env: dict[str, Any]) -> None:
     from openenv.core.generic_client import GenericEnvClient
 
