@@ -95,6 +95,12 @@ def sync_detailed(
 ) -> Response[Error | Fork]:
     """Snapshot an env once and start `count` children from it.
 
+     One snapshot (as `POST /v1/envs/{env_id}/snapshot`, with its volume
+    limit), then `count` children started in parallel, each with its own
+    network, volumes and endpoints. Children start from booted spares
+    (`start: warm`) when the version is warm-safe and spares are ready,
+    else cold.
+
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
         idempotency_key (str | Unset):
@@ -130,6 +136,12 @@ def sync(
 ) -> Error | Fork | None:
     """Snapshot an env once and start `count` children from it.
 
+     One snapshot (as `POST /v1/envs/{env_id}/snapshot`, with its volume
+    limit), then `count` children started in parallel, each with its own
+    network, volumes and endpoints. Children start from booted spares
+    (`start: warm`) when the version is warm-safe and spares are ready,
+    else cold.
+
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
         idempotency_key (str | Unset):
@@ -159,6 +171,12 @@ async def asyncio_detailed(
     idempotency_key: str | Unset = UNSET,
 ) -> Response[Error | Fork]:
     """Snapshot an env once and start `count` children from it.
+
+     One snapshot (as `POST /v1/envs/{env_id}/snapshot`, with its volume
+    limit), then `count` children started in parallel, each with its own
+    network, volumes and endpoints. Children start from booted spares
+    (`start: warm`) when the version is warm-safe and spares are ready,
+    else cold.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -192,6 +210,12 @@ async def asyncio(
     idempotency_key: str | Unset = UNSET,
 ) -> Error | Fork | None:
     """Snapshot an env once and start `count` children from it.
+
+     One snapshot (as `POST /v1/envs/{env_id}/snapshot`, with its volume
+    limit), then `count` children started in parallel, each with its own
+    network, volumes and endpoints. Children start from booted spares
+    (`start: warm`) when the version is warm-safe and spares are ready,
+    else cold.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.

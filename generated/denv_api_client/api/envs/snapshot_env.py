@@ -92,7 +92,9 @@ def sync_detailed(
 
      Pauses the env's services for the instant it takes, turns what
     changed in each volume into a new immutable layer, and resumes them.
-    Its cost follows what changed, not the size of the volumes.
+    Its cost follows what changed, not the size of the volumes. A volume
+    holding more changes than the server's volume limit gives 422
+    `limit_exceeded`.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -131,7 +133,9 @@ def sync(
 
      Pauses the env's services for the instant it takes, turns what
     changed in each volume into a new immutable layer, and resumes them.
-    Its cost follows what changed, not the size of the volumes.
+    Its cost follows what changed, not the size of the volumes. A volume
+    holding more changes than the server's volume limit gives 422
+    `limit_exceeded`.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -165,7 +169,9 @@ async def asyncio_detailed(
 
      Pauses the env's services for the instant it takes, turns what
     changed in each volume into a new immutable layer, and resumes them.
-    Its cost follows what changed, not the size of the volumes.
+    Its cost follows what changed, not the size of the volumes. A volume
+    holding more changes than the server's volume limit gives 422
+    `limit_exceeded`.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -202,7 +208,9 @@ async def asyncio(
 
      Pauses the env's services for the instant it takes, turns what
     changed in each volume into a new immutable layer, and resumes them.
-    Its cost follows what changed, not the size of the volumes.
+    Its cost follows what changed, not the size of the volumes. A volume
+    holding more changes than the server's volume limit gives 422
+    `limit_exceeded`.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
