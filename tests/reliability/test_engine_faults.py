@@ -96,10 +96,15 @@ class PrivateDockerd:
         self.root = root
         self.sock = root / "docker.sock"
         self.host = f"unix://{self.sock}"
+        self.bridge = f"dvt{os.getpid() % 1_000_000}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        # A bridge of its own: a second dockerd given `--bridge=none` deletes the shared
+        # daemon's docker0 (seen here), which breaks every later `docker build` and run.
+        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 (the daemon keeps it)
         self.proc = subprocess.Popen(
             [
@@ -114,7 +119,7 @@ class PrivateDockerd:
                 str(self.root / "dockerd.pid"),
                 "--iptables=false",
                 "--ip-masq=false",
-                "--bridge=none",
+                f"--bridge={self.bridge}",
             ],
             stdout=log,
             stderr=log,
@@ -141,6 +146,7 @@ class PrivateDockerd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
 
     def docker(self, *args: str) -> str:
         return subprocess.run(
@@ -153,6 +159,14 @@ def test_docker_daemon_restart_is_survived(
 ) -> None:
     if shutil.which("dockerd") is None:
         pytest.skip("no dockerd binary to run a private daemon with")
+    shared_bridge = Path("/sys/class/net/docker0")
+    had_shared_bridge = shared_bridge.exists()
+
+    def shared_bridge_kept() -> None:
+        if had_shared_bridge and not shared_bridge.exists():
+            pytest.fail("the private dockerd removed the shared daemon's docker0 bridge")
+
+    request.addfinalizer(shared_bridge_kept)
     daemon = PrivateDockerd(Path("/tmp") / f"denv-dockerd-{os.getpid()}")
     try:
         daemon.start()
