@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -115,3 +116,37 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no output)"
+
+
+def stop_local_server(
+    state_dir: str | os.PathLike[str] | None = None, timeout_s: float = 30.0
+) -> LocalServer | None:
+    """Stop the local server of ``state_dir`` (SIGTERM, then wait); None when none runs.
+
+    Its envs keep running and are reconciled by the next start; delete them first
+    (``DELETE /v1/envs/{id}``) to free their containers.
+    """
+    found = read_local_server(state_dir)
+    if found is None or found.pid is None:
+        return None
+    try:
+        os.kill(found.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return found
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(found.pid):
+            return found
+        time.sleep(START_POLL_S)
+    raise RuntimeError(
+        f"the local denv server (pid {found.pid}) did not stop within {timeout_s:.0f}s"
+    )
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; an exited child not yet reaped (a zombie) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

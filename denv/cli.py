@@ -16,6 +16,7 @@ from collections.abc import Sequence
 # `add_arguments(parser)` and `main(args) -> int`.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
+    "stop": ("denv._stop_cli", "stop the local server (its envs keep running until deleted)"),
     "conformance": (
         "denv.openenv.conformance",
         "check that OpenEnv environments start, step, fork and close correctly on denv",
