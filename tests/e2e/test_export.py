@@ -216,11 +216,18 @@ def _drive(client: Denv, seeded: Seeded, base_url: str) -> None:
 
 
 def _python312() -> Path | None:
-    found = shutil.which("python3.12")
-    candidates = [Path(found)] if found else []
+    # pyenv's real interpreters first: its `python3.12` shim on PATH fails when 3.12
+    # is installed but not the selected version (as in CI here).
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates += sorted(pyenv.glob("3.12*/bin/python3.12"), reverse=True)
-    return next((c for c in candidates if c.exists()), None)
+    candidates = sorted(pyenv.glob("3.12*/bin/python3.12"), reverse=True)
+    found = shutil.which("python3.12")
+    candidates += [Path(found)] if found else []
+    return next((c for c in candidates if _runs(c)), None)
+
+
+def _runs(python: Path) -> bool:
+    done = subprocess.run([str(python), "--version"], capture_output=True, check=False)
+    return done.returncode == 0
 
 
 def _harbor_python() -> Path:
