@@ -83,6 +83,9 @@ def _assert_no_key(*texts: str) -> None:
 @pytest.fixture
 def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.DEBUG)  # every logger: denv, httpx, httpcore
+    # Named too: a logger's own level (the CLI quiets httpx/httpcore) would drop records.
+    for name in ("httpx", "httpcore"):
+        caplog.set_level(logging.DEBUG, logger=name)
     return caplog
 
 
