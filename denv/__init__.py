@@ -30,29 +30,12 @@ from denv_api_client.models import (
     WaitFor,
 )
 
+from . import errors
 from ._client import Denv
-from ._errors import (
-    APIStatusError,
-    Conflict,
-    ConnectionFailed,
-    DenvConfigError,
-    DenvError,
-    InvalidRequest,
-    NotFound,
-    RateLimited,
-    ServerError,
-    Timeout,
-    TransportError,
-    Unauthorized,
-)
+from .errors import *  # noqa: F403  (the error classes; one list, in denv.errors)
 
 __all__ = [
-    "APIStatusError",
-    "Conflict",
-    "ConnectionFailed",
     "Denv",
-    "DenvConfigError",
-    "DenvError",
     "Egress",
     "Endpoint",
     "EndpointVia",
@@ -65,16 +48,10 @@ __all__ = [
     "ErrorCode",
     "Fork",
     "Health",
-    "InvalidRequest",
-    "NotFound",
     "Project",
-    "RateLimited",
-    "ServerError",
     "StartMode",
-    "Timeout",
-    "TransportError",
-    "Unauthorized",
     "Version",
     "VersionService",
     "WaitFor",
 ]
+__all__ += errors.__all__

@@ -25,46 +25,29 @@ def _describe(summary: str, env_id: str | None, log_tail: Sequence[str], fix: st
     return "\n".join(parts)
 
 
-class _EnvDetails:
-    """The env an error is about, and what it printed last."""
+class _EnvDetails(Exception):
+    """The env an error is about, and what it printed last (first base of each error)."""
 
-    env_id: str | None
-    log_tail: tuple[str, ...]
-
-    def _set_details(self, env_id: str | None, log_tail: Sequence[str]) -> None:
+    def __init__(
+        self,
+        summary: str,
+        *,
+        env_id: str | None = None,
+        log_tail: Sequence[str] = (),
+        fix: str = "",
+    ) -> None:
+        super().__init__(_describe(summary, env_id, log_tail, fix))
         self.env_id = env_id
         self.log_tail = tuple(log_tail)
 
 
-class EnvStartError(RuntimeError, _EnvDetails):
+class EnvStartError(_EnvDetails, RuntimeError):
     """The env failed while starting: its server exited, or the server could not start it.
 
     `env_id` names the env (already deleted, so nothing is left behind) and
     `log_tail` holds its last log lines.
     """
 
-    def __init__(
-        self,
-        summary: str,
-        *,
-        env_id: str | None = None,
-        log_tail: Sequence[str] = (),
-        fix: str = "",
-    ) -> None:
-        super().__init__(_describe(summary, env_id, log_tail, fix))
-        self._set_details(env_id, log_tail)
 
-
-class EnvReadyTimeout(TimeoutError, _EnvDetails):
+class EnvReadyTimeout(_EnvDetails, TimeoutError):
     """The env did not become ready in time; `log_tail` shows how far it got."""
-
-    def __init__(
-        self,
-        summary: str,
-        *,
-        env_id: str | None = None,
-        log_tail: Sequence[str] = (),
-        fix: str = "",
-    ) -> None:
-        super().__init__(_describe(summary, env_id, log_tail, fix))
-        self._set_details(env_id, log_tail)
