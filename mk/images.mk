@@ -2,6 +2,7 @@
 #   make images          build what changed (each image is skipped when its inputs hash is unchanged)
 #   make images-force    rebuild every image (not the base)
 #   make base-image      only denv-python-base:3.11 (python:3.11-slim, or built offline)
+#   make images-remove   remove every image this project builds, and their stamps (CI starts so)
 # images/build.sh keys each image on a hash of its folder, uv.lock, the denv sources it
 # embeds and the base image id (stamps in .cache/images/), so `make images` is a few
 # seconds when nothing changed.
@@ -10,10 +11,20 @@ IMAGE_BUILD := images/build.sh
 # The venv provides uv, which builds the denv wheel and reads uv.lock's pins.
 IMAGES_VENV := $(if $(VENV_STAMP),$(VENV_STAMP),.venv/bin/uv)
 
-.PHONY: images images-force base-image image-echo image-redis image-redis-counter image-standin
+.PHONY: images images-force images-remove base-image image-echo image-redis image-redis-counter image-standin image-probe
 
-images: image-echo image-redis image-redis-counter image-standin
+images: image-echo image-redis image-redis-counter image-standin image-probe
 	@docker images --format '  {{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^  denv-' >&2 || true
+
+# Every image the targets below build: images-remove takes exactly these, nothing else.
+PROJECT_IMAGES := denv-python-base:3.11 denv-echo-env:latest denv-redis:latest \
+  denv-redis-counter-env:latest denv-http-standin:latest denv-base-probe:latest
+
+images-remove: docker
+	@present=$$(for i in $(PROJECT_IMAGES); do docker image inspect -f '{{.Id}}' $$i >/dev/null 2>&1 && echo $$i; done); \
+	if [ -n "$$present" ]; then echo "removing images: $$present" >&2; docker image rm -f $$present >/dev/null; \
+	else echo "none of this project's images is on the engine" >&2; fi
+	rm -rf .cache/images
 
 images-force:
 	@$(MAKE) --no-print-directory images IMAGE_FLAGS=--force
@@ -33,3 +44,7 @@ image-redis-counter: base-image $(IMAGES_VENV)
 
 image-standin: base-image
 	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-http-standin:latest envs/http-standin
+
+# The server's e2e and reliability tests run stdlib Python and sh in the base image.
+image-probe: base-image
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-base-probe:latest images/probe

@@ -42,12 +42,13 @@ print(json.dumps(out))
 
 
 def _docker() -> Any:
-    docker = pytest.importorskip("docker")
+    import docker
+
     client = docker.from_env()
     try:
         client.images.get(IMAGE)
     except docker.errors.ImageNotFound:
-        pytest.skip(f"image {IMAGE} is not on the Docker Engine: build it (make images)")
+        pytest.fail(f"image {IMAGE} is not on the Docker Engine: build it (make images)")
     return client
 
 

@@ -2,11 +2,11 @@
 Docker daemon restart is survived.
 
 The daemon restart runs against a private dockerd of its own (own socket, data root and
-exec root, no iptables, no default bridge) that the server is pointed at with
+exec root and bridge, no iptables) that the server is pointed at with
 ``DOCKER_HOST``: restarting the machine's shared dockerd would kill the containers of every
 other test and user (and of other helpers' servers sharing it). About 20 s, most of it
 loading the stand-in image into that daemon. Where no second dockerd can run (no binary,
-no privileges), the test is skipped with the daemon's log.
+no privileges), the test fails with the daemon's log.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def test_docker_daemon_restart_is_survived(
     tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if shutil.which("dockerd") is None:
-        pytest.skip("no dockerd binary to run a private daemon with")
+        pytest.fail("no dockerd binary to run a private daemon with: install it (make docker)")
     shared_bridge = Path("/sys/class/net/docker0")
     had_shared_bridge = shared_bridge.exists()
 
@@ -173,7 +173,7 @@ def test_docker_daemon_restart_is_survived(
     except DaemonDidNotStart as exc:
         daemon.stop()
         shutil.rmtree(daemon.root, ignore_errors=True)
-        pytest.skip(f"no second dockerd can run here: {exc}")
+        pytest.fail(f"a second dockerd did not start here (its log tail follows): {exc}")
     try:
         subprocess.run(
             f"docker save {STANDIN} | docker -H {daemon.host} load",
