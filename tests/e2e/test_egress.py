@@ -2,34 +2,32 @@
 
 From inside a container on a ``dvd…`` internal network, with the host guard installed:
 the host (every address of this machine, on a port where the test listens on 0.0.0.0),
-containers of other envs (deny and allow), and the package registries that this machine
-itself uses (taken at test time from pip's and apt's configuration, tried by name and by
-the address they resolve to on the host, ports 443 and 80) must all be unreachable. A
-container on an allow network must reach those same registries, and the host must reach
-into the deny container: the positive controls that prove the probes would notice a leak.
-No other outside or private-range address is ever a target.
+containers of other envs (deny and allow), and an "outside" host must all be unreachable.
+The outside host is a network namespace this test makes (tests/e2e/outside_host.py: a
+veth pair, an address in 198.18.0.0/15, listeners on TCP 443 and 80 and a DNS server on
+UDP 53); it is tried by address (TCP and UDP) and by a name only its DNS server knows
+(the containers' embedded DNS forwards to it). A container on an allow network must reach
+that same host by address and by name, and the host must reach into the deny container:
+the positive controls that prove the probes would notice a leak. Every target is on this
+machine: tests never send traffic to an outside address, so no registry, resolver or
+other public or private address is probed; the namespace stands in for them.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import re
 import secrets
-import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
+from outside_host import OutsideHost, outside_host
 
 from denv.server.netpolicy import (
     allow_network_options,
@@ -41,110 +39,40 @@ from denv.server.netpolicy import (
 pytestmark = pytest.mark.e2e
 
 IMAGE = "denv-base-probe:latest"
-PORTS = (443, 80)
 PROBE_TIMEOUT_S = 3.0
 SERVICE_PORT = 8000
 
-# Runs inside a container: tries every (host, port) in argv[1] at once, prints the results.
+# A probe target: (host, port) over TCP, or (host, port, "udp").
+Target = tuple[str, int] | tuple[str, int, str]
+
+# Runs inside a container: tries every target in argv[1] at once, prints the results. TCP
+# is "connected" once the handshake completes; UDP once the listener echoes the datagram.
 PROBE = r"""
 import json, socket, sys, threading
-targets = json.loads(sys.argv[1])
+targets, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
 results = [None] * len(targets)
-def attempt(i, host, port):
+def attempt(i, host, port, proto="tcp"):
     try:
-        socket.create_connection((host, port), timeout=float(sys.argv[2])).close()
-        results[i] = "connected"
+        if proto == "udp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(timeout)
+            s.sendto(b"denv-egress-probe", (host, port))
+            answer = s.recv(256)
+            s.close()
+            results[i] = "connected" if answer == b"denv-egress-probe" else repr(answer)
+        else:
+            socket.create_connection((host, port), timeout=timeout).close()
+            results[i] = "connected"
     except Exception as exc:
         results[i] = type(exc).__name__ + ": " + str(exc)
-threads = [threading.Thread(target=attempt, args=(i, h, p)) for i, (h, p) in enumerate(targets)]
+threads = [threading.Thread(target=attempt, args=(i, *t)) for i, t in enumerate(targets)]
 for t in threads: t.start()
 for t in threads: t.join()
 print(json.dumps(results))
 """
 
 
-# ---------------------------------------------------------------------------- registries
-
-
-def _url_host(url: str) -> str | None:
-    parts = urlsplit(url.strip())
-    return parts.hostname if parts.scheme in ("http", "https") and parts.hostname else None
-
-
-def pip_index_hosts() -> set[str]:
-    """Hosts of pip's index URLs (config and environment); pypi's when none is set."""
-    urls: list[str] = []
-    pip = [sys.executable, "-m", "pip"] if _has_pip() else [shutil.which("pip") or "pip"]
-    try:
-        out = subprocess.run(
-            [*pip, "config", "list"], capture_output=True, text=True, timeout=60, check=False
-        ).stdout
-    except OSError:
-        out = ""
-    primary = False
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        if key.endswith("index-url"):
-            primary = primary or not key.endswith("extra-index-url")
-            urls += value.strip().strip("'\"").split()
-    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
-        if os.environ.get(var):
-            primary = primary or var == "PIP_INDEX_URL"
-            urls += os.environ[var].split()
-    hosts = {h for h in map(_url_host, urls) if h}
-    if not primary:
-        hosts.add("pypi.org")
-    if "pypi.org" in hosts:
-        hosts.add("files.pythonhosted.org")
-    return hosts
-
-
-def _has_pip() -> bool:
-    return (
-        subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode
-        == 0
-    )
-
-
-def apt_source_hosts(root: Path = Path("/etc/apt")) -> set[str]:
-    """Hosts of apt's enabled sources (one-line ``.list`` and deb822 ``.sources`` files)."""
-    hosts: set[str] = set()
-    lists = [root / "sources.list", *sorted((root / "sources.list.d").glob("*.list"))]
-    for path in lists:
-        if not path.is_file():
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            # "deb [arch=amd64 signed-by=...] http://host/path suite components"
-            words = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
-            host = (
-                _url_host(words[1]) if len(words) >= 2 and words[0] in ("deb", "deb-src") else None
-            )
-            if host:
-                hosts.add(host)
-    for path in sorted((root / "sources.list.d").glob("*.sources")):
-        for stanza in re.split(r"\n\s*\n", path.read_text(errors="replace")):
-            fields = {}
-            for line in stanza.splitlines():
-                if line.startswith("#") or ":" not in line or line[:1].isspace():
-                    continue
-                key, _, value = line.partition(":")
-                fields[key.strip().lower()] = value.strip()
-            if fields.get("enabled", "yes").lower() == "no":
-                continue
-            hosts.update(h for h in map(_url_host, fields.get("uris", "").split()) if h)
-    return hosts
-
-
-def registry_hosts() -> list[str]:
-    return sorted(pip_index_hosts() | apt_source_hosts())
-
-
-def resolve_on_host(host: str) -> list[str]:
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return []
-    return sorted({str(info[4][0]) for info in infos})
+# ---------------------------------------------------------------------------- targets
 
 
 def host_reaches(host: str, port: int) -> bool:
@@ -207,6 +135,7 @@ class Fleet:
     service_b: Any  # on deny_b: another deny env
     service_w: Any  # on allow: another allow env, and the allow-side prober
     listener: Listener
+    outside: OutsideHost  # the namespace that stands in for any host beyond this machine
     guard_was_installed_here: bool
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -218,7 +147,7 @@ class Fleet:
         network.reload()
         return str(network.attrs["IPAM"]["Config"][0]["Gateway"])
 
-    def probe(self, container: Any, targets: list[tuple[str, int]]) -> list[str]:
+    def probe(self, container: Any, targets: list[Target]) -> list[str]:
         result = container.exec_run(
             ["python3", "-c", PROBE, json.dumps(targets), str(PROBE_TIMEOUT_S)]
         )
@@ -227,18 +156,36 @@ class Fleet:
         return outcomes
 
 
-@pytest.fixture(scope="module")
-def fleet() -> Iterator[Fleet]:
-    docker = pytest.importorskip("docker")
+def docker_client() -> Any:
+    """A client of the Docker Engine that has IMAGE; the test fails naming the fix if not."""
+    try:
+        import docker
+    except ImportError as exc:
+        pytest.fail(
+            f"the docker Python package is missing ({exc}): "
+            "install the venv (scripts/bootstrap.sh; make test runs it)"
+        )
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as exc:  # no engine here: the e2e tests cannot run
-        pytest.skip(f"no Docker Engine reachable ({exc}): start dockerd")
+    except Exception as exc:
+        pytest.fail(f"no Docker Engine reachable ({exc}): start it (make docker)")
     try:
         client.images.get(IMAGE)
     except docker.errors.ImageNotFound:
-        pytest.skip(f"image {IMAGE} is not on the Docker Engine: build it (scripts/base-image.sh)")
+        pytest.fail(f"image {IMAGE} is not on the Docker Engine: build it (make image-probe)")
+    return client
+
+
+@pytest.fixture(scope="module")
+def outside() -> Iterator[OutsideHost]:
+    with outside_host() as host:
+        yield host
+
+
+@pytest.fixture(scope="module")
+def fleet(outside: OutsideHost) -> Iterator[Fleet]:
+    client = docker_client()
     run_id = secrets.token_hex(4)
     labels = {"denv.managed": "true", "denv.instance": f"test-egress-{run_id}"}
     guard_new = install_host_guard()
@@ -257,6 +204,9 @@ def fleet() -> Iterator[Fleet]:
             ["python3", "-m", "http.server", str(SERVICE_PORT)],
             detach=True,
             network=net.name,
+            # The embedded DNS forwards to the outside host only: a name probe can resolve
+            # nothing else, and never asks a resolver beyond this machine.
+            dns=[outside.address],
             labels={**labels, "denv.service": service},
         )
         containers.append(ct)
@@ -277,6 +227,7 @@ def fleet() -> Iterator[Fleet]:
             container(deny_b, "agent"),
             container(allow, "agent"),
             listener,
+            outside,
             guard_new,
         )
         for ct in (fleet.probe_a, fleet.peer_a, fleet.service_b, fleet.service_w):
@@ -305,9 +256,14 @@ def _wait_listening(fleet: Fleet, container: Any) -> None:
         time.sleep(0.2)
 
 
-def _assert_all_fail(fleet: Fleet, targets: list[tuple[str, int]], what: str) -> None:
+def describe(target: Target) -> str:
+    """``host:port``, with ``/udp`` for a UDP target."""
+    return f"{target[0]}:{target[1]}" + ("/udp" if len(target) > 2 else "")
+
+
+def _assert_all_fail(fleet: Fleet, targets: list[Target], what: str) -> None:
     outcomes = fleet.probe(fleet.probe_a, targets)
-    leaks = [f"{h}:{p}" for (h, p), o in zip(targets, outcomes, strict=True) if o == "connected"]
+    leaks = [describe(t) for t, o in zip(targets, outcomes, strict=True) if o == "connected"]
     print(f"egress deny, {what}: {len(targets)} attempts, {len(leaks)} succeeded")
     assert not leaks, f"a deny env reached {what}: {leaks}"
 
@@ -340,28 +296,40 @@ def test_deny_env_cannot_reach_other_envs(fleet: Fleet) -> None:
         assert host_reaches(host, port), f"{host}:{port} is not listening"
 
 
-def test_deny_env_cannot_reach_package_registries(fleet: Fleet) -> None:
-    hosts = registry_hosts()
-    assert hosts, "no package registry configured for pip or apt on this machine"
-    addresses = sorted({a for h in hosts for a in resolve_on_host(h)})
-    targets = [(t, p) for t in [*hosts, *addresses] for p in PORTS]
-    print(f"registries from pip/apt configuration: {', '.join(hosts)}")
-    _assert_all_fail(fleet, targets, "package registries (by name and address)")
+def outside_targets(outside: OutsideHost) -> list[Target]:
+    """The outside host by address (TCP and UDP) and by its name (TCP)."""
+    return [
+        *outside.tcp_targets(),
+        outside.udp_target(),
+        *outside.tcp_targets(outside.dns_name),
+    ]
 
 
-def test_allow_env_reaches_the_registries_the_host_reaches(fleet: Fleet) -> None:
-    hosts = registry_hosts()
-    addresses = sorted({a for h in hosts for a in resolve_on_host(h)})
-    # Containers here have no IPv6: only IPv4 addresses can be compared.
-    addresses = [a for a in addresses if ipaddress.ip_address(a).version == 4]
-    candidates = [(t, p) for t in [*hosts, *addresses] for p in PORTS]
-    reachable = [t for t in candidates if host_reaches(*t)]
-    if not reachable:
-        pytest.skip("this machine reaches none of its package registries: nothing to compare")
-    outcomes = fleet.probe(fleet.service_w, reachable)
-    failed = [f"{h}:{p}" for (h, p), o in zip(reachable, outcomes, strict=True) if o != "connected"]
-    print(f"egress allow: {len(reachable)} attempts, {len(reachable) - len(failed)} succeeded")
-    assert not failed, f"an allow env could not reach {failed}: the deny probes prove nothing"
+def test_deny_env_cannot_reach_an_outside_host(fleet: Fleet) -> None:
+    outside = fleet.outside
+    before = len(outside.seen)
+    _assert_all_fail(fleet, outside_targets(outside), f"the outside host {outside.address}")
+    # Not even a DNS query for its name got there.
+    assert outside.wait_seen(before + 1, timeout=1.0)[before:] == []
+    # The listeners are up: the host itself reaches them.
+    for target in outside.tcp_targets():
+        assert host_reaches(*target), f"{describe(target)} is not listening"
+
+
+def test_allow_env_reaches_the_outside_host(fleet: Fleet) -> None:
+    outside = fleet.outside
+    targets = outside_targets(outside)
+    before = len(outside.seen)
+    outcomes = fleet.probe(fleet.service_w, targets)
+    failed = [describe(t) for t, o in zip(targets, outcomes, strict=True) if o != "connected"]
+    print(f"egress allow: {len(targets)} attempts, {len(targets) - len(failed)} succeeded")
+    assert not failed, (
+        f"an allow env could not reach {failed} ({outcomes}): the deny probes prove nothing"
+    )
+    # The connections reached the namespace's listeners (masqueraded to the host's end).
+    seen = outside.wait_seen(before + len(targets))[before:]
+    assert {(proto, port) for proto, port, _ in seen} >= {("tcp", 443), ("tcp", 80), ("udp", 53)}
+    assert {peer for _, _, peer in seen} == {outside.host_address}, seen
 
 
 def test_host_reaches_into_the_deny_env(fleet: Fleet) -> None:
