@@ -28,6 +28,8 @@ from denv_api_client.models import (
     Version,
     VersionService,
     WaitFor,
+    WarmPool,
+    WarmPoolState,
 )
 
 from . import errors
@@ -53,5 +55,7 @@ __all__ = [
     "Version",
     "VersionService",
     "WaitFor",
+    "WarmPool",
+    "WarmPoolState",
 ]
 __all__ += errors.__all__

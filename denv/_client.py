@@ -15,6 +15,7 @@ from denv_api_client.api.envs import (
     fork_env,
     get_env,
     get_env_logs,
+    get_warm_pool,
     list_envs,
     snapshot_env,
     wait_env,
@@ -49,6 +50,7 @@ from denv_api_client.models import (
     WaitFor,
     WaitRequest,
     WaitRequestUntil,
+    WarmPool,
 )
 from denv_api_client.types import UNSET, Unset
 
@@ -293,6 +295,15 @@ class Denv:
         """The last `tail` log lines of a service (default: the agent service), oldest first."""
         res = get_env_logs.sync_detailed(env_id, client=self._api, service=_opt(service), tail=tail)
         return unwrap(res).lines
+
+    def warm_pool(self, env_id: str) -> WarmPool:
+        """The booted spares the env asked for (`warm`): `.state`, `.ready` of `.target`.
+
+        `state` is `none` (no spares asked for), `filling`, `ready`, or `stalled`
+        (boots keep failing or no room is left; `.error` says which).
+        """
+        res = get_warm_pool.sync_detailed(env_id, client=self._api)
+        return unwrap(res)
 
     # -- versions and forks
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._clients import fork_client, fork_clients
-from ._errors import EnvReadyTimeout, EnvStartError
+from ._errors import EnvReadyTimeout, EnvStartError, WarmPoolStalled, WarmPoolTimeout
 from ._provider import DenvProvider
 from ._version import from_denv_version, install
 
@@ -32,6 +32,8 @@ __all__ = [
     "EnvReadyTimeout",
     "EnvStartError",
     "ForkableState",
+    "WarmPoolStalled",
+    "WarmPoolTimeout",
     "fork_client",
     "fork_clients",
     "forkable",

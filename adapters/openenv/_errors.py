@@ -51,3 +51,22 @@ class EnvStartError(_EnvDetails, RuntimeError):
 
 class EnvReadyTimeout(_EnvDetails, TimeoutError):
     """The env did not become ready in time; `log_tail` shows how far it got."""
+
+
+class WarmPoolStalled(RuntimeError):
+    """The env's warm pool stopped filling: spare boots keep failing, or no room is left.
+
+    `pool` is the server's last report (`denv.WarmPool`); its `error` says why.
+    """
+
+    def __init__(self, message: str, pool: object) -> None:
+        super().__init__(message)
+        self.pool = pool
+
+
+class WarmPoolTimeout(TimeoutError):
+    """The env's warm pool was not full in time; `pool` is the server's last report."""
+
+    def __init__(self, message: str, pool: object) -> None:
+        super().__init__(message)
+        self.pool = pool

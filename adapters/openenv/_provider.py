@@ -18,19 +18,20 @@ import contextlib
 import logging
 import shlex
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from denv._errors import NotFound
 from openenv.core.containers.runtime import ContainerProvider
 
 from ._connection import Connection, open_connection
-from ._errors import EnvReadyTimeout, EnvStartError
+from ._errors import EnvReadyTimeout, EnvStartError, WarmPoolStalled, WarmPoolTimeout
 from ._readiness import WebSocketProbe, probe_websocket
 from ._waits import FAILED, ReadyWait, start_error
 
 if TYPE_CHECKING:
-    from denv import Env
+    from denv import Env, WarmPool
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ DEFAULT_PORT = 8000
 #: Keyword arguments of start_container besides image/port/env_vars: what OpenEnv itself passes
 #: (AutoEnv's `wait_timeout`) and the per-start options other providers take.
 START_OPTIONS = ("wait_timeout", "labels", "command", "cmd")
+#: How often wait_warm() asks the server how its spares are doing.
+WARM_POLL_S = 0.25
 
 
 class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no type hints
@@ -103,6 +106,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         self._base_url: str | None = None
         self._ready_timeout_s: float | None = None
         self._origin = ""  # what the env was started from, for messages
+        self._start: str | None = None  # "warm" or "cold": how the server started the env
         self._healthy_at_bind = False
         self._lock = threading.RLock()
         #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
@@ -120,6 +124,11 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     def base_url(self) -> str | None:
         """The URL an OpenEnv client connects to (holds an ingress capability: keep it private)."""
         return self._base_url
+
+    @property
+    def start(self) -> str | None:
+        """How the server started the env: `"warm"` (a booted spare) or `"cold"` (a boot)."""
+        return self._start
 
     @property
     def server(self) -> str:
@@ -243,7 +252,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             if env_id is not None and connection is not None:
                 with contextlib.suppress(NotFound):  # already gone: what stop wants
                     connection.denv.delete_env(env_id)
-                self._env_id = self._base_url = None
+                self._env_id = self._base_url = self._start = None
                 logger.info("deleted env %s", env_id)
             self._connection = None
         if connection is not None:
@@ -272,6 +281,56 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
 
         children = fork_children(self, 1 if n is None else n)
         return children[0] if n is None else children
+
+    def wait_warm(
+        self,
+        timeout_s: float = 300.0,
+        progress: Callable[[WarmPool], None] | None = None,
+    ) -> WarmPool:
+        """Wait until the spares this env asked for (`warm=n`) are booted; return the pool.
+
+        Once it returns, the next `fork(k)` with k <= n starts every child from a spare.
+        `progress` is called with the server's report (`denv.WarmPool`: `ready`,
+        `booting`, `target`) each time it changes. Returns at once when the env asked
+        for no spares (state `none`: forks start cold). Raises `WarmPoolStalled` when
+        spare boots keep failing or the server has no room for them, and
+        `WarmPoolTimeout` after `timeout_s`.
+
+        >>> provider = DenvProvider(warm=8)
+        >>> client = GenericEnvClient.from_docker_image(image, provider=provider).sync()
+        >>> provider.wait_warm(timeout_s=120, progress=lambda p: print(p.ready, "/", p.target))
+        """
+        env_id = self._env_id
+        if env_id is None:
+            raise RuntimeError("wait_warm() needs a running env: start one first")
+        denv = self._conn().denv
+        deadline = time.monotonic() + timeout_s
+        seen: tuple[str, int, int] | None = None
+        while True:
+            pool = denv.warm_pool(env_id)
+            state = str(pool.state)
+            if (state, pool.ready, pool.booting) != seen and progress is not None:
+                progress(pool)
+            seen = (state, pool.ready, pool.booting)
+            if state in ("none", "ready"):
+                return pool
+            if state == "stalled":
+                raise WarmPoolStalled(
+                    f"the warm pool of env {env_id} stopped filling at {pool.ready}/"
+                    f"{pool.target} spares: {pool.error or 'no reason given'}. Forks start "
+                    "cold meanwhile; fix the cause (the server's log names it), then fork "
+                    "again with warm to restart the pool.",
+                    pool,
+                )
+            if time.monotonic() + WARM_POLL_S > deadline:
+                raise WarmPoolTimeout(
+                    f"the warm pool of env {env_id} had {pool.ready}/{pool.target} spares "
+                    f"ready ({pool.booting} booting) after {timeout_s:g}s: the machine may be "
+                    "busy; wait longer (timeout_s) or fork now (children without a spare "
+                    "start cold).",
+                    pool,
+                )
+            time.sleep(WARM_POLL_S)
 
     # -- internals shared with _fork -------------------------------------------------------------
 
@@ -332,6 +391,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             raise
         with self._lock:
             self._env_id, self._base_url, self._origin = env.id, url, what
+            self._start = str(env.start)
             # Already healthy on the server (a fork that waited): no long-poll needed.
             self._healthy_at_bind = str(env.status) == "healthy"
         logger.info("env %s started (%s, egress %s)", env.id, what, env.egress)
@@ -347,7 +407,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     def _unbind(self, env_id: str) -> None:
         with self._lock:
             if self._env_id == env_id:
-                self._env_id = self._base_url = None
+                self._env_id = self._base_url = self._start = None
 
 
 def _command(value: Sequence[str] | str | None) -> list[str] | None:

@@ -195,6 +195,12 @@ async def wait_env(c: Dep, owner: Owner, env_id: str, body: WaitRequest) -> dict
     return await asyncio.to_thread(_env_view, c, done, _states(c, rec.id))
 
 
+@router.get("/v1/envs/{env_id}/warm")
+async def get_warm_pool(c: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
+    rec = await asyncio.to_thread(_owned_env, c, owner, env_id)
+    return c.envs.warm.status(rec.id)
+
+
 @router.get("/v1/envs/{env_id}/logs")
 async def get_env_logs(
     c: Dep,

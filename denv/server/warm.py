@@ -55,6 +55,7 @@ class Pool:
     claims: dict[str, Future[Spare | None]] = field(default_factory=dict)  # booting, promised
     last_used: float = field(default_factory=time.monotonic)
     failures: int = 0
+    error: str | None = None  # why the last boot failed
     memory: int = 0  # the largest measured spare of this pool
     hold_until: float = 0.0  # no refill before (monotonic): the children just taken boot first
 
@@ -87,6 +88,20 @@ def mem_available() -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _pool_status(
+    env_id: str, state: str, target: int, ready: int, booting: int, failures: int, error: str | None
+) -> dict[str, Any]:
+    return {
+        "env_id": env_id,
+        "state": state,
+        "target": target,
+        "ready": ready,
+        "booting": booting,
+        "failures": failures,
+        "error": error,
+    }
 
 
 class WarmPools:
@@ -235,6 +250,27 @@ class WarmPools:
             list(pool.map(self.destroy, gone))
         self._boots.shutdown(wait=True)
 
+    def status(self, env_id: str) -> dict[str, Any]:
+        """The pool ``env_id`` asked for, as the contract's WarmPool (state ``none`` if none)."""
+        with self._lock:
+            pool = next((p for p in self._pools.values() if env_id in p.owners), None)
+            if pool is None:
+                return _pool_status(env_id, "none", 0, 0, 0, 0, None)
+            ready, booting, error = len(pool.idle), len(pool.unclaimed()), pool.error
+            if ready >= pool.target:
+                state = "ready"
+            elif pool.failures >= WARM_MAX_FAILURES:
+                state = "stalled"
+            elif booting or pool.hold_until > time.monotonic() or self._fits(pool):
+                state = "filling"
+            else:
+                state = "stalled"
+                error = (
+                    "no room for another spare: the server's warm limits (--warm-max-spares, "
+                    "--warm-max-memory, --warm-min-free-memory) or the host's free memory"
+                )
+            return _pool_status(env_id, state, pool.target, ready, booting, pool.failures, error)
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {
@@ -305,6 +341,7 @@ class WarmPools:
             log.warning("warm: booting a spare of pool %s failed: %s", pool.key, exc)
             with self._lock:
                 pool.failures += 1
+                pool.error = str(exc)
         if spare is None:
             self.destroy(env_id)  # before a claimant starts cold under this id
         with self._lock:
@@ -315,7 +352,7 @@ class WarmPools:
             if spare is not None and keep:
                 pool.idle.append(spare)
                 pool.memory = max(pool.memory, spare.memory)
-                pool.failures = 0
+                pool.failures, pool.error = 0, None
                 log.info(
                     "warm: spare %s ready in pool %s (%d/%d, %d MiB)",
                     env_id,

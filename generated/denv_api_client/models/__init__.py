@@ -33,6 +33,8 @@ from .version_service import VersionService
 from .wait_for import WaitFor
 from .wait_request import WaitRequest
 from .wait_request_until import WaitRequestUntil
+from .warm_pool import WarmPool
+from .warm_pool_state import WarmPoolState
 
 __all__ = (
     "DeployRequest",
@@ -68,4 +70,6 @@ __all__ = (
     "WaitFor",
     "WaitRequest",
     "WaitRequestUntil",
+    "WarmPool",
+    "WarmPoolState",
 )
