@@ -310,7 +310,8 @@ def test_deny_env_cannot_reach_an_outside_host(fleet: Fleet) -> None:
     before = len(outside.seen)
     _assert_all_fail(fleet, outside_targets(outside), f"the outside host {outside.address}")
     # Not even a DNS query for its name got there.
-    assert outside.wait_seen(before + 1, timeout=1.0)[before:] == []
+    seen = outside.wait_seen(before + 1, timeout=1.0)[before:]
+    assert not seen, f"the outside host saw traffic from a deny env: {seen}"
     # The listeners are up: the host itself reaches them.
     for target in outside.tcp_targets():
         assert host_reaches(*target), f"{describe(target)} is not listening"

@@ -1,14 +1,17 @@
 """Egress deny holds for envs the server makes, with the server listening on every address.
 
 tests/e2e/test_egress.py checks the network policy on hand-made networks; this reuses its
-probes (and its rule for outside targets: only the package registries this machine's pip
-and apt configuration names, by name and by the address they resolve to here; never any
-other outside or private address) against envs created through the API of a server bound
-to 0.0.0.0, so its port is open on the gateway of every env network. From inside a deny
-env: the host (gateway and every host address, on the server's port and on a port this
-test listens on), another deny env, an allow env and the registries: 0 connect. Positive
-controls: the host reaches the server on the gateway, the deny env reaches itself, and an
-allow env reaches the registries the host reaches.
+probes and its outside host (tests/e2e/outside_host.py: a network namespace this test
+makes, joined to the host by a veth, at an address in 198.18.0.0/15, with listeners on TCP
+443 and 80 and UDP 53) against envs created through the API of a server bound to 0.0.0.0,
+so its port is open on the gateway of every env network. From inside a deny env: the host
+(gateway and every host address, on the server's port and on a port this test listens
+on), another deny env, an allow env and the outside host by address (TCP and UDP): 0
+connect, and the outside host sees nothing. Positive controls: the host reaches the
+server on the gateway, the deny env reaches itself, and an allow env reaches the outside
+host. Every target is on this machine: tests never send traffic to an outside address.
+The outside host is not tried by name here: the server's envs use the host's resolvers,
+so a name lookup would leave the machine.
 """
 
 from __future__ import annotations
@@ -21,10 +24,19 @@ from urllib.parse import urlsplit
 
 import pytest
 from conftest import LocalDenv, start_server
-from reliability_helpers import E2E_DIR, api, container_of, delete_all, report, standin
+from reliability_helpers import (
+    E2E_DIR,
+    STANDIN,
+    api,
+    container_of,
+    delete_all,
+    report,
+    standin,
+)
 
 sys.path.insert(0, str(E2E_DIR))
 import test_egress as probes
+from outside_host import OutsideHost, outside_host
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +48,35 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
 
 
 @pytest.fixture(scope="module")
-def envs(server: LocalDenv) -> Iterator[dict[str, dict[str, Any]]]:
+def client() -> Any:
+    """A Docker Engine client; the test fails naming the fix when there is none."""
+    try:
+        import docker
+    except ImportError as exc:
+        pytest.fail(
+            f"the docker Python package is missing ({exc}): "
+            "install the venv (scripts/bootstrap.sh; make test runs it)"
+        )
+    try:
+        engine = docker.from_env()
+        engine.ping()
+    except Exception as exc:
+        pytest.fail(f"no Docker Engine reachable ({exc}): start it (make docker)")
+    try:
+        engine.images.get(STANDIN)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {STANDIN} is not on the Docker Engine: build it (make images)")
+    return engine
+
+
+@pytest.fixture(scope="module")
+def outside() -> Iterator[OutsideHost]:
+    with outside_host() as host:
+        yield host
+
+
+@pytest.fixture(scope="module")
+def envs(client: Any, server: LocalDenv) -> Iterator[dict[str, dict[str, Any]]]:
     with api(server) as c:
         made = {
             "deny": standin(c),
@@ -49,11 +89,6 @@ def envs(server: LocalDenv) -> Iterator[dict[str, dict[str, Any]]]:
             delete_all(c)
 
 
-def docker_client() -> Any:
-    docker = pytest.importorskip("docker")
-    return docker.from_env()
-
-
 def network_of(client: Any, env: dict[str, Any]) -> tuple[str, str]:
     """(gateway, the env agent's IP) on the env's own network."""
     net = client.networks.get(f"denv-{env['id'].lower()}")
@@ -63,7 +98,7 @@ def network_of(client: Any, env: dict[str, Any]) -> tuple[str, str]:
     return gateway, ip
 
 
-def probe(client: Any, env: dict[str, Any], targets: list[tuple[str, int]]) -> list[str]:
+def probe(client: Any, env: dict[str, Any], targets: list[probes.Target]) -> list[str]:
     ct = client.containers.get(container_of(env))
     result = ct.exec_run(
         ["python3", "-c", probes.PROBE, json.dumps(targets), str(probes.PROBE_TIMEOUT_S)]
@@ -73,66 +108,73 @@ def probe(client: Any, env: dict[str, Any], targets: list[tuple[str, int]]) -> l
     return outcomes
 
 
-def leaks(outcomes: list[str], targets: list[tuple[str, int]]) -> list[str]:
-    return [f"{h}:{p}" for (h, p), o in zip(targets, outcomes, strict=True) if o == "connected"]
+def leaks(outcomes: list[str], targets: list[probes.Target]) -> list[str]:
+    return [probes.describe(t) for t, o in zip(targets, outcomes, strict=True) if o == "connected"]
 
 
 def test_deny_env_made_by_the_server_reaches_nothing(
-    server: LocalDenv, envs: dict[str, dict[str, Any]], request: pytest.FixtureRequest
+    client: Any,
+    server: LocalDenv,
+    envs: dict[str, dict[str, Any]],
+    outside: OutsideHost,
+    request: pytest.FixtureRequest,
 ) -> None:
-    client = docker_client()
     port = urlsplit(server.url).port
     assert port is not None
     gateway, own_ip = network_of(client, envs["deny"])
     listener = probes.Listener()
     try:
-        host_targets = [
+        host_targets: list[probes.Target] = [
             (address, p)
             for address in sorted({gateway, *probes.host_addresses()})
             for p in (port, listener.port)
         ]
-        env_targets = [
+        env_targets: list[probes.Target] = [
             (network_of(client, envs[name])[1], 8000) for name in ("other_deny", "allow")
         ]
-        hosts = probes.registry_hosts()
-        addresses = sorted({a for h in hosts for a in probes.resolve_on_host(h)})
-        registry_targets = [(t, p) for t in [*hosts, *addresses] for p in probes.PORTS]
-        targets = host_targets + env_targets + registry_targets
+        outside_targets = [*outside.tcp_targets(), outside.udp_target()]
+        targets = host_targets + env_targets + outside_targets
+        before = len(outside.seen)
         outcomes = probe(client, envs["deny"], targets)
         found = leaks(outcomes, targets)
         assert not listener.accepted, listener.accepted
+        seen = outside.wait_seen(before + 1, timeout=1.0)[before:]
+        assert not seen, f"the outside host saw traffic from a deny env: {seen}"
     finally:
         listener.close()
     # Positive controls: the probes would notice a connection.
     assert probes.host_reaches(gateway, port), "the server does not listen on the gateway"
     assert probe(client, envs["deny"], [(own_ip, 8000)]) == ["connected"]
-    for host, p in env_targets:
+    for host, p, *_ in env_targets + outside.tcp_targets():
         assert probes.host_reaches(host, p), f"{host}:{p} does not listen"
     report(
         request,
         f"egress: {len(targets)} attempts from a deny env ({len(host_targets)} host, "
-        f"{len(env_targets)} other envs, {len(registry_targets)} registry "
-        f"[{', '.join(hosts)}]), {len(found)} succeeded",
+        f"{len(env_targets)} other envs, {len(outside_targets)} outside host "
+        f"{outside.address}), {len(found)} succeeded",
     )
     assert not found, f"a deny env reached {found}"
 
 
-def test_allow_env_made_by_the_server_reaches_the_registries(
-    envs: dict[str, dict[str, Any]], request: pytest.FixtureRequest
+def test_allow_env_made_by_the_server_reaches_the_outside_host(
+    client: Any,
+    envs: dict[str, dict[str, Any]],
+    outside: OutsideHost,
+    request: pytest.FixtureRequest,
 ) -> None:
-    hosts = probes.registry_hosts()
-    addresses = [
-        a for h in hosts for a in probes.resolve_on_host(h) if ":" not in a
-    ]  # containers here have no IPv6
-    candidates = [(t, p) for t in [*hosts, *sorted(set(addresses))] for p in probes.PORTS]
-    reachable = [t for t in candidates if probes.host_reaches(*t)]
-    if not reachable:
-        pytest.skip("this machine reaches none of its package registries: nothing to compare")
-    outcomes = probe(docker_client(), envs["allow"], reachable)
-    failed = [f"{h}:{p}" for (h, p), o in zip(reachable, outcomes, strict=True) if o != "connected"]
+    targets: list[probes.Target] = [*outside.tcp_targets(), outside.udp_target()]
+    before = len(outside.seen)
+    outcomes = probe(client, envs["allow"], targets)
+    failed = [
+        probes.describe(t) for t, o in zip(targets, outcomes, strict=True) if o != "connected"
+    ]
     report(
         request,
-        f"egress: {len(reachable)} registry attempts from an allow env, "
-        f"{len(reachable) - len(failed)} succeeded",
+        f"egress: {len(targets)} attempts from an allow env to the outside host "
+        f"{outside.address}, {len(targets) - len(failed)} succeeded",
     )
-    assert not failed, f"an allow env could not reach {failed}"
+    assert not failed, f"an allow env could not reach {failed} ({outcomes})"
+    # The connections reached the namespace's listeners (masqueraded to the host's end).
+    seen = outside.wait_seen(before + len(targets))[before:]
+    assert {(proto, p) for proto, p, _ in seen} >= {("tcp", 443), ("tcp", 80), ("udp", 53)}
+    assert {peer for _, _, peer in seen} == {outside.host_address}, seen
