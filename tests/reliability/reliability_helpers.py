@@ -156,3 +156,13 @@ def delete_all(c: httpx.Client) -> int:
 
 def container_of(env: dict[str, Any], service: str = "agent") -> str:
     return f"denv-{env['id'].lower()}-{service}"
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """A process's resident memory now (``VmRSS``) and at its peak (``VmHWM``), in KiB."""
+    found: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            found[name] = int(value.split()[0])
+    return found

@@ -8,10 +8,16 @@ or NUL, non-JSON bodies. Every answer must be below 500; every 4xx must carry a 
 from the contract's closed set and a message. Afterwards the server still serves: health
 answers and a real env starts. Creates that would pass validation name an image the
 engine does not have, so no container starts.
+
+Alias bombs sit under an allowed ``x-`` key and are referenced from every place the compose
+parser reads; each must be refused with 422 ``invalid_compose`` before it expands: the
+server answers promptly and its resident and peak memory grow by less than 50 MB.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +26,15 @@ import httpx
 import pytest
 import yaml
 from conftest import LocalDenv, start_server
-from reliability_helpers import api, assert_nothing_left, delete_all, ok, report, standin
+from reliability_helpers import (
+    api,
+    assert_nothing_left,
+    delete_all,
+    memory_kib,
+    ok,
+    report,
+    standin,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -30,12 +44,19 @@ ENV = "env_01M8KZZZZZZZZZZZZZZZZZZZZZ"
 VER = "ver_01M8KZZZZZZZZZZZZZZZZZZZZZ"
 MIB = 1024 * 1024
 
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}]\n"
-    for i in range(8)
-)
+BOMB_LEVELS = 7  # 9**8 leaves: a 226 MB string once expanded (9 levels: ~20 GB from ~650 bytes)
+
+
+def alias_bomb(levels: int = BOMB_LEVELS) -> str:
+    """A "billion laughs" under an allowed ``x-`` key: anchor ``b<levels>`` is 9**(levels+1)
+    leaves. A regressed server expands it whole; the default size fails the memory check
+    plainly while staying survivable on a shared CI machine."""
+    lines = ["x-bomb:", "  b0: &b0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+TOP = f"*b{BOMB_LEVELS}"  # the largest anchor of alias_bomb()
 
 
 def compose(service: str) -> str:
@@ -69,9 +90,9 @@ COMPOSE_CASES = [
     "services:\n  agent: {image: x}\nx-denv: {agent: {service: nobody}}\n",
     "services:\n  agent: {image: x}\nx-denv: {agent: {service: agent, health_path: 5}}\n",
     "!!python/object/apply:os.system ['true']",
-    BOMB + compose(f"    image: {MISSING}\n    environment: {{BOMB: *i}}"),
-    BOMB + compose(f"    image: {MISSING}\n    command: *i"),
-    BOMB + compose("    image: *i"),
+    alias_bomb() + compose(f"    image: {MISSING}\n    environment: {{BOMB: {TOP}}}"),
+    alias_bomb() + compose(f"    image: {MISSING}\n    command: {TOP}"),
+    alias_bomb() + compose(f"    image: {TOP}"),
     "x-a: &x {image: x}\nservices:\n  agent: *x\n  db:\n    <<: *x\n    ports: *x\n",
     "\t\x00\x01binary",
     "services:\n" + "".join(f"  s{i}: {{image: {MISSING}}}\n" for i in range(2000)),
@@ -275,3 +296,59 @@ def test_boundary_inputs(server: LocalDenv, request: pytest.FixtureRequest) -> N
     )
     assert not problems, "\n".join(problems)
     assert_nothing_left(request, server.state_dir, "bad input: after", quiet=True)
+
+
+# Every place the compose parser reads a value, each fed the same alias bomb. The old
+# parser refused most of them cheaply but expanded two (str() of an environment value, the
+# repr of x-denv.agent.service in its message); the bound must refuse all of them at load.
+PORTS = "    ports: ['8000']"
+BOMB_PLACES = {
+    "environment value": compose(f"    image: {MISSING}\n{PORTS}\n    environment: {{B: {TOP}}}"),
+    "environment list": compose(f"    image: {MISSING}\n{PORTS}\n    environment: [{TOP}]"),
+    "command list": compose(f"    image: {MISSING}\n{PORTS}\n    command: [sh, {TOP}]"),
+    "labels": compose(f"    image: {MISSING}\n{PORTS}\n    labels: {{a: {TOP}}}"),
+    "nested lists": compose(f"    image: {MISSING}\n    ports: [[[{TOP}]]]"),
+    "merge key": compose(f"    image: {MISSING}\n{PORTS}\n    <<: {{x: {TOP}}}"),
+    "x-denv agent service": (
+        f"services:\n  agent:\n    image: {MISSING}\n{PORTS}\n"
+        f"x-denv:\n  agent: {{service: {TOP}}}\n"
+    ),
+}
+# Refused at the anchor that first grows past the bound, before any value is built.
+REFUSED = re.compile(r"^x-bomb\.b\d: YAML aliases expand this to more than \d+ nodes")
+MEMORY_GROWTH_KIB = 50 * 1024
+PROMPT_S = 5.0
+
+
+def test_alias_bombs_refused_before_expanding(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # A server of its own: its peak memory (VmHWM) is then this test's alone.
+    with start_server(tmp_path / "state") as srv, api(srv, timeout=60) as c:
+        assert srv.proc is not None
+        ok(c.get("/v1/health"), 200)
+        before = memory_kib(srv.proc.pid)
+        slowest = 0.0
+        for place, text in BOMB_PLACES.items():
+            started = time.monotonic()
+            res = c.post("/v1/projects/bomb/deploy", json={"compose": alias_bomb() + text})
+            took = time.monotonic() - started
+            assert res.status_code == 422, (place, res.status_code, res.text[:300])
+            body = res.json()
+            assert body["code"] == "invalid_compose", (place, body)
+            assert REFUSED.match(body["message"]), (place, body["message"][:300])
+            assert "write the values out" in body["message"], body["message"]
+            started = time.monotonic()
+            assert ok(c.get("/v1/health"), 200)["status"] == "ok"
+            slowest = max(slowest, took, time.monotonic() - started)
+        after = memory_kib(srv.proc.pid)
+    growth = {k: after[k] - before[k] for k in before}
+    report(
+        request,
+        f"bad input: {len(BOMB_PLACES)} alias bombs ({len(alias_bomb())} bytes, "
+        f"9**{BOMB_LEVELS + 1} leaves each) refused with 422, slowest answer {slowest:.2f} s, "
+        "memory growth "
+        f"{growth['VmRSS'] // 1024} MiB resident, {growth['VmHWM'] // 1024} MiB peak",
+    )
+    assert slowest < PROMPT_S, f"the server took {slowest:.1f} s to answer"
+    assert growth["VmRSS"] < MEMORY_GROWTH_KIB and growth["VmHWM"] < MEMORY_GROWTH_KIB, growth
