@@ -4,19 +4,28 @@ The cassettes under tests/cassettes/ were recorded from a real `denv serve` by
 scripts/record_cassettes.py (`make cassettes`), never written by hand. Each test runs the
 same scenario function the recorder ran (tests/unit/facade_scenarios.py) and checks what the
 facade made of the server's answers. A replay fails on any request the recording does not
-hold, and retry sleeps fail the test, so these also show that 401/404/409/422 from the real
-server are never retried.
+hold, body, query and API key included (tests/unit/cassette_match.py), and retry sleeps fail
+the test, so these also show that 401/404/409/422 from the real server are never retried.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-import vcr
+from cassette_match import (
+    CASSETTES,
+    RECORDED_AUTHORIZATION,
+    RECORDED_IDEMPOTENCY_KEY,
+    SENT_AUTHORIZATION,
+    Replayed,
+)
+from cassette_match import replay as replaying
 from facade_scenarios import (
     CASSETTE_KEY,
     CASSETTE_SERVER,
@@ -25,7 +34,6 @@ from facade_scenarios import (
     SCENARIOS,
     UNKNOWN_ENV,
 )
-from vcr.cassette import Cassette
 
 from denv import (
     Conflict,
@@ -36,14 +44,9 @@ from denv import (
     NotFound,
     Unauthorized,
 )
+from denv.server.auth import new_key
 
-CASSETTES = Path(__file__).resolve().parents[1] / "cassettes"
 RECORDER = Path(__file__).resolve().parents[2] / "scripts" / "record_cassettes.py"
-REPLAY = vcr.VCR(
-    cassette_library_dir=str(CASSETTES),
-    record_mode="none",
-    match_on=["method", "path"],  # each recorded answer plays once (vcr's default)
-)
 PLACEHOLDER_ID = re.compile(r"^(env|ver|req|lyr)_0{10}[0-9A-HJKMNP-TV-Z]{16}$")
 
 
@@ -51,22 +54,14 @@ def _no_retry(seconds: float) -> None:
     raise AssertionError(f"the facade tried to retry (after {seconds}s) during a replay")
 
 
-def replay(name: str) -> tuple[Any, Cassette]:
-    path = CASSETTES / f"{name}.yaml"
-    if not path.exists():
-        pytest.skip(f"cassette {path.name} is missing: record it with `make cassettes` (Docker)")
+def replay(name: str) -> tuple[Any, Replayed]:
+    """Run scenario `name` on its cassette: what it returned, and what the facade sent."""
     with (
-        REPLAY.use_cassette(path.name) as cassette,
+        replaying(f"{name}.yaml") as wire,
         Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry) as denv,
     ):
         result = SCENARIOS[name](denv)
-    assert cassette.all_played, f"{name}: the facade skipped requests the recording holds"
-    assert cassette.play_count == len(cassette)
-    return result, cassette
-
-
-def _uris(cassette: Cassette) -> list[str]:
-    return [request.uri for request in cassette.requests]
+    return result, wire
 
 
 def test_health() -> None:
@@ -75,7 +70,7 @@ def test_health() -> None:
 
 
 def test_create_sandbox() -> None:
-    env, cassette = replay("create_sandbox")
+    env, wire = replay("create_sandbox")
     assert env.status is EnvStatus.HEALTHY
     assert env.egress.value == "deny" and env.labels["scenario"] == "create_sandbox"
     (service,) = env.services
@@ -83,8 +78,10 @@ def test_create_sandbox() -> None:
     (endpoint,) = env.endpoints
     assert endpoint.via is EndpointVia.INGRESS and endpoint.port == 8000
     assert endpoint.url.startswith(f"{CASSETTE_SERVER}/ingress/")
-    create = cassette.requests[0]
-    assert create.method == "POST" and create.headers["idempotency-key"]
+    create = wire.sent[0]
+    assert (create.method, create.path) == ("POST", "/v1/sandboxes")
+    assert json.loads(create.body)["egress"] == "deny"
+    assert create.headers["idempotency-key"].startswith("denv-")
 
 
 def test_get_env() -> None:
@@ -93,10 +90,10 @@ def test_get_env() -> None:
 
 
 def test_list_envs_follows_cursors() -> None:
-    (created, listed, by_version), cassette = replay("list_envs")
+    (created, listed, by_version), wire = replay("list_envs")
     assert [e.id for e in listed] == [e.id for e in reversed(created)]  # newest first
     assert [e.id for e in by_version] == [created[0].id]
-    pages = [uri for uri in _uris(cassette) if uri.split("?")[0].endswith("/v1/envs")]
+    pages = [uri for uri in wire.uris() if uri.split("?")[0].endswith("/v1/envs")]
     assert "cursor=" not in pages[0] and "cursor=" in pages[1]
 
 
@@ -107,9 +104,9 @@ def test_wait_env() -> None:
 
 
 def test_logs() -> None:
-    lines, cassette = replay("logs")
+    lines, wire = replay("logs")
     assert 0 < len(lines) <= 3 and all(isinstance(line, str) for line in lines)
-    assert any("tail=3" in uri for uri in _uris(cassette))
+    assert any("tail=3" in uri for uri in wire.uris())
 
 
 def test_snapshot() -> None:
@@ -119,7 +116,9 @@ def test_snapshot() -> None:
 
 
 def test_fork_with_count_2() -> None:
-    (env, forked), _ = replay("fork")
+    (env, forked), wire = replay("fork")
+    (fork,) = [r for r in wire.sent if r.path == f"/v1/envs/{env.id}/fork"]
+    assert json.loads(fork.body)["count"] == 2
     assert forked.version.parent_env_id == env.id
     assert len(forked.envs) == 2
     assert len({child.id for child in forked.envs}) == 2
@@ -142,9 +141,9 @@ def test_get_version() -> None:
 
 
 def test_list_versions_follows_cursors() -> None:
-    (made, listed), cassette = replay("list_versions")
+    (made, listed), wire = replay("list_versions")
     assert {v.id for v in made} <= {v.id for v in listed}
-    assert any("cursor=" in uri for uri in _uris(cassette))
+    assert any("cursor=" in uri for uri in wire.uris())
 
 
 def test_delete_version_in_use_is_a_conflict() -> None:
@@ -162,9 +161,9 @@ def test_deploy_and_list_projects() -> None:
 
 
 def test_delete_env_twice_is_idempotent() -> None:
-    (env, after), cassette = replay("delete_env_twice")
+    (env, after), wire = replay("delete_env_twice")
     assert after.id == env.id and after.status is EnvStatus.DELETED
-    deletes = [r for r in cassette.requests if r.method == "DELETE"]
+    deletes = [r for r in wire.sent if r.method == "DELETE"]
     assert len(deletes) == 2
 
 
@@ -226,6 +225,14 @@ def test_cassettes_are_scrubbed(path: Path) -> None:
 def test_recorder_and_replay_agree_on_placeholders() -> None:
     recorder = _recorder()
     assert (recorder.CASSETTE_SERVER, recorder.CASSETTE_KEY) == (CASSETTE_SERVER, CASSETTE_KEY)
+    # What the replay wants sent is what the recorder scrubs; what it wants recorded, it writes.
+    key = new_key()
+    assert SENT_AUTHORIZATION.fullmatch(f"Bearer {key}") and recorder._KEY.fullmatch(key)
+    scrubbed = recorder.Scrubber(CASSETTE_SERVER).headers(
+        {"authorization": f"Bearer {key}", "idempotency-key": f"denv-{uuid.uuid4()}"}, None
+    )
+    assert scrubbed["authorization"] == RECORDED_AUTHORIZATION
+    assert RECORDED_IDEMPOTENCY_KEY.fullmatch(scrubbed["idempotency-key"])
 
 
 def test_two_recordings_scrub_to_the_same_text() -> None:
