@@ -18,8 +18,10 @@ scenario of tests/unit/facade_scenarios.py with an API key of its own under vcrp
 * the server's random port becomes CASSETTE_SERVER; Date and Server headers are dropped and
   Content-Length is recomputed.
 
-Replays (tests/unit/test_facade_cassettes.py) match on method and path, which line up because
-the ids in the replayed paths come from the scrubbed responses.
+Replays (tests/unit/cassette_match.py) match on method, URL with its query, JSON body,
+Authorization and Idempotency-Key. They line up because the ids and cursors a replayed client
+sends come from the scrubbed responses. The API key and Idempotency-Key are placeholders in
+the cassette, so the replay checks the shape of what the client sends there, not its value.
 """
 
 from __future__ import annotations
