@@ -3,13 +3,16 @@
 Key B gets 404 ``not_found`` for every operation on key A's envs and versions (never 403:
 B learns nothing about what exists), and its lists show none of A's. An ingress URL is
 reached only with its token: not without one, not with a wrong or truncated one, not with
-an API key. Tokens carry at least 128 bits and differ between envs; keys and tokens are
-compared in constant time (checked by watching ``hmac.compare_digest`` at the seam, since
-tests never assert on time).
+one that differs in a single character, not with an API key. Tokens carry at least 128 bits
+and differ between envs. Tests never assert on time, so the constant-time lookups are
+checked by their shape: a key is compared (``hmac.compare_digest``, on digests, never the
+key) with every stored digest whichever matches, or none; the ingress table holds only
+SHA-256 digests of tokens, so a lookup probes by a digest no caller can steer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from collections.abc import Iterator
@@ -92,6 +95,15 @@ def test_other_key_gets_404_everywhere(server: LocalDenv, request: pytest.Fixtur
     assert_nothing_left(request, server.state_dir, "isolation: after deletes", quiet=True)
 
 
+def near_misses(secret: str) -> list[str]:
+    """The secret with one character changed: the last, the first and a middle one."""
+    out = []
+    for i in (len(secret) - 1, 0, len(secret) // 2):
+        other = "A" if secret[i] != "A" else "B"
+        out.append(secret[:i] + other + secret[i + 1 :])
+    return out
+
+
 def test_ingress_needs_its_token(server: LocalDenv, request: pytest.FixtureRequest) -> None:
     with api(server) as c:
         envs = [standin(c) for _ in range(3)]
@@ -103,6 +115,7 @@ def test_ingress_needs_its_token(server: LocalDenv, request: pytest.FixtureReque
         base = f"{server.url}/ingress"
         token = tokens[0]
         attempts = [
+            *(f"{base}/{near}/health" for near in near_misses(token)),
             f"{base}/health",
             f"{base}/",
             f"{base}/{token[:-1]}/health",
@@ -132,11 +145,23 @@ def test_ingress_needs_its_token(server: LocalDenv, request: pytest.FixtureReque
 
 
 def test_keys_and_tokens_compared_in_constant_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    server: LocalDenv,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     from denv.server import auth, ingress
     from denv.server.store import Store
 
+    # Through the real server: a key one character off is refused, the key itself is not.
+    with httpx.Client(base_url=server.url, trust_env=False, timeout=10) as http:
+        for near in near_misses(server.key):
+            res = http.get("/v1/envs", headers={"Authorization": f"Bearer {near}"})
+            assert res.status_code == 401, (near, res.status_code, res.text)
+        assert http.get("/v1/envs", headers={"Authorization": f"Bearer {server.key}"}).is_success
+
+    # The key ring compares with every stored digest, whichever matches: no early exit
+    # tells a caller how far down the list its key is, or how much of it was right.
     calls: list[tuple[str, str]] = []
     real = hmac.compare_digest
 
@@ -144,30 +169,47 @@ def test_keys_and_tokens_compared_in_constant_time(
         calls.append((str(a), str(b)))
         return real(a, b)
 
-    monkeypatch.setattr(hmac, "compare_digest", watched)
     store = Store(tmp_path / "denv.db")
     try:
-        key = auth.new_key()
-        assert len(key) - len("dak_") >= 43  # 256 bits
-        store.add_key_digest(auth.digest(key))
+        keys = [auth.new_key() for _ in range(5)]
+        assert all(len(k) - len("dak_") >= 43 for k in keys)  # 256 bits
+        for k in keys:
+            store.add_key_digest(auth.digest(k))
         ring = auth.KeyRing(store)
-        assert ring.owner_of(key) == auth.digest(key)
-        assert ring.owner_of("dak_" + "x" * 43) is None
+        monkeypatch.setattr(hmac, "compare_digest", watched)
+        counts: dict[str, int] = {}
+        for name, presented, owner in (
+            ("first", keys[0], auth.digest(keys[0])),
+            ("last", keys[-1], auth.digest(keys[-1])),
+            ("one off", near_misses(keys[-1])[0], None),
+            ("unknown", "dak_" + "x" * 43, None),
+        ):
+            calls.clear()
+            assert ring.owner_of(presented) == owner, name
+            counts[name] = len(calls)
+            assert all(len(a) == len(b) == 64 for a, b in calls), calls  # hex digests
+            assert not any(k in a + b for k in keys for a, b in calls)  # never a key
+        monkeypatch.undo()
     finally:
         store.close()
-    key_checks = len(calls)
-    assert key_checks >= 2 and all(key not in a + b for a, b in calls)  # digests, not keys
+    # a miss is checked twice (again after re-reading the store for keys added meanwhile)
+    assert counts == {"first": 5, "last": 5, "one off": 10, "unknown": 10}, counts
 
+    # The ingress table keeps SHA-256 digests, never a token: the lookup is a dict probe
+    # by a digest, which a caller cannot steer towards a registered token.
     table = ingress.IngressTable()
-    token = ingress.new_token()
-    assert len(token) * 6 >= 128
-    table.register(token, "10.213.0.2", 8000)
-    assert table.resolve(token) == ("10.213.0.2", 8000)
-    assert table.resolve(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
-    token_checks = len(calls) - key_checks
-    assert token_checks >= 1, "IngressTable.resolve did not compare with hmac.compare_digest"
+    tokens = [ingress.new_token() for _ in range(3)]
+    assert all(len(t) * 6 >= 128 for t in tokens)
+    for i, t in enumerate(tokens):
+        table.register(t, f"10.213.0.{i + 2}", 8000)
+    state = repr(vars(table))
+    assert not any(t in state for t in tokens), "the ingress table holds a raw token"
+    assert set(vars(table)["_targets"]) == {hashlib.sha256(t.encode()).digest() for t in tokens}
+    assert table.resolve(tokens[0]) == ("10.213.0.2", 8000)
+    assert all(table.resolve(near) is None for t in tokens for near in near_misses(t))
     report(
         request,
-        f"isolation: {key_checks} key and {token_checks} token comparisons, "
-        "all through hmac.compare_digest",
+        f"isolation: {len(near_misses(server.key))} keys one character off refused by the "
+        f"server; every key lookup compared digests with all {len(keys)} stored ones "
+        f"({counts}); the ingress table holds {len(tokens)} token digests and no token",
     )
