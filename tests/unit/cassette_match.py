@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -154,20 +155,24 @@ class Replayed:
 def _watch(cassette: Cassette, replayed: Replayed) -> None:
     """Note each request the client sends; vcrpy's httpx stub asks these two methods."""
     can_play, play = cassette.can_play_response_for, cassette.play_response
+    # A fork readies its children on threads: one request at a time through the counters.
+    lock = threading.Lock()
 
     def can_play_response_for(request: Request) -> bool:
-        found = bool(can_play(request))
-        if not found:
-            replayed.unmatched.append(request)
-        return found
+        with lock:
+            found = bool(can_play(request))
+            if not found:
+                replayed.unmatched.append(request)
+            return found
 
     def play_response(request: Request) -> Any:
-        before = dict(cassette.play_counts)
-        response = play(request)
-        (index,) = [i for i, n in cassette.play_counts.items() if n != before.get(i, 0)]
-        replayed.sent.append(request)
-        replayed.matched.append(cassette.requests[index])
-        return response
+        with lock:
+            before = dict(cassette.play_counts)
+            response = play(request)
+            (index,) = [i for i, n in cassette.play_counts.items() if n != before.get(i, 0)]
+            replayed.sent.append(request)
+            replayed.matched.append(cassette.requests[index])
+            return response
 
     cassette.can_play_response_for = can_play_response_for
     cassette.play_response = play_response
