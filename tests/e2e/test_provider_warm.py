@@ -95,9 +95,8 @@ def test_wait_warm_reports_a_pool_that_cannot_fill(tmp_path: Path) -> None:
 
 
 def test_warm_pool_of_another_keys_env_is_not_found(denv_server: LocalDenv) -> None:
-    from denv.server.auth import create_api_key
-
     import denv
+    from denv.server.auth import create_api_key
 
     provider = probe_provider(denv_server, warm=0)
     try:
