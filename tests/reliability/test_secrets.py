@@ -5,12 +5,19 @@ Scenarios with that key and near misses of it (the key plus a character, the key
 another auth scheme): envs that start, fail and crash, forks, ingress traffic, unknown
 ids, the facade's and the provider's exceptions, and the CLI. Then the key and every
 ingress token are searched for in the server's log files, every response body, every
-exception text and repr, the CLI's output, and the recorded cassettes under
-tests/cassettes: 0 occurrences.
+exception text and repr and the CLI's output: 0 occurrences.
+
+The cassettes under tests/cassettes were recorded in other runs with other keys, so they
+are checked by shape instead: no ``dak_`` key, ``Bearer`` value, ingress token or other
+secret-shaped string but the recorder's placeholders. And the recorder's scrubbing
+(scripts/record_cassettes.py) runs on a live recording made here with the known key: the
+raw recording holds the key and the tokens, the scrubbed one none of them.
 """
 
 from __future__ import annotations
 
+import base64
+import importlib.util
 import os
 import re
 import secrets
@@ -18,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 import httpx
@@ -28,9 +36,15 @@ from reliability_helpers import STANDIN, STANDIN_CMD, api, delete_all, ok, repor
 pytestmark = pytest.mark.e2e
 
 KEY = "dak_" + secrets.token_urlsafe(32)
-CASSETTES = Path(__file__).resolve().parents[1] / "cassettes"
-REAL_KEY = re.compile(r"dak_[A-Za-z0-9_-]{43}")
-REAL_TOKEN = re.compile(r"/ingress/[A-Za-z0-9_-]{22,}")
+ROOT = Path(__file__).resolve().parents[2]
+CASSETTES = ROOT / "tests" / "cassettes"
+RECORDER = ROOT / "scripts" / "record_cassettes.py"
+# Any run of URL-safe base64 as long as a 128-bit token (keys and tokens are longer) ...
+SECRET_SHAPED = re.compile(r"[A-Za-z0-9_-]{22,}")
+# ... unless it is a scrubbed id (zero-padded) or an image digest (sha256:<64 hex>), or
+# a page cursor (base64 of a scrubbed id).
+SCRUBBED_ID = re.compile(r"(?:env|ver|req|lyr)_0{10}[0-9A-Z]{16}")
+NOT_SECRET = re.compile(rf"{SCRUBBED_ID.pattern}|(?<=sha256:)[0-9a-f]{{64}}")
 
 
 @pytest.fixture(scope="module")
@@ -124,21 +138,94 @@ def test_known_key_and_tokens_appear_nowhere(
     logs = [p for p in server.state_dir.iterdir() if p.name.startswith(("server.l", "server.o"))]
     log_text = "".join(p.read_text(errors="replace") for p in logs)
     assert "listening at" in log_text  # the logs are really there
-    cassettes = sorted(CASSETTES.glob("*.yaml"))
-    cassette_text = "".join(p.read_text(errors="replace") for p in cassettes)
     needles = [KEY, *tokens]
-    haystacks = {"logs": log_text, "outputs": "\n".join(texts), "cassettes": cassette_text}
+    haystacks = {"logs": log_text, "outputs": "\n".join(texts)}
     found = {where: sum(text.count(n) for n in needles) for where, text in haystacks.items()}
-    real_in_cassettes = REAL_KEY.findall(cassette_text) + [
-        t for t in REAL_TOKEN.findall(cassette_text) if not t.endswith(tuple("0123456789"))
-    ]
     report(
         request,
         f"secrets: the key and {len(tokens)} ingress tokens searched in {len(logs)} log files "
-        f"({len(log_text)} chars), {len(texts)} responses/exceptions/CLI outputs and "
-        f"{len(cassettes)} cassettes: {sum(found.values())} occurrences, "
-        f"{len(real_in_cassettes)} real-looking keys or tokens in cassettes",
+        f"({len(log_text)} chars) and {len(texts)} responses/exceptions/CLI outputs: "
+        f"{sum(found.values())} occurrences",
     )
     leaked = [t[:300] for t in texts if any(n in t for n in needles)]
-    assert found == {"logs": 0, "outputs": 0, "cassettes": 0}, (found, leaked)
-    assert not real_in_cassettes, real_in_cassettes
+    assert found == {"logs": 0, "outputs": 0}, (found, leaked)
+
+
+def secrets_in_cassette(text: str, recorder: ModuleType) -> list[str]:
+    """What in a cassette's text looks like a key, a bearer value or a token but is no
+    placeholder of the recorder's."""
+    placeholder = recorder.CASSETTE_KEY
+    found = [k for k in re.findall(r"dak_[A-Za-z0-9_-]*", text) if k != placeholder]
+    found += [v for v in re.findall(r"Bearer\s+(\S*)", text) if v != placeholder]
+    found += [
+        t
+        for t in re.findall(r"/ingress/([^/\s\"'?]*)", text)
+        if not re.fullmatch(r"INGRESS_TOKEN_\d+", t)
+    ]
+    rest = NOT_SECRET.sub("", text.replace(placeholder, ""))
+    return found + [r for r in SECRET_SHAPED.findall(rest) if not _is_cursor(r)]
+
+
+def _is_cursor(run: str) -> bool:
+    try:
+        inner = base64.urlsafe_b64decode(run + "=" * (-len(run) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return SCRUBBED_ID.fullmatch(inner) is not None
+
+
+def load_recorder() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("record_cassettes", RECORDER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_cassettes_hold_only_placeholders(request: pytest.FixtureRequest) -> None:
+    recorder = load_recorder()
+    cassettes = sorted(CASSETTES.glob("*.yaml"))
+    assert cassettes, f"no cassettes under {CASSETTES}"
+    found = {p.name: secrets_in_cassette(p.read_text(), recorder) for p in cassettes}
+    keys = sum(p.read_text().count(recorder.CASSETTE_KEY) for p in cassettes)
+    report(
+        request,
+        f"secrets: {len(cassettes)} committed cassettes, {keys} keys all the placeholder, "
+        f"{sum(map(len, found.values()))} secret-shaped strings",
+    )
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+def test_recorder_scrubs_a_live_recording(
+    server: LocalDenv, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import vcr
+
+    recorder = load_recorder()
+    path = tmp_path / "live.yaml"
+    live = vcr.VCR(record_mode="all", match_on=["method", "path"], decode_compressed_response=True)
+    with live.use_cassette(str(path)), api(server) as c:
+        env = standin(c)
+        token = urlsplit(env["endpoints"][0]["url"]).path.split("/")[2]
+        ok(c.get(f"/v1/envs/{env['id']}"), 200)
+        with httpx.Client(trust_env=False, timeout=10) as http:
+            assert http.get(env["endpoints"][0]["url"] + "/health").status_code == 200
+            res = http.get(f"{server.url}/v1/envs", headers={"Authorization": f"Bearer {KEY}x"})
+            assert res.status_code == 401
+        delete_all(c)
+    raw = path.read_text()
+    # the control: the live recording holds what the scrubbing must take out
+    assert KEY in raw and token in raw and server.url in raw, "the recording missed a secret"
+    assert secrets_in_cassette(raw, recorder)
+    recorder.scrub_file(path, server.url)
+    scrubbed = path.read_text()
+    left = [n for n in (KEY, token, server.url) if n in scrubbed]
+    found = secrets_in_cassette(scrubbed, recorder)
+    report(
+        request,
+        f"secrets: a live recording of {raw.count('- request:')} requests held the key "
+        f"{raw.count(KEY)} and its ingress token {raw.count(token)} times; scrubbed: "
+        f"{len(left)} of them left, {len(found)} secret-shaped strings",
+    )
+    assert not left and not found, (left, found)
+    assert scrubbed.count(recorder.CASSETTE_KEY) >= raw.count(KEY)
