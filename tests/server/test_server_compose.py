@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from denv.server.compose import MAX_DEPTH, MAX_EXPANDED, ComposeError, parse_compose
+from denv.server.bounded_yaml import MAX_DEPTH, MAX_EXPANDED
+from denv.server.compose import ComposeError, parse_compose
 
 AGENT = "x-denv:\n  agent:\n    service: agent\n"
 
