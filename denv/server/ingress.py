@@ -14,8 +14,8 @@ whoever holds the URL reaches the env, and nobody can guess it (192 random bits)
 
 Tokens are never stored, logged or echoed. The table keys its dict by the token's SHA-256
 digest: a lookup is one hash and one dict probe whose timing depends only on the digest,
-which a caller cannot steer towards a registered token (no guessing prefix by prefix), and
-the stored digest is then confirmed with ``hmac.compare_digest``. ``mount_ingress`` also
+which a caller cannot steer towards a registered token (no guessing prefix by prefix); a
+dict hit is an exact match of the digest, so nothing is left to compare. ``mount_ingress`` also
 redacts ``/ingress/<token>`` from uvicorn's access and WebSocket log lines.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import logging
 import re
 import secrets
@@ -90,7 +89,7 @@ class IngressTable:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._targets: dict[bytes, tuple[bytes, str, int]] = {}
+        self._targets: dict[bytes, tuple[str, int]] = {}
 
     def register(self, token: str, host: str, port: int) -> None:
         """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target)."""
@@ -103,7 +102,7 @@ class IngressTable:
             raise ValueError(f"ingress port {port} is out of range: give the container's port")
         key = _digest(token)
         with self._lock:
-            self._targets[key] = (key, host, port)
+            self._targets[key] = (host, port)
 
     def unregister(self, token: str) -> None:
         """Forget a token; an unknown token is ignored (delete is idempotent)."""
@@ -112,12 +111,8 @@ class IngressTable:
 
     def resolve(self, token: str) -> tuple[str, int] | None:
         """The (host, port) a token reaches, or None."""
-        key = _digest(token)
         with self._lock:
-            entry = self._targets.get(key)
-        if entry is None or not hmac.compare_digest(entry[0], key):
-            return None
-        return entry[1], entry[2]
+            return self._targets.get(_digest(token))
 
     def __len__(self) -> int:
         with self._lock:
