@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the wheel and import the three packages from a clean venv (not the source tree).
+# Build the wheel and import the three packages from a clean venv (not the source tree),
+# installed with the one line users copy: denv[openenv] brings the local server too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -7,14 +8,17 @@ trap 'rm -rf "$work"' EXIT
 .venv/bin/uv build --wheel --out-dir "$work/dist" --quiet
 python3 -m venv "$work/venv"
 whl=$(ls "$work"/dist/denv-*.whl)
-"$work/venv/bin/pip" install --quiet --disable-pip-version-check "${whl}[openenv,server]"
+"$work/venv/bin/pip" install --quiet --disable-pip-version-check "${whl}[openenv]"
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import importlib.resources
 
 import denv, denv.cli, denv.openenv, denv.openenv.export, denv.server.app, denv_api_client  # noqa: E401,F401
+from denv.openenv._connection import _check_can_serve
+
+_check_can_serve()  # the embedded default's packages (fastapi, uvicorn, docker) are there
 
 templates = importlib.resources.files("denv.openenv.export") / "templates"
 assert (templates / "Dockerfile.tmpl").is_file(), "export templates are missing from the wheel"
-print("wheel imports denv, denv.openenv, denv_api_client (and ships the export templates)")
+print("denv[openenv] imports denv, denv.openenv, denv.server, denv_api_client; export templates ship")
 PY

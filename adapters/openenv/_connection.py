@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 #: Seconds one readiness probe (GET /health) may take.
 PROBE_TIMEOUT_S = 5.0
-#: Packages the embedded local server needs (the `denv[server]` extra).
+#: Packages the embedded local server needs (in the `denv[openenv]` extra).
 _SERVER_PACKAGES = ("fastapi", "uvicorn", "docker")
 _NO_SERVER = (
     "no denv server is configured (no server argument, DENV_SERVER is unset), so DenvProvider "
@@ -97,7 +97,7 @@ def _local_server() -> tuple[str, str]:
         raise DenvConfigError(
             _NO_SERVER.format(
                 problem=f"this denv installation has no local server ({exc})",
-                fix="reinstall denv with pip install 'denv[server]'",
+                fix="reinstall denv with pip install 'denv[openenv]'",
             )
         ) from exc
     running = read_local_server()
@@ -115,7 +115,7 @@ def _check_can_serve() -> None:
         raise DenvConfigError(
             _NO_SERVER.format(
                 problem=f"the packages it needs are not installed ({', '.join(missing)})",
-                fix="pip install 'denv[server]' and install Docker Engine "
+                fix="pip install 'denv[openenv]' and install Docker Engine "
                 "(https://docs.docker.com/engine/install/)",
             )
         )
