@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -86,6 +86,31 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def docker_engine(image: str, build: str = "make images") -> Any:
+    """A Docker Engine client that has ``image``; the test fails naming the fix if not.
+
+    Set-up (``make test``) installs the venv, starts the engine and builds every image, so a
+    missing piece here is a failure to report, never a reason to skip.
+    """
+    try:
+        import docker
+    except ImportError as exc:
+        pytest.fail(
+            f"the docker Python package is missing ({exc}): "
+            "install the venv (scripts/bootstrap.sh; make test runs it)"
+        )
+    try:
+        engine = docker.from_env()
+        engine.ping()
+    except Exception as exc:
+        pytest.fail(f"no Docker Engine reachable ({exc}): start it (make docker)")
+    try:
+        engine.images.get(image)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {image} is not on the Docker Engine: build it ({build})")
+    return engine
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from conftest import docker_engine
 from outside_host import OutsideHost, outside_host
 
 from denv.server.netpolicy import (
@@ -157,24 +158,7 @@ class Fleet:
 
 
 def docker_client() -> Any:
-    """A client of the Docker Engine that has IMAGE; the test fails naming the fix if not."""
-    try:
-        import docker
-    except ImportError as exc:
-        pytest.fail(
-            f"the docker Python package is missing ({exc}): "
-            "install the venv (scripts/bootstrap.sh; make test runs it)"
-        )
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:
-        pytest.fail(f"no Docker Engine reachable ({exc}): start it (make docker)")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is not on the Docker Engine: build it (make image-probe)")
-    return client
+    return docker_engine(IMAGE, "make image-probe")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from conftest import LocalDenv
+from conftest import LocalDenv, docker_engine
 
 pytestmark = pytest.mark.e2e
 
@@ -42,14 +42,7 @@ print(json.dumps(out))
 
 
 def _docker() -> Any:
-    import docker
-
-    client = docker.from_env()
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is not on the Docker Engine: build it (make images)")
-    return client
+    return docker_engine(IMAGE)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import LocalDenv, docker_engine, start_server
 from reliability_helpers import (
     E2E_DIR,
     STANDIN,
@@ -49,24 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
 
 @pytest.fixture(scope="module")
 def client() -> Any:
-    """A Docker Engine client; the test fails naming the fix when there is none."""
-    try:
-        import docker
-    except ImportError as exc:
-        pytest.fail(
-            f"the docker Python package is missing ({exc}): "
-            "install the venv (scripts/bootstrap.sh; make test runs it)"
-        )
-    try:
-        engine = docker.from_env()
-        engine.ping()
-    except Exception as exc:
-        pytest.fail(f"no Docker Engine reachable ({exc}): start it (make docker)")
-    try:
-        engine.images.get(STANDIN)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {STANDIN} is not on the Docker Engine: build it (make images)")
-    return engine
+    return docker_engine(STANDIN)
 
 
 @pytest.fixture(scope="module")
