@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from denv.openenv import DenvProvider
 
 from denv import Denv
-from denv._local import read_local_server
+from denv.local import read_local_server
 
 log = logging.getLogger("bench")
 

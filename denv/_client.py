@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -55,8 +56,8 @@ from denv_api_client.models import (
 from denv_api_client.types import UNSET, Unset
 
 from . import _config
-from ._discovery import resolve as _resolve
 from ._http import build_http_client, call_options, unwrap, unwrap_empty
+from .local import resolve_server
 
 EgressArg = Literal["deny", "allow"] | Egress
 WaitArg = Literal["none", "running", "healthy"] | WaitFor
@@ -124,6 +125,8 @@ class Denv:
     Every call has a timeout (`timeout_s`; waits get theirs on top), raises a `DenvError`
     subclass on failure, and is retried up to `max_retries` times only when a retry cannot
     repeat work the server already did. Creates carry an Idempotency-Key made per call.
+    Constructing a client does no I/O: the server is found on its first call (or at once
+    with `Denv.from_environment()`).
     (`_transport` and `_sleep` replace the network and the retry pause in tests.)
     """
 
@@ -141,29 +144,79 @@ class Denv:
             raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
-        self.server, key = _resolve(server, api_key)
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self._page_size = _config.LIST_PAGE_SIZE
-        http = build_http_client(
-            self.server,
-            key,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            transport=_transport,
-            sleep=_sleep,
-        )
-        self._api = AuthenticatedClient(base_url=self.server, token=_Secret(key))
-        self._api.set_httpx_client(http)
+        # The server is found on first use (`_api`), so constructing a client does no I/O.
+        self._server_arg = server
+        self._key_arg = None if api_key is None else _Secret(api_key)
+        self._transport = _transport
+        self._sleep = _sleep
+        self._server: str | None = None
+        self._client: AuthenticatedClient | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_environment(
+        cls,
+        server: str | None = None,
+        api_key: str | None = None,
+        *,
+        start_local: bool = False,
+        timeout_s: float = _config.DEFAULT_TIMEOUT_S,
+        max_retries: int = _config.DEFAULT_MAX_RETRIES,
+    ) -> Denv:
+        """A client whose server is found now rather than on first use (see `denv.local`).
+
+        With `start_local=True` and no server configured, the local server is started when
+        none answers. Raises `DenvConfigError` when no server or key is found.
+
+        >>> denv = Denv.from_environment(start_local=True)
+        """
+        url, key = resolve_server(server, api_key, start=start_local)
+        return cls(url, key, timeout_s=timeout_s, max_retries=max_retries)
+
+    @property
+    def server(self) -> str:
+        """The server's base URL (found on first use: argument, DENV_SERVER, local server)."""
+        self._api  # noqa: B018  (finds the server)
+        assert self._server is not None
+        return self._server
+
+    @property
+    def _api(self) -> AuthenticatedClient:
+        """The generated client, built on first use (see `denv.local.resolve_server`)."""
+        with self._lock:
+            if self._client is None:
+                if self._closed:  # once built, httpx itself refuses calls after close
+                    raise RuntimeError("this Denv client is closed")
+                server, key = resolve_server(self._server_arg, self._key_arg)
+                http = build_http_client(
+                    server,
+                    key,
+                    timeout_s=self.timeout_s,
+                    max_retries=self.max_retries,
+                    transport=self._transport,
+                    sleep=self._sleep,
+                )
+                client = AuthenticatedClient(base_url=server, token=_Secret(key))
+                client.set_httpx_client(http)
+                self._server, self._client = server, client
+            return self._client
 
     def __repr__(self) -> str:
-        return f"Denv(server={self.server!r})"
+        return f"Denv(server={self._server or self._server_arg!r})"
 
     # -- lifecycle
 
     def close(self) -> None:
         """Close the connection pool. The client is unusable afterwards."""
-        self._api.get_httpx_client().close()
+        with self._lock:
+            self._closed = True
+            client = self._client
+        if client is not None:
+            client.get_httpx_client().close()
 
     def __enter__(self) -> Self:
         return self

@@ -5,18 +5,12 @@ Nothing here waits forever: every call has a timeout, every retry loop a bound.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-# Where the client looks for its server and key (argument first, then these).
+# Where the client looks for its server and key (argument first, then these; see denv.local).
 ENV_SERVER = "DENV_SERVER"
 ENV_API_KEY = "DENV_API_KEY"
-ENV_STATE_DIR = "DENV_STATE_DIR"
 
 # The local server (`denv serve`) listens here unless told otherwise.
 DEFAULT_SERVER_URL = "http://127.0.0.1:7711"
-# The local server keeps its database, key and layers here unless $DENV_STATE_DIR says otherwise.
-DEFAULT_STATE_DIR = Path("~/.local/share/denv")
 
 API_KEY_PREFIX = "dak_"
 
@@ -40,9 +34,3 @@ DEFAULT_CREATE_WAIT_TIMEOUT_S = 120.0  # SandboxCreate/EnvsCreate.wait_timeout_s
 DEFAULT_ENV_WAIT_TIMEOUT_S = 60.0  # WaitRequest.timeout_s
 # Page size for list_* iterators.
 LIST_PAGE_SIZE = 100
-
-
-def default_state_dir() -> Path:
-    """The local server's state directory: $DENV_STATE_DIR, else ~/.local/share/denv."""
-    configured = os.environ.get(ENV_STATE_DIR)
-    return Path(configured).expanduser() if configured else DEFAULT_STATE_DIR.expanduser()

@@ -34,13 +34,8 @@ from denv_api_client.models import Error
 from denv_api_client.types import Response
 
 from . import _config
-from ._errors import (
-    ConnectionFailed,
-    DenvError,
-    Timeout,
-    error_from_response,
-    parse_retry_after,
-)
+from ._errors import error_from_response, parse_retry_after
+from .errors import ConnectionFailed, DenvError, Timeout
 
 logger = logging.getLogger("denv")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._local import stop_local_server
+from .local import stop_local_server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

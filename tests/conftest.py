@@ -116,7 +116,7 @@ def docker_engine(image: str, build: str = "make images") -> Any:
 @contextmanager
 def start_server(state_dir: Path, *extra: str, cleanup: bool = True) -> Iterator[LocalDenv]:
     """Run a server on a free port for ``state_dir``; stop it (and clean up) on exit."""
-    from denv._local import read_local_server
+    from denv.local import read_local_server
 
     state_dir.mkdir(parents=True, exist_ok=True)
     log = open(state_dir / "server.out", "ab")  # noqa: SIM115 (closed below)

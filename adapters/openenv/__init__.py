@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from denv.errors import EnvReadyTimeout, EnvStartError, WarmPoolStalled, WarmPoolTimeout
+
 from ._clients import fork_client, fork_clients
-from ._errors import EnvReadyTimeout, EnvStartError, WarmPoolStalled, WarmPoolTimeout
 from ._provider import DenvProvider
 from ._version import from_denv_version, install
 

@@ -5,7 +5,7 @@ Resolution, first match wins:
 1. the `server` argument (with `api_key`, or DENV_API_KEY, or the local key);
 2. DENV_SERVER (with DENV_API_KEY);
 3. the embedded default: a local `denv serve` owned by this user, started
-   when none answers (`denv._local.ensure_local_server`).
+   when none answers (`denv.local.ensure_local_server`).
 
 With none of these usable, the error says what to install or set.
 """
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from denv._config import ENV_SERVER
-from denv._errors import DenvConfigError
+from denv.errors import DenvConfigError
+from denv.local import ENV_SERVER, ensure_local_server, read_local_server, resolve_server
 
 from ._readiness import is_loopback
 
@@ -78,28 +78,18 @@ class Connection:
 def open_connection(server: str | None, api_key: str | None) -> Connection:
     """A connection to the configured denv server (see the module docstring)."""
     from denv import Denv
-    from denv._discovery import resolve
 
     if server is None and not os.environ.get(ENV_SERVER):
         server, local_key = _local_server()
         api_key = api_key or local_key
     # The client's own rules for the rest (DENV_API_KEY, the local server's key), resolved
     # here so that the provider can hand the same key to the providers it forks.
-    server, api_key = resolve(server, api_key)
+    server, api_key = resolve_server(server, api_key)
     return Connection(Denv(server, api_key), api_key)
 
 
 def _local_server() -> tuple[str, str]:
     """(url, api key) of this user's local `denv serve`, started if none answers."""
-    try:
-        from denv._local import ensure_local_server, read_local_server
-    except ImportError as exc:  # pragma: no cover - denv without its server module
-        raise DenvConfigError(
-            _NO_SERVER.format(
-                problem=f"this denv installation has no local server ({exc})",
-                fix="reinstall denv with pip install 'denv[openenv]'",
-            )
-        ) from exc
     running = read_local_server()
     if running is None:
         _check_can_serve()

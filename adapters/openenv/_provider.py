@@ -22,11 +22,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from denv._errors import NotFound
+from denv.errors import (
+    EnvReadyTimeout,
+    EnvStartError,
+    NotFound,
+    WarmPoolStalled,
+    WarmPoolTimeout,
+)
 from openenv.core.containers.runtime import ContainerProvider
 
 from ._connection import Connection, open_connection
-from ._errors import EnvReadyTimeout, EnvStartError, WarmPoolStalled, WarmPoolTimeout
 from ._readiness import WebSocketProbe, probe_websocket
 from ._waits import FAILED, ReadyWait, start_error
 

@@ -12,10 +12,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from denv._errors import DenvError
+from denv.errors import DenvError, EnvReadyTimeout, EnvStartError
 
 from ._connection import Connection
-from ._errors import LOG_TAIL_LINES, EnvReadyTimeout, EnvStartError
 from ._readiness import WebSocketProbe, probe_health
 
 if TYPE_CHECKING:
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: How many log lines an error carries; enough for a traceback, short enough to read.
+LOG_TAIL_LINES = 40
 #: Statuses an env does not come back from.
 FAILED = frozenset({"failed", "deleted"})
 #: The longest single long-poll the contract allows (WaitRequest.timeout_s).

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from denv._local import _alive, ensure_local_server, read_local_server
 from denv.cli import main
+from denv.local import _alive, ensure_local_server, read_local_server
 
 pytestmark = pytest.mark.e2e
 

@@ -1,20 +1,20 @@
 """Where Denv finds its server and key: argument, then DENV_SERVER/DENV_API_KEY, then the
-running local server (denv._local), else a DenvConfigError that says what to set.
+running local server (denv.local), else a DenvConfigError that says what to set.
 
-`denv._local` is replaced by a stand-in module: its real implementation belongs to the local
-server and is tested there; what is tested here is the order the facade consults it in.
+`denv.local.read_local_server` is replaced by a stand-in: finding a real local server is tested
+end to end; what is tested here is the order the facade consults it in, and that it does so on
+first use, not in the constructor.
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
 
 import pytest
 from facade_fakes import KEY
 
-from denv import Denv, DenvConfigError, _config
+import denv.local
+from denv import Denv, DenvConfigError
 
 OTHER_KEY = "dak_" + "o" * 43
 
@@ -32,9 +32,7 @@ def _local_server(monkeypatch: pytest.MonkeyPatch, found: _Local | None) -> list
         calls.append(1)
         return found
 
-    module = types.ModuleType("denv._local")
-    module.read_local_server = read_local_server  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "denv._local", module)
+    monkeypatch.setattr(denv.local, "read_local_server", read_local_server)
     return calls
 
 
@@ -67,7 +65,7 @@ def test_the_running_local_server_comes_last(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_local_key_is_only_used_for_the_local_server(monkeypatch: pytest.MonkeyPatch) -> None:
     _local_server(monkeypatch, _Local("http://127.0.0.1:40001", KEY))
     with pytest.raises(DenvConfigError, match="no API key for the denv server at http://hosted"):
-        Denv("http://hosted.example")
+        Denv("http://hosted.example").health()
     # ...but an explicit server that is the local one gets its key.
     assert Denv("http://127.0.0.1:40001/").server == "http://127.0.0.1:40001"
 
@@ -75,32 +73,49 @@ def test_the_local_key_is_only_used_for_the_local_server(monkeypatch: pytest.Mon
 def test_no_server_anywhere_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     _local_server(monkeypatch, None)
     with pytest.raises(DenvConfigError) as info:
-        Denv()
+        Denv().health()
     message = str(info.value)
     assert "denv serve" in message
     assert "DENV_SERVER" in message and "DENV_API_KEY" in message
 
 
-def test_a_client_only_install_without_denv_local_is_fine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "denv._local", None)  # import denv._local raises ImportError
+def test_the_constructor_does_no_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _local_server(monkeypatch, None)
+    client = Denv()  # no server anywhere: the error comes on first use
+    assert calls == []
+    assert repr(client) == "Denv(server=None)"
     with pytest.raises(DenvConfigError, match="denv serve"):
-        Denv()
-    assert Denv("http://x.example", KEY).server == "http://x.example"
+        _ = client.server
+    assert calls == [1]
+    client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.health()
+
+
+def test_from_environment_finds_the_server_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _local_server(monkeypatch, _Local("http://127.0.0.1:40001", KEY))
+    client = Denv.from_environment()
+    assert calls == [1]
+    assert client.server == "http://127.0.0.1:40001"
+    _local_server(monkeypatch, None)
+    with pytest.raises(DenvConfigError, match="denv serve"):
+        Denv.from_environment()
 
 
 def test_a_missing_key_names_the_variable_and_the_key_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "denv._local", None)
+    _local_server(monkeypatch, None)
     monkeypatch.setenv("DENV_SERVER", "http://env.example:1")
     with pytest.raises(DenvConfigError) as info:
-        Denv()
+        Denv.from_environment()
     assert "DENV_API_KEY" in str(info.value)
-    assert str(_config.default_state_dir() / "api_key") in str(info.value)
+    assert str(denv.local.state_dir() / "api_key") in str(info.value)
 
 
 def test_default_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DENV_STATE_DIR", "/srv/denv")
-    assert str(_config.default_state_dir()) == "/srv/denv"
+    assert str(denv.local.state_dir()) == "/srv/denv"
+    assert str(denv.local.state_dir("~/x")).endswith("/x")  # an argument comes first
     monkeypatch.delenv("DENV_STATE_DIR")
-    assert _config.default_state_dir().parts[-3:] == (".local", "share", "denv")
+    assert denv.local.state_dir().parts[-3:] == (".local", "share", "denv")

@@ -159,3 +159,23 @@ def test_success_is_the_parsed_model() -> None:
     with mock_denv(Script(httpx.Response(200, json=env_json()))) as denv:
         env = denv.get_env(ENV_ID)
     assert env.id == ENV_ID and env.status.value == "healthy"
+
+
+def test_every_error_is_a_denv_error_listed_once() -> None:
+    import denv.openenv
+
+    import denv
+
+    for name in errors_module.__all__:
+        cls = getattr(errors_module, name)
+        assert issubclass(cls, DenvError), name
+        assert getattr(denv, name) is cls, name
+    # The adapter's errors are the same classes, and keep OpenEnv's provider contract.
+    assert denv.openenv.EnvStartError is errors_module.EnvStartError
+    assert issubclass(errors_module.EnvStartError, RuntimeError)
+    assert issubclass(errors_module.EnvReadyTimeout, TimeoutError)
+    assert issubclass(errors_module.WarmPoolStalled, RuntimeError)
+    assert issubclass(errors_module.WarmPoolTimeout, TimeoutError)
+    assert issubclass(errors_module.LocalServerError, RuntimeError)
+    error = errors_module.EnvReadyTimeout("not ready", env_id="env_1", log_tail=["boot"])
+    assert error.env_id == "env_1" and error.log_tail == ("boot",) and "| boot" in str(error)

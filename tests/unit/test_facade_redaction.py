@@ -131,16 +131,17 @@ def test_connection_failed_never_shows_the_key(
 
 
 def test_config_error_never_shows_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(__import__("sys").modules, "denv._local", None)  # no local server
+    monkeypatch.setattr("denv.local.read_local_server", lambda state_dir=None: None)
     monkeypatch.setenv("DENV_API_KEY", KEY)
     with pytest.raises(DenvConfigError) as info:
-        Denv()
+        Denv().health()
     _assert_no_key(str(info.value), repr(info.value))
 
 
 def test_the_generated_client_inside_does_not_show_the_key_either() -> None:
     denv = Denv(SERVER, KEY)
-    _assert_no_key(repr(denv), repr(denv._api), repr(vars(denv)))
+    _assert_no_key(repr(denv), repr(vars(denv)))  # before the first call...
+    _assert_no_key(repr(denv), repr(denv._api), repr(vars(denv)))  # ...and after
     # httpx masks the Authorization header in its own reprs.
     _assert_no_key(repr(denv._api.get_httpx_client().headers))
     denv.close()

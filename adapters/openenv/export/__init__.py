@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from denv._errors import DenvConfigError, DenvError
+from denv.errors import DenvConfigError, DenvError
 
 from ._files import harbor_files, openenv_files
 from ._plan import ExportError, ExportPlan, declared_tools, make_plan, resolve_version

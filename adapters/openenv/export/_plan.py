@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from denv._errors import NotFound
+from denv.errors import NotFound
 
 if TYPE_CHECKING:
     from denv import Denv, Version

@@ -88,7 +88,7 @@ class DenvVersionEnvironment(Environment):  # type: ignore[misc]
         super().__init__()
         self.version = load_version()
         self.tools: list[str] | None = self.version.get("tools")
-        self.mcp_client = ToolBridge(self)
+        self.mcp_client = ToolBridge(self.tools, self.current)
         self._api = DenvApi.from_environ()
         self._lock = threading.RLock()
         self._env_id: str | None = None

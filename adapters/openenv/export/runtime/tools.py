@@ -8,10 +8,10 @@ current env and keeps to the declared tools (all the env offers when none are de
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-if TYPE_CHECKING:
-    from .environment import DenvVersionEnvironment
+from .inner import InnerEnv
 
 
 class ToolError(RuntimeError):
@@ -21,9 +21,11 @@ class ToolError(RuntimeError):
 class ToolBridge:
     """The `mcp_client` OpenEnv's server calls for the environment it belongs to."""
 
-    def __init__(self, environment: DenvVersionEnvironment) -> None:
-        self._environment = environment
-        self.declared = environment.tools
+    def __init__(self, declared: list[str] | None, current: Callable[[], InnerEnv]) -> None:
+        """`declared`: the tools to keep to (None: all the env offers); `current`: the
+        session's current env, started on first use (a blocking call)."""
+        self.declared = declared
+        self._current = current
 
     def is_connected(self) -> bool:
         return True  # each request goes over the env's open session
@@ -60,7 +62,7 @@ class ToolBridge:
         return await self._request("tools/call", {"name": name, "arguments": arguments or {}})
 
     async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        inner = await asyncio.to_thread(self._environment.current)
+        inner = await asyncio.to_thread(self._current)
         response = await inner.mcp(method, params)
         error = response.get("error")
         if error:
