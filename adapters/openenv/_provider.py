@@ -16,39 +16,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, overload
 
-from denv.errors import (
-    EnvReadyTimeout,
-    EnvStartError,
-    NotFound,
-    WarmPoolStalled,
-    WarmPoolTimeout,
-)
+from denv.errors import EnvReadyTimeout, EnvStartError, NotFound
 from openenv.core.containers.runtime import ContainerProvider
 
+from . import _waits
+from ._config import DEFAULT_PORT, Egress, ProviderConfig, check_start_options, command_list
 from ._connection import Connection, open_connection
-from ._readiness import WebSocketProbe, probe_websocket
-from ._waits import FAILED, ReadyWait, start_error
+from ._readiness import WebSocketProbe, no_websocket, probe_websocket
+from ._waits import FAILED, ReadyWait, agent_url, start_error
 
 if TYPE_CHECKING:
     from denv import Env, WarmPool
 
 logger = logging.getLogger(__name__)
 
-Egress = Literal["deny", "allow"]
-
-#: The container port an OpenEnv server listens on unless told otherwise.
-DEFAULT_PORT = 8000
-#: Keyword arguments of start_container besides image/port/env_vars: what OpenEnv itself passes
-#: (AutoEnv's `wait_timeout`) and the per-start options other providers take.
-START_OPTIONS = ("wait_timeout", "labels", "command", "cmd")
-#: How often wait_warm() asks the server how its spares are doing.
-WARM_POLL_S = 0.25
+#: The contract's limit on children per fork request (EnvsCreate.count).
+MAX_FORK_COUNT = 32
 
 
 class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no type hints
@@ -72,7 +60,8 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             servers). False for a plain HTTP service, which is ready on `/health` alone.
 
     The provider is bound to one env at a time (`env_id`, `base_url`);
-    `fork()` returns new providers bound to children of that env.
+    `fork()` returns new providers bound to children of that env, made with the same
+    settings (`config`, a frozen `ProviderConfig`).
     """
 
     def __init__(
@@ -89,23 +78,22 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         warm_fork: bool | None = None,
         websocket: bool = True,
     ) -> None:
-        if egress not in ("deny", "allow"):
-            raise ValueError(f"egress must be 'deny' or 'allow', not {egress!r}")
-        if ttl_s < 1:
-            raise ValueError(f"ttl_s must be at least 1 second, not {ttl_s!r}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
-        if warm < 0:
-            raise ValueError(f"warm must be 0 or more, not {warm!r}")
-        self._server = server
-        self._api_key = api_key
-        self._image = image
-        self._egress: Egress = egress
-        self._ttl_s = ttl_s
-        self._labels = dict(labels or {})
-        self._timeout_s = timeout_s
-        self._warm = warm
-        self._warm_fork = warm > 0 if warm_fork is None else warm_fork
+        config = ProviderConfig(
+            server,
+            api_key,
+            image,
+            egress,
+            ttl_s,
+            labels or {},
+            timeout_s,
+            warm,
+            warm_fork,
+            websocket,
+        )
+        self._setup(config)
+
+    def _setup(self, config: ProviderConfig) -> None:
+        self._config = config
         self._connection: Connection | None = None
         self._env_id: str | None = None
         self._base_url: str | None = None
@@ -116,9 +104,14 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         self._lock = threading.RLock()
         #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
         #: (which cannot hold a WebSocket) replace it. Forks inherit it.
-        self.ws_probe: WebSocketProbe = probe_websocket if websocket else _no_websocket
+        self.ws_probe: WebSocketProbe = probe_websocket if config.websocket else no_websocket
 
     # -- what the provider is bound to ---------------------------------------------------------
+
+    @property
+    def config(self) -> ProviderConfig:
+        """The settings this provider was made with (its forks are made with the same)."""
+        return self._config
 
     @property
     def env_id(self) -> str | None:
@@ -146,10 +139,10 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         return self._conn().api_key
 
     def __repr__(self) -> str:
-        server = self._connection.denv.server if self._connection else self._server
+        server = self._connection.denv.server if self._connection else self._config.server
         return (
-            f"DenvProvider(env_id={self._env_id!r}, image={self._image!r}, "
-            f"egress={self._egress!r}, server={server!r})"
+            f"DenvProvider(env_id={self._env_id!r}, image={self._config.image!r}, "
+            f"egress={self._config.egress!r}, server={server!r})"
         )
 
     # -- OpenEnv's ContainerProvider -----------------------------------------------------------
@@ -169,14 +162,9 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         `command` (or `cmd`, a list or a shell-style string). Any other keyword
         is an error. The env is not ready yet: call `wait_for_ready(base_url)`.
         """
-        unknown = sorted(set(kwargs) - set(START_OPTIONS))
-        if unknown:
-            raise ValueError(
-                "DenvProvider.start_container() got unknown keyword argument(s): "
-                f"{', '.join(unknown)}; it accepts image, port, env_vars, "
-                f"{', '.join(START_OPTIONS)}"
-            )
-        image = image or self._image
+        check_start_options(kwargs)
+        config = self._config
+        image = image or config.image
         if not image:
             raise ValueError(
                 "no image to start: pass one to start_container(image) or DenvProvider(image=...)"
@@ -188,14 +176,14 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
                 image,
                 ports=[port or DEFAULT_PORT],
                 env=dict(env_vars) if env_vars else None,
-                egress=self._egress,
-                command=_command(kwargs.get("command", kwargs.get("cmd"))),
-                labels=self._merged_labels(kwargs.get("labels")),
-                ttl_s=self._ttl_s,
+                egress=config.egress,
+                command=command_list(kwargs.get("command", kwargs.get("cmd"))),
+                labels=config.merged_labels(kwargs.get("labels")),
+                ttl_s=config.ttl_s,
                 wait="running",
-                wait_timeout_s=float(wait_timeout or self._timeout_s),
-                warm=self._warm,
-                warm_fork=self._warm_fork,
+                wait_timeout_s=float(wait_timeout or config.timeout_s),
+                warm=config.warm,
+                warm_fork=bool(config.warm_fork),
             )
             self._ready_timeout_s = float(wait_timeout) if wait_timeout else None
             return self._adopt(env, f"image {image!r}")
@@ -209,18 +197,19 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         labels: Mapping[str, str] | None = None,
     ) -> str:
         """Start a new env from a stored version (`ver_...`) and return its base URL."""
+        config = self._config
         with self._lock:
             self._require_unbound()
             (env,) = self._conn().denv.envs_from_version(
                 version_id,
                 count=1,
-                egress=self._egress,
+                egress=config.egress,
                 env=dict(env_vars) if env_vars else None,
-                labels=self._merged_labels(labels),
-                ttl_s=self._ttl_s,
+                labels=config.merged_labels(labels),
+                ttl_s=config.ttl_s,
                 wait="running",
-                wait_timeout_s=float(wait_timeout or self._timeout_s),
-                warm=self._warm,
+                wait_timeout_s=float(wait_timeout or config.timeout_s),
+                warm=config.warm,
             )
             self._ready_timeout_s = float(wait_timeout) if wait_timeout else None
             return self._adopt(env, f"version {version_id}")
@@ -234,7 +223,9 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         `wait_timeout`, else the constructor's `timeout_s`). Either way the
         env is deleted. A refused API key raises `denv.Unauthorized` at once.
         """
-        timeout = timeout_s if timeout_s is not None else self._ready_timeout_s or self._timeout_s
+        timeout = (
+            timeout_s if timeout_s is not None else self._ready_timeout_s or self._config.timeout_s
+        )
         env_id = self._env_id
         wait = ReadyWait(self._conn(), self.ws_probe, env_id, self._origin, timeout)
         try:
@@ -282,9 +273,39 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         volumes hold the parent's state at the snapshot; its server restarts.
         Nothing is left behind when any child fails: all of them are deleted.
         """
-        from ._fork import fork_children
-
-        children = fork_children(self, 1 if n is None else n)
+        count = 1 if n is None else n
+        if not 1 <= count <= MAX_FORK_COUNT:
+            raise ValueError(f"fork count must be between 1 and {MAX_FORK_COUNT}, not {count!r}")
+        env_id = self._env_id
+        if env_id is None:
+            raise RuntimeError(
+                "fork() needs a running env: start one first (start_container(), or a client "
+                "made with from_docker_image(image, provider=DenvProvider()))"
+            )
+        config, connection = self._config, self._conn()
+        result = connection.denv.fork(
+            env_id,
+            count=count,
+            labels=config.merged_labels(),
+            ttl_s=config.ttl_s,
+            # The server starts the children in parallel and answers once each is healthy or
+            # failed (at once for warm children); the client then only probes its own path.
+            wait="healthy",
+            wait_timeout_s=config.timeout_s,
+            warm=config.warm,
+        )
+        logger.info("forked env %s into %d (version %s)", env_id, count, result.version.id)
+        children: list[DenvProvider] = []
+        try:
+            for env in result.envs:
+                children.append(self._child(env, connection))
+            timeout_s = config.timeout_s
+            _waits.run_all(
+                [partial(c.wait_for_ready, c.base_url or "", timeout_s) for c in children]
+            )
+        except BaseException:
+            _waits.discard([env.id for env in result.envs], children, self._delete_quietly)
+            raise
         return children[0] if n is None else children
 
     def wait_warm(
@@ -308,56 +329,20 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         env_id = self._env_id
         if env_id is None:
             raise RuntimeError("wait_warm() needs a running env: start one first")
-        denv = self._conn().denv
-        deadline = time.monotonic() + timeout_s
-        seen: tuple[str, int, int] | None = None
-        while True:
-            pool = denv.warm_pool(env_id)
-            state = str(pool.state)
-            if (state, pool.ready, pool.booting) != seen and progress is not None:
-                progress(pool)
-            seen = (state, pool.ready, pool.booting)
-            if state in ("none", "ready"):
-                return pool
-            if state == "stalled":
-                raise WarmPoolStalled(
-                    f"the warm pool of env {env_id} stopped filling at {pool.ready}/"
-                    f"{pool.target} spares: {pool.error or 'no reason given'}. Forks start "
-                    "cold meanwhile; fix the cause (the server's log names it), then fork "
-                    "again with warm to restart the pool.",
-                    pool,
-                )
-            if time.monotonic() + WARM_POLL_S > deadline:
-                raise WarmPoolTimeout(
-                    f"the warm pool of env {env_id} had {pool.ready}/{pool.target} spares "
-                    f"ready ({pool.booting} booting) after {timeout_s:g}s: the machine may be "
-                    "busy; wait longer (timeout_s) or fork now (children without a spare "
-                    "start cold).",
-                    pool,
-                )
-            time.sleep(WARM_POLL_S)
+        return _waits.wait_warm_pool(self._conn().denv, env_id, timeout_s, progress)
 
-    # -- internals shared with _fork -------------------------------------------------------------
+    # -- internals -------------------------------------------------------------------------------
 
     def _conn(self) -> Connection:
         with self._lock:
             if self._connection is None:
-                self._connection = open_connection(self._server, self._api_key)
+                self._connection = open_connection(self._config.server, self._config.api_key)
             return self._connection
 
     def _child(self, env: Env, connection: Connection) -> DenvProvider:
         """A provider bound to `env` (a fork of this one's), sharing its connection."""
-        child = DenvProvider(
-            self._server,
-            self._api_key,
-            self._image,
-            self._egress,
-            self._ttl_s,
-            self._labels,
-            self._timeout_s,
-            self._warm,
-            warm_fork=self._warm_fork,
-        )
+        child = DenvProvider.__new__(DenvProvider)
+        child._setup(self._config)
         child.ws_probe = self.ws_probe
         child._connection = connection.share()
         try:
@@ -374,16 +359,12 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
                 "first, or use another DenvProvider"
             )
 
-    def _merged_labels(self, extra: Mapping[str, str] | None) -> dict[str, str] | None:
-        labels = {**self._labels, **(extra or {})}
-        return labels or None
-
     def _adopt(self, env: Env, what: str) -> str:
         """Bind to a just-created env and return its base URL; delete it if it is unusable."""
         try:
             if str(env.status) in FAILED:
                 raise start_error(self._conn().denv, env, what)
-            url = _agent_url(env)
+            url = agent_url(env)
             if url is None:
                 raise EnvStartError(
                     f"env {env.id} ({what}) has no endpoint for its agent service "
@@ -413,24 +394,3 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         with self._lock:
             if self._env_id == env_id:
                 self._env_id = self._base_url = self._start = None
-
-
-def _command(value: Sequence[str] | str | None) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return shlex.split(value)
-    return [str(part) for part in value]
-
-
-def _agent_url(env: Env) -> str | None:
-    """The agent service's first endpoint (the port clients talk to), without a trailing slash."""
-    for endpoint in env.endpoints:
-        if endpoint.service == env.agent_service:
-            return str(endpoint.url).rstrip("/")
-    return None
-
-
-def _no_websocket(base_url: str, timeout_s: float) -> None:
-    """The WebSocket probe of a provider whose service is plain HTTP: nothing to check."""
-    return None

@@ -58,6 +58,11 @@ def probe_health(http: httpx.Client, base_url: str) -> str | None:
     return f"GET /health answered {response.status_code}"
 
 
+def no_websocket(base_url: str, timeout_s: float) -> None:
+    """The WebSocket probe of a provider whose service is plain HTTP: nothing to check."""
+    return None
+
+
 def _connect_kwargs(url: str) -> dict[str, Any]:
     from websockets.sync.client import connect
 

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Protocol
 
-from denv.errors import DenvError, EnvReadyTimeout, EnvStartError
+from denv.errors import (
+    DenvError,
+    EnvReadyTimeout,
+    EnvStartError,
+    WarmPoolStalled,
+    WarmPoolTimeout,
+)
 
 from ._connection import Connection
 from ._readiness import WebSocketProbe, probe_health
 
 if TYPE_CHECKING:
-    from denv import Denv, Env
+    from denv import Denv, Env, WarmPool
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +34,8 @@ logger = logging.getLogger(__name__)
 LOG_TAIL_LINES = 40
 #: Statuses an env does not come back from.
 FAILED = frozenset({"failed", "deleted"})
+#: How often wait_warm_pool() asks the server how its spares are doing.
+WARM_POLL_S = 0.25
 #: The longest single long-poll the contract allows (WaitRequest.timeout_s).
 MAX_WAIT_S = 600.0
 #: Backoff between probes that fail after the server reported the env healthy.
@@ -136,3 +146,82 @@ def log_tail(denv: Denv, env_id: str) -> list[str]:
     except DenvError as exc:
         logger.debug("no logs for env %s: %s", env_id, exc)
         return []
+
+
+def wait_warm_pool(
+    denv: Denv,
+    env_id: str,
+    timeout_s: float,
+    progress: Callable[[WarmPool], None] | None = None,
+) -> WarmPool:
+    """Poll the env's warm pool until it is full (or none was asked for); see
+    `DenvProvider.wait_warm`."""
+    deadline = time.monotonic() + timeout_s
+    seen: tuple[str, int, int] | None = None
+    while True:
+        pool = denv.warm_pool(env_id)
+        state = str(pool.state)
+        if (state, pool.ready, pool.booting) != seen and progress is not None:
+            progress(pool)
+        seen = (state, pool.ready, pool.booting)
+        if state in ("none", "ready"):
+            return pool
+        if state == "stalled":
+            raise WarmPoolStalled(
+                f"the warm pool of env {env_id} stopped filling at {pool.ready}/"
+                f"{pool.target} spares: {pool.error or 'no reason given'}. Forks start "
+                "cold meanwhile; fix the cause (the server's log names it), then fork "
+                "again with warm to restart the pool.",
+                pool,
+            )
+        if time.monotonic() + WARM_POLL_S > deadline:
+            raise WarmPoolTimeout(
+                f"the warm pool of env {env_id} had {pool.ready}/{pool.target} spares "
+                f"ready ({pool.booting} booting) after {timeout_s:g}s: the machine may be "
+                "busy; wait longer (timeout_s) or fork now (children without a spare "
+                "start cold).",
+                pool,
+            )
+        time.sleep(WARM_POLL_S)
+
+
+def run_all(calls: Sequence[Callable[[], None]]) -> None:
+    """Run the calls at once (a fork's children wait in parallel); raise the first failure
+    after all have finished."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="denv-fork") as pool:
+        futures = [pool.submit(call) for call in calls]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+
+
+def agent_url(env: Env) -> str | None:
+    """The agent service's first endpoint (the port clients talk to), without a trailing slash."""
+    for endpoint in env.endpoints:
+        if endpoint.service == env.agent_service:
+            return str(endpoint.url).rstrip("/")
+    return None
+
+
+class _Bound(Protocol):
+    @property
+    def env_id(self) -> str | None: ...
+    def close(self) -> None: ...
+
+
+def discard(env_ids: Sequence[str], bound: Sequence[_Bound], delete: Callable[[str], None]) -> None:
+    """Delete every env of a failed fork: through its provider when one is bound to it (which
+    also lets go of the connection), else with `delete`."""
+    held = {b.env_id for b in bound}
+    for provider in bound:
+        try:
+            provider.close()
+        except Exception as exc:
+            logger.warning("could not delete env %s: %s", provider.env_id, exc)
+    for env_id in env_ids:
+        if env_id not in held:
+            delete(env_id)

@@ -1,0 +1,75 @@
+"""A DenvProvider's settings: one frozen value, checked once, copied whole by its forks."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+Egress = Literal["deny", "allow"]
+
+#: The container port an OpenEnv server listens on unless told otherwise.
+DEFAULT_PORT = 8000
+#: Keyword arguments of start_container besides image/port/env_vars: what OpenEnv itself passes
+#: (AutoEnv's `wait_timeout`) and the per-start options other providers take.
+START_OPTIONS = ("wait_timeout", "labels", "command", "cmd")
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """What a `DenvProvider` was made with (see its docstring); forks carry the same one.
+
+    `warm_fork` is resolved (`warm > 0` when not given) and `labels` is read-only.
+    """
+
+    server: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never shown
+    image: str | None = None
+    egress: Egress = "deny"
+    ttl_s: int = 3600
+    labels: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 120.0
+    warm: int = 0
+    warm_fork: bool | None = None
+    websocket: bool = True
+
+    def __post_init__(self) -> None:
+        if self.egress not in ("deny", "allow"):
+            raise ValueError(f"egress must be 'deny' or 'allow', not {self.egress!r}")
+        if self.ttl_s < 1:
+            raise ValueError(f"ttl_s must be at least 1 second, not {self.ttl_s!r}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, not {self.timeout_s!r}")
+        if self.warm < 0:
+            raise ValueError(f"warm must be 0 or more, not {self.warm!r}")
+        # Frozen: assignments in __post_init__ go through object.__setattr__.
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        if self.warm_fork is None:
+            object.__setattr__(self, "warm_fork", self.warm > 0)
+
+    def merged_labels(self, extra: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """The provider's labels with `extra` on top; None when there are none."""
+        labels = {**self.labels, **(extra or {})}
+        return labels or None
+
+
+def check_start_options(options: Mapping[str, object]) -> None:
+    """Refuse keyword arguments start_container() does not know (a typo must not pass)."""
+    unknown = sorted(set(options) - set(START_OPTIONS))
+    if unknown:
+        raise ValueError(
+            "DenvProvider.start_container() got unknown keyword argument(s): "
+            f"{', '.join(unknown)}; it accepts image, port, env_vars, "
+            f"{', '.join(START_OPTIONS)}"
+        )
+
+
+def command_list(value: Sequence[str] | str | None) -> list[str] | None:
+    """A start command as a list (a string is split as a shell would)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return shlex.split(value)
+    return [str(part) for part in value]
