@@ -6,56 +6,16 @@
         env = denv.create_sandbox("denv-echo-env:latest")
         fork = denv.fork(env.id, count=4)
 
-Errors are `denv.DenvError` subclasses (also importable from `denv.errors`); models are the
-generated ones from `openapi/denv.yaml`, re-exported here.
+Errors are `denv.DenvError` subclasses (one list, in `denv.errors`); what calls return are
+the frozen records and enums of `denv.types` (`Env`, `Version`, `Fork`, `EnvStatus`...),
+re-exported here. Finding or starting the local server: `denv.local`.
 """
 
-from denv_api_client.models import (
-    Egress,
-    Endpoint,
-    EndpointVia,
-    Env,
-    EnvError,
-    EnvErrorCode,
-    EnvService,
-    EnvServiceStatus,
-    EnvStatus,
-    ErrorCode,
-    Fork,
-    Health,
-    Project,
-    StartMode,
-    Version,
-    VersionService,
-    WaitFor,
-    WarmPool,
-    WarmPoolState,
-)
-
-from . import errors
+from . import errors, types
 from ._client import Denv
 from .errors import *  # noqa: F403  (the error classes; one list, in denv.errors)
+from .types import *  # noqa: F403  (the records and enums calls return; in denv.types)
 
-__all__ = [
-    "Denv",
-    "Egress",
-    "Endpoint",
-    "EndpointVia",
-    "Env",
-    "EnvError",
-    "EnvErrorCode",
-    "EnvService",
-    "EnvServiceStatus",
-    "EnvStatus",
-    "ErrorCode",
-    "Fork",
-    "Health",
-    "Project",
-    "StartMode",
-    "Version",
-    "VersionService",
-    "WaitFor",
-    "WarmPool",
-    "WarmPoolState",
-]
+__all__ = ["Denv"]
 __all__ += errors.__all__
+__all__ += types.__all__

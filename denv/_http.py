@@ -30,6 +30,7 @@ from typing import Any, TypeVar, overload
 from urllib.parse import urlsplit
 
 import httpx
+from denv_api_client.client import AuthenticatedClient
 from denv_api_client.models import Error
 from denv_api_client.types import Response
 
@@ -285,3 +286,26 @@ def build_http_client(
         # Proxies come from `_proxy_for` (so retries still apply); no .netrc credentials.
         trust_env=False,
     )
+
+
+def build_api_client(
+    server: str,
+    api_key: str,
+    *,
+    timeout_s: float,
+    max_retries: int,
+    transport: httpx.BaseTransport | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> AuthenticatedClient:
+    """The generated client over `build_http_client` (pass `api_key` as a repr-masked str)."""
+    http = build_http_client(
+        server,
+        api_key,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+        transport=transport,
+        sleep=sleep,
+    )
+    client = AuthenticatedClient(base_url=server, token=api_key)
+    client.set_httpx_client(http)
+    return client

@@ -48,5 +48,5 @@ def live_env_ids(server: LocalDenv, label: tuple[str, str]) -> list[str]:
         return [
             env.id
             for env in denv.list_envs()
-            if str(env.status) != "deleted" and env.labels.additional_properties.get(key) == value
+            if str(env.status) != "deleted" and env.labels.get(key) == value
         ]

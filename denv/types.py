@@ -1,0 +1,391 @@
+"""What the denv client returns: plain frozen records, written by hand.
+
+They mirror the contract's schemas (openapi/denv.yaml) but are not the generated models:
+regenerating the client changes `from_api`, never what users import. Enums are `StrEnum`s,
+so `env.status == "healthy"` holds and `str(env.status)` is the wire value.
+
+    env = denv.create_sandbox("denv-echo-env:latest")
+    env.status is EnvStatus.HEALTHY          # also == "healthy"
+    env.endpoints[0].url                     # where a client connects
+    env.labels["team"]                       # a plain dict
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from denv_api_client.types import Unset
+
+if TYPE_CHECKING:
+    from denv_api_client import models as api
+
+__all__ = [
+    "Egress",
+    "Endpoint",
+    "EndpointVia",
+    "Env",
+    "EnvError",
+    "EnvErrorCode",
+    "EnvService",
+    "EnvServiceStatus",
+    "EnvStatus",
+    "ErrorCode",
+    "Fork",
+    "Health",
+    "HealthStatus",
+    "Project",
+    "StartMode",
+    "Version",
+    "VersionService",
+    "WaitFor",
+    "WarmPool",
+    "WarmPoolState",
+]
+
+
+class EnvStatus(enum.StrEnum):
+    """Where an env is in its life; `failed` and `deleted` are final."""
+
+    CREATING = "creating"
+    STARTING = "starting"
+    RUNNING = "running"
+    HEALTHY = "healthy"
+    FAILED = "failed"
+    DELETED = "deleted"
+
+
+class StartMode(enum.StrEnum):
+    """How the server started an env: from a booted spare (`warm`) or by booting it (`cold`)."""
+
+    COLD = "cold"
+    WARM = "warm"
+
+
+class Egress(enum.StrEnum):
+    """`deny`: no outward connections (reached through the ingress); `allow`: ports published."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class EndpointVia(enum.StrEnum):
+    """How an endpoint is reached: the server's ingress proxy, or a port published on its host."""
+
+    INGRESS = "ingress"
+    PUBLISHED = "published"
+
+
+class EnvErrorCode(enum.StrEnum):
+    """Why an env failed."""
+
+    ENGINE_ERROR = "engine_error"
+    EXITED = "exited"
+    HEALTH_TIMEOUT = "health_timeout"
+    LOST = "lost"
+    START_FAILED = "start_failed"
+
+
+class EnvServiceStatus(enum.StrEnum):
+    """The state of one service's container."""
+
+    CREATED = "created"
+    EXITED = "exited"
+    MISSING = "missing"
+    PAUSED = "paused"
+    RUNNING = "running"
+
+
+class WarmPoolState(enum.StrEnum):
+    """`none` (no spares asked for), `filling`, `ready`, or `stalled` (see `WarmPool.error`)."""
+
+    FILLING = "filling"
+    NONE = "none"
+    READY = "ready"
+    STALLED = "stalled"
+
+
+class WaitFor(enum.StrEnum):
+    """What a create waits for before answering."""
+
+    HEALTHY = "healthy"
+    NONE = "none"
+    RUNNING = "running"
+
+
+class HealthStatus(enum.StrEnum):
+    OK = "ok"
+
+
+class ErrorCode(enum.StrEnum):
+    """The machine code of an error answer (`DenvError.code`)."""
+
+    CONFLICT = "conflict"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    ENV_NOT_RUNNING = "env_not_running"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    IMAGE_NOT_FOUND = "image_not_found"
+    INTERNAL = "internal"
+    INVALID_COMPOSE = "invalid_compose"
+    INVALID_REQUEST = "invalid_request"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    NOT_FOUND = "not_found"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    RATE_LIMITED = "rate_limited"
+    UNAUTHORIZED = "unauthorized"
+    VERSION_IN_USE = "version_in_use"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _opt(value: Any) -> Any:
+    """The generated models' UNSET (an absent optional field) as None."""
+    return None if isinstance(value, Unset) else value
+
+
+def _dict(model: Any) -> dict[str, str]:
+    """A generated free-form object (labels, env vars) as a plain dict."""
+    return dict(model.additional_properties) if model is not None else {}
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values, field for field (enums as strings, times in ISO)."""
+        assert dataclasses.is_dataclass(self)
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint(_Record):
+    """Where a client reaches one published port of a service."""
+
+    service: str
+    port: int
+    url: str
+    via: EndpointVia
+
+    @classmethod
+    def from_api(cls, m: api.Endpoint) -> Endpoint:
+        return cls(service=m.service, port=m.port, url=m.url, via=EndpointVia(m.via.value))
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvService(_Record):
+    """One service (container) of an env, with the image digest it runs."""
+
+    name: str
+    image: str
+    image_digest: str
+    status: EnvServiceStatus
+    start: StartMode | None = None
+
+    @classmethod
+    def from_api(cls, m: api.EnvService) -> EnvService:
+        start = _opt(m.start)
+        return cls(
+            name=m.name,
+            image=m.image,
+            image_digest=m.image_digest,
+            status=EnvServiceStatus(m.status.value),
+            start=None if start is None else StartMode(start.value),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvError(_Record):
+    """Why an env failed, with the failing service's last log lines."""
+
+    code: EnvErrorCode
+    message: str
+    log_tail: list[str]
+    service: str | None = None
+
+    @classmethod
+    def from_api(cls, m: api.EnvError) -> EnvError:
+        return cls(
+            code=EnvErrorCode(m.code.value),
+            message=m.message,
+            log_tail=list(m.log_tail),
+            service=_opt(m.service),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Env(_Record):
+    """A running (or failed, or deleted) instance of a version."""
+
+    id: str
+    status: EnvStatus
+    version_id: str
+    parent_id: str | None
+    project: str | None
+    agent_service: str
+    egress: Egress
+    labels: dict[str, str]
+    services: list[EnvService]
+    endpoints: list[Endpoint]
+    start: StartMode
+    created_at: datetime.datetime
+    expires_at: datetime.datetime
+    error: EnvError | None
+
+    @classmethod
+    def from_api(cls, m: api.Env) -> Env:
+        return cls(
+            id=m.id,
+            status=EnvStatus(m.status.value),
+            version_id=m.version_id,
+            parent_id=m.parent_id,
+            project=m.project,
+            agent_service=m.agent_service,
+            egress=Egress(m.egress.value),
+            labels=_dict(m.labels),
+            services=[EnvService.from_api(s) for s in m.services],
+            endpoints=[Endpoint.from_api(e) for e in m.endpoints],
+            start=StartMode(m.start.value),
+            created_at=m.created_at,
+            expires_at=m.expires_at,
+            error=None if m.error is None else EnvError.from_api(m.error),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionService(_Record):
+    """One service of a version, pinned by image digest."""
+
+    name: str
+    image: str
+    image_digest: str
+    command: list[str] | None
+    env: dict[str, str]
+    ports: list[int]
+    volumes: list[str]
+    depends_on: list[str]
+    health_path: str | None
+
+    @classmethod
+    def from_api(cls, m: api.VersionService) -> VersionService:
+        return cls(
+            name=m.name,
+            image=m.image,
+            image_digest=m.image_digest,
+            command=None if m.command is None else list(m.command),
+            env=_dict(m.env),
+            ports=list(m.ports),
+            volumes=list(m.volumes),
+            depends_on=list(m.depends_on),
+            health_path=m.health_path,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Version(_Record):
+    """An immutable snapshot: images pinned by digest plus one layer per volume."""
+
+    id: str
+    project: str | None
+    parent_env_id: str | None
+    agent_service: str
+    services: list[VersionService]
+    layer_depth: int
+    warm_fork: bool
+    labels: dict[str, str]
+    created_at: datetime.datetime
+
+    @classmethod
+    def from_api(cls, m: api.Version) -> Version:
+        return cls(
+            id=m.id,
+            project=m.project,
+            parent_env_id=m.parent_env_id,
+            agent_service=m.agent_service,
+            services=[VersionService.from_api(s) for s in m.services],
+            layer_depth=m.layer_depth,
+            warm_fork=m.warm_fork,
+            labels=_dict(m.labels),
+            created_at=m.created_at,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Fork(_Record):
+    """One snapshot of an env (`version`) and the children started from it (`envs`)."""
+
+    version: Version
+    envs: list[Env]
+
+    @classmethod
+    def from_api(cls, m: api.Fork) -> Fork:
+        return cls(version=Version.from_api(m.version), envs=[Env.from_api(e) for e in m.envs])
+
+
+@dataclasses.dataclass(frozen=True)
+class Health(_Record):
+    """The server's status, its version, and whether its container engine answers."""
+
+    status: HealthStatus
+    version: str
+    engine: str
+
+    @classmethod
+    def from_api(cls, m: api.Health) -> Health:
+        return cls(status=HealthStatus(m.status.value), version=m.version, engine=m.engine)
+
+
+@dataclasses.dataclass(frozen=True)
+class Project(_Record):
+    """A named line of versions deployed from compose files."""
+
+    name: str
+    latest_version_id: str
+    version_count: int
+    created_at: datetime.datetime
+
+    @classmethod
+    def from_api(cls, m: api.Project) -> Project:
+        return cls(
+            name=m.name,
+            latest_version_id=m.latest_version_id,
+            version_count=m.version_count,
+            created_at=m.created_at,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmPool(_Record):
+    """The booted spares an env asked for: `ready` of `target`, `booting`, and `state`."""
+
+    env_id: str
+    state: WarmPoolState
+    target: int
+    ready: int
+    booting: int
+    failures: int
+    error: str | None = None
+
+    @classmethod
+    def from_api(cls, m: api.WarmPool) -> WarmPool:
+        return cls(
+            env_id=m.env_id,
+            state=WarmPoolState(m.state.value),
+            target=m.target,
+            ready=m.ready,
+            booting=m.booting,
+            failures=m.failures,
+            error=_opt(m.error),
+        )
