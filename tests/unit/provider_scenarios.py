@@ -81,6 +81,7 @@ def fork(server: str, key: str, ws_probe: WebSocketProbe) -> dict[str, Any]:
         provider.wait_for_ready(provider.start_container(IMAGE))
         child = provider.fork()
         found = {"parent": provider.env_id, "child": child.env_id, "url": child.base_url}
+        found["same_config"] = child.config is provider.config  # copied whole
         child.close()
         return found
 

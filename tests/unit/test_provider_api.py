@@ -122,3 +122,19 @@ def test_readiness_helpers() -> None:
     )
     assert _session_error('{"type": "observation"}') is None
     assert _session_error(b"not json") is None
+
+
+def test_settings_are_one_frozen_config() -> None:
+    import dataclasses
+
+    provider = DenvProvider(server="http://denv.test", api_key=KEY, labels={"a": "1"}, warm=2)
+    config = provider.config
+    assert config.warm_fork is True  # resolved from warm > 0
+    assert config.merged_labels({"b": "2"}) == {"a": "1", "b": "2"}
+    assert KEY not in repr(config)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.warm = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.labels["a"] = "2"  # type: ignore[index]
+    with pytest.raises(ValueError, match="egress"):
+        DenvProvider(egress="open")  # type: ignore[arg-type]

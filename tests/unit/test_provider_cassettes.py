@@ -81,6 +81,7 @@ def test_ready_long_polls_then_probes_health_and_websocket() -> None:
 def test_fork_binds_a_ready_child() -> None:
     result, wire, probed = replay("fork")
     assert result["child"] != result["parent"] and result["url"].startswith(INGRESS)
+    assert result["same_config"]
     sent = calls(wire)
     assert f"POST /v1/envs/{result['parent']}/fork" in sent
     assert body(next(r for r in wire.sent if r.uri.endswith("/fork")))["wait"] == "healthy"
