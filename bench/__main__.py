@@ -23,7 +23,8 @@ from types import FrameType
 from typing import Any
 
 from . import bench_density, bench_fork, bench_latency, bench_snapshot, bench_start, report
-from .harness import IMAGE, ROOT, Bench, conditions, machine, sh, start_server, write_json
+from .harness import IMAGE, Bench, start_server, write_json
+from .measure import ROOT, conditions, machine, sh
 
 log = logging.getLogger("bench")
 

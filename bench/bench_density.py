@@ -23,14 +23,8 @@ from typing import Any
 
 import httpx
 
-from .harness import (
-    Bench,
-    container_memory,
-    meminfo,
-    parallel,
-    sh,
-    summarize,
-)
+from .harness import Bench, parallel, summarize
+from .measure import container_memory, meminfo, sh
 
 log = logging.getLogger("bench.density")
 

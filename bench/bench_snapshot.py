@@ -22,7 +22,8 @@ import logging
 import time
 from typing import Any
 
-from .harness import Bench, sh, summarize
+from .harness import Bench, summarize
+from .measure import sh
 
 log = logging.getLogger("bench.snapshot")
 

@@ -27,7 +27,8 @@ from denv.openenv import fork_clients
 from openenv.core import GenericEnvClient
 from openenv.core.containers.runtime import LocalDockerProvider
 
-from .harness import RUN_LABEL, Bench, free_port, ratio, sh, summarize
+from .harness import RUN_LABEL, Bench, free_port, ratio, summarize
+from .measure import sh
 
 log = logging.getLogger("bench.start")
 
