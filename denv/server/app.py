@@ -17,16 +17,16 @@ from . import ids
 from .auth import KeyRing, digest
 from .config import MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
 from .context import Context
+from .docker_node import DockerNode
 from .engine import Engine
-from .envs import Envs
 from .errors import install_error_handlers
 from .ingress import IngressTable, mount_ingress
 from .netpolicy import install_host_guard
-from .reconcile import reap_forever, reconcile
-from .routes import Core, router
+from .reconcile import reap_forever
+from .routes import router
+from .service import Service
 from .store import Store
 from .subnets import SubnetPool
-from .versions import Versions
 from .volumes import Volumes
 
 log = logging.getLogger(__name__)
@@ -120,14 +120,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     store = Store(config.db_path)
     store.add_key_digest(digest(config.api_key))
     table = IngressTable()
-    ctx = Context(
-        config=config,
-        store=store,
-        engine=Engine(store.instance_id(), SubnetPool(config.subnet_pool, config.subnet_prefix)),
-        volumes=Volumes(config.state_dir),
-        ingress=table,
-    )
-    core = Core(ctx, Envs(ctx), Versions(ctx))
+    engine = Engine(store.instance_id(), SubnetPool(config.subnet_pool, config.subnet_prefix))
+    node = DockerNode(engine, Volumes(config.state_dir))
+    ctx = Context(config=config, store=store, node=node, ingress=table)
+    service = Service(ctx)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -138,23 +134,21 @@ def create_app(config: ServerConfig) -> FastAPI:
         # Fail fast: without the guard, egress-deny envs could reach the host.
         await asyncio.to_thread(install_host_guard)
         try:
-            await asyncio.to_thread(reconcile, core)
+            await asyncio.to_thread(service.reconcile)
         except Exception:
             log.exception("reconcile failed; serving anyway (is dockerd running?)")
-        reaper = asyncio.create_task(reap_forever(core, REAPER_INTERVAL_S))
+        reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
         _write_server_json(config)
-        log.info("denv server %s listening at %s", ctx.engine.instance_id, config.public_url())
+        log.info("denv server %s listening at %s", engine.instance_id, config.public_url())
         try:
             yield
         finally:
             reaper.cancel()
-            ctx.stopping.set()
-            ctx.pool.shutdown(wait=False, cancel_futures=True)
-            await asyncio.to_thread(core.envs.warm.shutdown)
+            await asyncio.to_thread(service.shutdown)
             _remove_server_json(config)
 
     app = FastAPI(title="denv", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
-    app.state.core = core
+    app.state.service = service
     app.state.keyring = KeyRing(store)
     install_error_handlers(app)
     app.include_router(router)

@@ -1,4 +1,4 @@
-"""What the server's parts share: config, store, engine, volumes, ingress and worker threads."""
+"""What the server's parts share: config, store, node, ingress and worker threads."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .config import START_WORKERS, ServerConfig
-from .engine import Engine
+from .node import Node
 from .store import Store
-from .volumes import Volumes
 
 
 class IngressRoutes(Protocol):
@@ -28,8 +27,7 @@ class IngressRoutes(Protocol):
 class Context:
     config: ServerConfig
     store: Store
-    engine: Engine
-    volumes: Volumes
+    node: Node
     ingress: IngressRoutes
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(START_WORKERS, thread_name_prefix="denv-env")

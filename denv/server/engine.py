@@ -10,9 +10,7 @@ from __future__ import annotations
 import io
 import ipaddress
 import logging
-import os
 import tarfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -29,7 +27,6 @@ from .subnets import OVERLAP_RETRIES, SubnetPool
 
 log = logging.getLogger(__name__)
 
-FREEZE_TIMEOUT_S = 2.0
 NotFound = docker.errors.NotFound
 
 
@@ -210,7 +207,7 @@ class Engine:
                 command=command,
                 environment=environment,
                 labels={**self.labels(env_id, service), **(extra_labels or {})},
-                name=f"denv-{env_id.lower()}-{service}",
+                name=container_name(env_id, service),
                 ports=ports or None,
                 host_config=host_config,
                 networking_config=net,
@@ -260,66 +257,11 @@ class Engine:
                 raise
         return True
 
-    def freeze(self, cid: str) -> str | None:
-        """Stop a running container's processes for a snapshot; how, for :meth:`thaw`.
-
-        Its cgroup's freezer, as ``docker pause`` does, without the round trips through
-        dockerd and runc (0.3 ms, not 25); ``docker pause`` where there is no freezer file.
-        None (no error) when the container does not run or is already paused.
-        """
-        path = _freezer(cid)
-        if path is None:
-            return "docker" if self.try_pause(cid) else None
-        v1 = path.name == "freezer.state"
-        try:
-            if _frozen(path):
-                return None
-            path.write_text("FROZEN" if v1 else "1")
-            deadline = time.monotonic() + FREEZE_TIMEOUT_S
-            while not _frozen(path):
-                if time.monotonic() > deadline:
-                    path.write_text("THAWED" if v1 else "0")
-                    log.warning("freezing %s timed out; pausing it through docker", cid[:12])
-                    return "docker" if self.try_pause(cid) else None
-                time.sleep(0.0002)
-        except OSError:  # the container stopped meanwhile
-            return None
-        return "freezer"
-
-    def thaw(self, cid: str, how: str | None = "freezer") -> None:
-        """Undo :meth:`freeze` (idempotent; a no-op for a container that is not frozen)."""
-        if how == "docker":
-            self.unpause(cid)
-            return
-        path = _freezer(cid)
-        if path is not None:
-            with suppress(OSError):
-                path.write_text("THAWED" if path.name == "freezer.state" else "0")
-
-    def set_cpu_shares(self, cid: str, shares: int) -> None:
-        """Change a running container's CPU weight (its cgroup file: no dockerd round trip)."""
-        weight = 1 + (shares - 2) * 9999 // 262142  # cgroup v2's scale, as runc maps it
-        for path, value in (
-            (f"/sys/fs/cgroup/cpu/docker/{cid}/cpu.shares", shares),
-            (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.weight", weight),
-            (f"/sys/fs/cgroup/docker/{cid}/cpu.weight", weight),
-        ):
-            if os.path.exists(path):
-                with suppress(OSError):
-                    Path(path).write_text(str(value))
-                    return
+    def update_cpu_shares(self, cid: str, shares: int) -> None:
         with engine_errors(), suppress(docker.errors.APIError):
             self.api.update_container(cid, cpu_shares=shares)
 
-    def memory_bytes(self, cid: str) -> int | None:
-        """Memory the container uses now (its cgroup's count), None when unknown."""
-        for path in (
-            f"/sys/fs/cgroup/memory/docker/{cid}/memory.usage_in_bytes",
-            f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.current",
-            f"/sys/fs/cgroup/docker/{cid}/memory.current",
-        ):
-            with suppress(OSError, ValueError):
-                return int(Path(path).read_text())
+    def stats_memory(self, cid: str) -> int | None:
         with engine_errors(), suppress(docker.errors.APIError, KeyError, TypeError, ValueError):
             stats = self.api.stats(cid, stream=False)
             return int(stats["memory_stats"]["usage"])
@@ -376,22 +318,8 @@ class Engine:
         return list(found)
 
 
-def _freezer(cid: str) -> Path | None:
-    """The freezer control file of a container's cgroup (v1 or v2), None when not found."""
-    for path in (
-        f"/sys/fs/cgroup/freezer/docker/{cid}/freezer.state",
-        f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cgroup.freeze",
-        f"/sys/fs/cgroup/docker/{cid}/cgroup.freeze",
-    ):
-        if os.path.exists(path):
-            return Path(path)
-    return None
-
-
-def _frozen(path: Path) -> bool:
-    if path.name == "freezer.state":
-        return path.read_text().strip() == "FROZEN"
-    return "frozen 1" in (path.parent / "cgroup.events").read_text()
+def container_name(env_id: str, service: str) -> str:
+    return f"denv-{env_id.lower()}-{service}"
 
 
 def _state(status: str) -> str:

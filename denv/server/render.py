@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .store import EnvRecord, VersionRecord
+from .records import EnvRecord, EnvStatus, VersionRecord
 
-_VERSION_SERVICE_KEYS = (
+_VERSION_SERVICE_KEYS = {
     "name",
     "image",
     "image_digest",
@@ -16,39 +16,39 @@ _VERSION_SERVICE_KEYS = (
     "volumes",
     "depends_on",
     "health_path",
-)
+}
 
 
 def _endpoints(rec: EnvRecord, base_url: str) -> list[dict[str, Any]]:
     out = []
-    for e in rec.runtime.get("endpoints") or []:
-        url = f"{base_url}/ingress/{e['token']}" if e.get("token") else e["url"]
-        out.append({"service": e["service"], "port": e["port"], "url": url, "via": e["via"]})
+    for e in rec.runtime.endpoints:
+        url = f"{base_url}/ingress/{e.token}" if e.token else e.url
+        out.append({"service": e.service, "port": e.port, "url": url, "via": e.via})
     return out
 
 
 def env_json(
     rec: EnvRecord, version: VersionRecord | None, states: dict[str, str], base_url: str
 ) -> dict[str, Any]:
-    containers = rec.runtime.get("containers") or {}
+    containers = rec.runtime.containers
     services = []
     for svc in version.services if version else []:
-        cid = containers.get(svc["name"])
+        cid = containers.get(svc.name)
         status = states.get(cid, "missing") if cid else "missing"
-        if rec.status == "creating" and cid is None:
+        if rec.status == EnvStatus.CREATING and cid is None:
             status = "created"
         services.append(
             {
-                "name": svc["name"],
-                "image": svc["image"],
-                "image_digest": svc["image_digest"],
+                "name": svc.name,
+                "image": svc.image,
+                "image_digest": svc.image_digest,
                 "status": status,
                 "start": rec.start,
             }
         )
     return {
         "id": rec.id,
-        "status": rec.status,
+        "status": rec.status.value,
         "version_id": rec.version_id,
         "parent_id": rec.parent_id,
         "project": rec.project,
@@ -56,11 +56,11 @@ def env_json(
         "egress": rec.egress,
         "labels": rec.labels,
         "services": services,
-        "endpoints": _endpoints(rec, base_url) if rec.status != "deleted" else [],
+        "endpoints": _endpoints(rec, base_url) if rec.status != EnvStatus.DELETED else [],
         "start": rec.start,
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,
-        "error": rec.error,
+        "error": rec.error.model_dump() if rec.error else None,
     }
 
 
@@ -70,8 +70,8 @@ def version_json(rec: VersionRecord) -> dict[str, Any]:
         "project": rec.project,
         "parent_env_id": rec.parent_env_id,
         "agent_service": rec.agent_service,
-        "services": [{k: s[k] for k in _VERSION_SERVICE_KEYS} for s in rec.services],
-        "layer_depth": max((len(v["layers"]) for v in rec.volumes), default=0),
+        "services": [s.model_dump(include=_VERSION_SERVICE_KEYS) for s in rec.services],
+        "layer_depth": max((len(v.layers) for v in rec.volumes), default=0),
         "warm_fork": rec.warm_fork,
         "labels": rec.labels,
         "created_at": rec.created_at,

@@ -1,7 +1,8 @@
 """SQLite state (WAL): API keys, versions, envs, ingress tokens, projects, idempotency records.
 
 One connection shared by all threads behind a lock held only for the SQL itself, never across a
-Docker call. Records are plain dataclasses; JSON columns hold the nested parts.
+Docker call. Records are those of ``records``; JSON columns hold their nested parts, converted
+here and nowhere else.
 """
 
 from __future__ import annotations
@@ -9,16 +10,26 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from . import ids
+from .records import (
+    LIVE,
+    EnvError,
+    EnvRecord,
+    EnvSpec,
+    EnvStatus,
+    Runtime,
+    ServiceSpec,
+    VersionRecord,
+    Volume,
+)
 
-LIVE = ("creating", "starting", "running", "healthy", "failed")
+__all__ = ["EnvRecord", "Store", "VersionRecord", "iso", "now"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -53,40 +64,6 @@ def now() -> datetime:
 
 def iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-@dataclass
-class VersionRecord:
-    id: str
-    owner: str
-    project: str | None
-    parent_env_id: str | None
-    agent_service: str
-    services: list[dict[str, Any]]  # VersionService fields + "healthcheck"
-    volumes: list[dict[str, Any]]  # {"service", "path", "layers": [newest first]}
-    warm_fork: bool
-    labels: dict[str, str]
-    created_at: str
-    deleted: bool = False
-
-
-@dataclass
-class EnvRecord:
-    id: str
-    owner: str
-    version_id: str
-    parent_id: str | None
-    project: str | None
-    agent_service: str
-    egress: str
-    labels: dict[str, str]
-    status: str
-    start: str
-    created_at: str
-    expires_at: str
-    error: dict[str, Any] | None = None
-    spec: dict[str, Any] = field(default_factory=dict)  # env overrides, health path, timeouts
-    runtime: dict[str, Any] = field(default_factory=dict)  # network, containers, endpoints
 
 
 class Store:
@@ -161,8 +138,8 @@ class Store:
                 v.project,
                 v.parent_env_id,
                 v.agent_service,
-                json.dumps(v.services),
-                json.dumps(v.volumes),
+                json.dumps([x.model_dump() for x in v.services]),
+                json.dumps([x.model_dump() for x in v.volumes]),
                 int(v.warm_fork),
                 json.dumps(v.labels),
                 v.created_at,
@@ -181,8 +158,8 @@ class Store:
             project=r["project"],
             parent_env_id=r["parent_env_id"],
             agent_service=r["agent_service"],
-            services=json.loads(r["services"]),
-            volumes=json.loads(r["volumes"]),
+            services=[ServiceSpec.model_validate(x) for x in json.loads(r["services"])],
+            volumes=[Volume.model_validate(x) for x in json.loads(r["volumes"])],
             warm_fork=bool(r["warm_fork"]),
             labels=json.loads(r["labels"]),
             created_at=r["created_at"],
@@ -259,13 +236,13 @@ class Store:
             e.agent_service,
             e.egress,
             json.dumps(e.labels),
-            e.status,
+            e.status.value,
             e.start,
             e.created_at,
             e.expires_at,
-            json.dumps(e.error) if e.error else None,
-            json.dumps(e.spec),
-            json.dumps(e.runtime),
+            e.error.model_dump_json() if e.error else None,
+            e.spec.model_dump_json(),
+            e.runtime.model_dump_json(),
         )
 
     @staticmethod
@@ -279,13 +256,13 @@ class Store:
             agent_service=r["agent_service"],
             egress=r["egress"],
             labels=json.loads(r["labels"]),
-            status=r["status"],
+            status=EnvStatus(r["status"]),
             start=r["start"],
             created_at=r["created_at"],
             expires_at=r["expires_at"],
-            error=json.loads(r["error"]) if r["error"] else None,
-            spec=json.loads(r["spec"]),
-            runtime=json.loads(r["runtime"]),
+            error=EnvError.model_validate_json(r["error"]) if r["error"] else None,
+            spec=EnvSpec.model_validate_json(r["spec"]),
+            runtime=Runtime.model_validate_json(r["runtime"]),
         )
 
     def get_env(self, env_id: str) -> EnvRecord | None:
@@ -297,12 +274,12 @@ class Store:
         owner: str,
         limit: int,
         before: str | None,
-        status: str | None,
+        status: EnvStatus | None,
         version_id: str | None,
     ) -> list[EnvRecord]:
         sql = "SELECT * FROM envs WHERE owner=?"
         args: list[Any] = [owner]
-        for col, val in (("status", status), ("version_id", version_id)):
+        for col, val in (("status", status.value if status else None), ("version_id", version_id)):
             if val:
                 sql += f" AND {col}=?"
                 args.append(val)
@@ -327,21 +304,21 @@ class Store:
     def set_status(
         self,
         env_id: str,
-        status: str,
-        error: dict[str, Any] | None = None,
-        only_from: tuple[str, ...] = LIVE,
+        status: EnvStatus,
+        error: EnvError | None = None,
+        only_from: Collection[EnvStatus] = LIVE,
     ) -> bool:
         """Move an env to ``status`` unless it already left ``only_from``; True when it moved."""
         marks = ",".join("?" * len(only_from))
         sql = f"UPDATE envs SET status=?, error=? WHERE id=? AND status IN ({marks})"
-        err = json.dumps(error) if error else None
-        return self._run(sql, (status, err, env_id, *only_from)) > 0
+        err = error.model_dump_json() if error else None
+        return self._run(sql, (status.value, err, env_id, *(x.value for x in only_from))) > 0
 
     def adopt(
         self,
         env_id: str,
-        runtime: dict[str, Any],
-        status: str,
+        runtime: Runtime,
+        status: EnvStatus,
         routes: list[tuple[str, str, int, str]],
     ) -> bool:
         """A warm env's runtime, ingress routes (token, service, port, host) and status, at
@@ -349,7 +326,7 @@ class Store:
         with self.transaction() as db:
             moved = db.execute(
                 "UPDATE envs SET status=?, runtime=? WHERE id=? AND status='creating'",
-                (status, json.dumps(runtime), env_id),
+                (status.value, runtime.model_dump_json(), env_id),
             ).rowcount
             if moved:
                 db.executemany(
@@ -358,13 +335,14 @@ class Store:
                 )
         return moved > 0
 
-    def set_start(self, env_id: str, start: str, runtime: dict[str, Any]) -> None:
+    def set_start(self, env_id: str, start: str, runtime: Runtime) -> None:
         self._run(
-            "UPDATE envs SET start=?, runtime=? WHERE id=?", (start, json.dumps(runtime), env_id)
+            "UPDATE envs SET start=?, runtime=? WHERE id=?",
+            (start, runtime.model_dump_json(), env_id),
         )
 
-    def set_runtime(self, env_id: str, runtime: dict[str, Any]) -> None:
-        self._run("UPDATE envs SET runtime=? WHERE id=?", (json.dumps(runtime), env_id))
+    def set_runtime(self, env_id: str, runtime: Runtime) -> None:
+        self._run("UPDATE envs SET runtime=? WHERE id=?", (runtime.model_dump_json(), env_id))
 
     # ingress tokens
     def add_ingress(self, token: str, env_id: str, service: str, port: int, host: str) -> None:

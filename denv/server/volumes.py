@@ -210,6 +210,29 @@ class Volumes:
                 shutil.rmtree(p, ignore_errors=True)
 
 
+def disk_usage(root: Path, stop_after: int) -> int:
+    """Bytes of disk the files under ``root`` use; counting stops once past ``stop_after``."""
+    total = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:  # removed meanwhile, or not a directory
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if total > stop_after:
+                    return total
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
+
+
 def _kill_orphan_copies(prefix: str, wait_s: float = 5.0) -> None:
     """SIGKILL processes whose arguments name a path under ``prefix``, and wait for them.
 

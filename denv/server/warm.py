@@ -16,29 +16,25 @@ every env that asked for one is gone.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import ids
 from .config import (
-    CPU_SHARES,
     WARM_BOOT_WORKERS,
     WARM_MAX_FAILURES,
     WARM_MEMORY_GUESS,
     WARM_REFILL_DELAY_S,
 )
 from .context import Context
-from .netpolicy import network_name
-from .spares import Blueprint, Cancelled, Spare, blueprint, boot_spare
-from .store import VersionRecord
+from .node import BootSpec, Cancelled
+from .records import VersionRecord
+from .spares import Spare, blueprint, boot_spare, pool_key
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +44,7 @@ MIB = 1024 * 1024
 @dataclass
 class Pool:
     key: str
-    blueprint: Blueprint
+    blueprint: BootSpec
     owners: dict[str, int] = field(default_factory=dict)  # env id -> spares it asked for
     idle: deque[Spare] = field(default_factory=deque)
     booting: dict[str, float] = field(default_factory=dict)  # env id -> start, oldest first
@@ -65,17 +61,6 @@ class Pool:
 
     def unclaimed(self) -> list[str]:
         return [x for x in self.booting if x not in self.claims]
-
-
-def pool_key(bp: Blueprint) -> str:
-    """Two envs share a pool when their containers would boot alike."""
-    services = [
-        {k: s.get(k) for k in ("name", "image_digest", "command", "env", "ports", "volumes")}
-        | {k: s.get(k) for k in ("depends_on", "health_path", "healthcheck", "wait_healthy")}
-        for s in bp.services
-    ]
-    doc = [services, bp.volumes, bp.agent, bp.egress, sorted(bp.env.items())]
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def mem_available() -> int:
@@ -200,8 +185,7 @@ class WarmPools:
 
     def expedite(self, env_id: str) -> None:
         """A claimed spare still booting: give the containers it has the default CPU weight."""
-        for cid in self.ctx.engine.states(env_id):
-            self.ctx.engine.set_cpu_shares(cid, CPU_SHARES)
+        self.ctx.node.prioritize(env_id, [])
 
     def release(self, env_id: str) -> None:
         """An env is gone: pools only it asked for go too."""
@@ -219,7 +203,7 @@ class WarmPools:
         """Drop idle pools and dead spares, and refill (the reaper calls this)."""
         if not self._pools:
             return
-        states = self.ctx.engine.states()
+        states = self.ctx.node.states()
         gone: list[str] = []
         idle_s = self.ctx.config.warm_idle_s
         with self._lock:
@@ -229,7 +213,7 @@ class WarmPools:
                     gone += self._drop(key)
                     continue
                 for spare in list(pool.idle):
-                    if any(states.get(c) != "running" for c in spare.containers.values()):
+                    if any(states.get(c) != "running" for c in spare.booted.containers.values()):
                         log.warning("warm: spare %s stopped; replacing it", spare.env_id)
                         pool.idle.remove(spare)
                         gone.append(spare.env_id)
@@ -283,6 +267,8 @@ class WarmPools:
         pool = self._pools.pop(key)
         if self._closed:
             self._dropped.append(pool)
+        for env_id in pool.unclaimed():  # nobody will take it: its boot stops
+            self.ctx.node.cancel(env_id)
         return [s.env_id for s in pool.idle]  # booting ones see the pool gone and remove theirs
 
     def _spare_memory(self) -> int:
@@ -324,17 +310,8 @@ class WarmPools:
     def _boot(self, pool: Pool, env_id: str) -> None:
         spare: Spare | None = None
         try:
-            spare = boot_spare(
-                self.ctx,
-                pool.blueprint,
-                env_id,
-                pool.key,
-                self._cancelled(pool, env_id),
-                lambda: env_id in pool.claims,
-            )
-            spare.memory = sum(
-                self.ctx.engine.memory_bytes(c) or 0 for c in spare.containers.values()
-            )
+            spare = boot_spare(self.ctx.node, pool.blueprint, env_id, pool.key)
+            spare.memory = self.ctx.node.memory_bytes(list(spare.booted.containers.values()))
         except Cancelled:
             pass
         except Exception as exc:
@@ -367,14 +344,6 @@ class WarmPools:
         elif spare is not None and not keep:
             self.destroy(env_id)
 
-    def _cancelled(self, pool: Pool, env_id: str) -> Callable[[], bool]:
-        def check() -> bool:
-            if self._closed or self.ctx.stopping.is_set():
-                return True
-            return self._pools.get(pool.key) is not pool and env_id not in pool.claims
-
-        return check
-
     def _destroy_later(self, env_ids: list[str]) -> None:
         for env_id in env_ids:
             try:
@@ -384,12 +353,8 @@ class WarmPools:
 
     def destroy(self, env_id: str) -> None:
         """Remove a spare's containers, network and volume dirs (found by its labels)."""
-        ctx = self.ctx
         try:
-            for cid in ctx.engine.states(env_id):
-                ctx.engine.remove(cid)
-            ctx.engine.remove_network(network_name(env_id))
-            ctx.volumes.remove_env(env_id)
+            self.ctx.node.teardown(env_id, [])
         except Exception:
             log.exception(
                 "warm: removing spare %s failed (reconcile removes it at restart)", env_id

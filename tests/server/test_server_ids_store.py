@@ -7,7 +7,8 @@ from pathlib import Path
 
 from denv.server import ids
 from denv.server.auth import KeyRing, create_api_key, digest
-from denv.server.store import EnvRecord, Store, VersionRecord
+from denv.server.records import EnvRecord, EnvStatus, VersionRecord, Volume
+from denv.server.store import Store
 
 CONTRACT_ENV_ID = re.compile(r"^env_[0-9A-HJKMNP-TV-Z]{26}$")
 
@@ -28,7 +29,7 @@ def version(owner: str, vid: str) -> VersionRecord:
         parent_env_id=None,
         agent_service="agent",
         services=[],
-        volumes=[{"service": "agent", "path": "/work", "layers": ["lyr_1"]}],
+        volumes=[Volume(service="agent", path="/work", layers=["lyr_1"])],
         warm_fork=False,
         labels={},
         created_at="2025-01-01T00:00:00Z",
@@ -45,7 +46,7 @@ def env(owner: str, vid: str) -> EnvRecord:
         agent_service="agent",
         egress="deny",
         labels={"a": "b"},
-        status="creating",
+        status=EnvStatus.CREATING,
         start="cold",
         created_at="2025-01-01T00:00:00Z",
         expires_at="2025-01-01T01:00:00Z",
@@ -66,8 +67,8 @@ def test_store_envs_versions_and_pages(tmp_path: Path) -> None:
     assert [e.id for e in rest] == [made[1].id, made[0].id]
     assert store.list_envs("o2", 10, None, None, None) == []
     assert store.count_live("o1") == 5 and store.version_in_use(vid)
-    assert store.set_status(made[0].id, "deleted")
-    assert not store.set_status(made[0].id, "failed")  # deleted is final
+    assert store.set_status(made[0].id, EnvStatus.DELETED)
+    assert not store.set_status(made[0].id, EnvStatus.FAILED)  # deleted is final
     assert store.count_live("o1") == 4
     assert store.list_projects("o1", 10, None) == [("p", "2025-01-01T00:00:00Z", vid, 1)]
     store.mark_version_deleted(vid)

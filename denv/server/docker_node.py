@@ -1,0 +1,215 @@
+"""The Docker Engine node: the ``Node`` seam on this machine's Docker Engine and mounts.
+
+Containers and networks through ``Engine``, volumes through ``Volumes`` (overlayfs on the
+host), cgroup files through ``cgroups``, the boot sequence in ``boot``. Its own lock per env
+serialises what a boot makes with what a teardown removes, and a cancelled boot makes
+nothing more: so ``cancel`` then ``teardown`` leaves nothing behind, whatever a boot in
+flight was doing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from . import boot, cgroups
+from .config import CPU_SHARES, WARM_CPU_SHARES
+from .engine import Engine, container_name
+from .netpolicy import network_name
+from .node import Booted, BootSpec, Cancelled, Owned
+from .records import VolumeSlot
+from .volumes import Volumes, disk_usage
+
+CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
+
+
+class DockerNode:
+    """This machine, through the Docker Engine. Safe to call from any thread."""
+
+    def __init__(self, engine: Engine, volumes: Volumes) -> None:
+        self.engine = engine
+        self.volumes = volumes
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()  # over the dicts below, never across a Docker call
+        self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
+        self._foreground: set[str] = set()  # envs whose boots create at full CPU weight
+        self._stopped = False
+
+    # the boot's guard (see boot.Guard)
+    def _lock(self, env_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks[env_id]
+
+    @contextmanager
+    def step(self, env_id: str) -> Iterator[None]:
+        with self._lock(env_id):
+            self.check(env_id)
+            yield
+
+    def check(self, env_id: str) -> None:
+        if self._stopped or env_id in self._cancelled:
+            raise Cancelled()
+
+    def cpu_shares(self, spec: BootSpec) -> int | None:
+        if spec.warm_pool is None:
+            return None
+        # Booting in the background, the envs in use go first; once an env waits for
+        # this spare, it boots as fast as that env's own cold start would.
+        return CPU_SHARES if spec.env_id in self._foreground else WARM_CPU_SHARES
+
+    # images and layers
+    def engine_version(self) -> str:
+        return self.engine.version()
+
+    def resolve_image(self, image: str, pull: bool) -> str:
+        return self.engine.resolve_image(image, pull)
+
+    def image_labels(self, image_id: str) -> dict[str, str]:
+        return self.engine.image_labels(image_id)
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        layer_id, tmp = self.volumes.new_layer_dir()
+        try:
+            has = self.engine.export_path(image_id, path, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if not has:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        self.volumes.publish(layer_id, tmp)
+        return layer_id
+
+    def has_layer(self, layer_id: str) -> bool:
+        return self.volumes.layer_path(layer_id).is_dir()
+
+    def layer_ids(self) -> set[str]:
+        return self.volumes.layer_ids()
+
+    def delete_layers(self, layer_ids: list[str]) -> None:
+        self.volumes.delete_layers(set(layer_ids))
+
+    def drop_partial_layers(self) -> None:
+        self.volumes.clean_tmp()
+
+    # one env
+    def bring_up(self, spec: BootSpec) -> Booted:
+        return boot.bring_up(self.engine, self.volumes, self, spec)
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        boot.wait_healthy(self.engine, self, spec, booted, timeout_s)
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        with self.step(env_id):
+            for slot in volumes:
+                self.volumes.attach(env_id, slot.service, slot.n, slot.layers)
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        with self._lock(env_id):
+            with self._guard:
+                self._foreground.add(env_id)
+            for cid in containers or list(self.engine.states(env_id)):
+                cgroups.set_cpu_shares(self.engine, cid, CPU_SHARES)
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        new_layers: list[str | None] = []
+        with self._lock(env_id):
+            frozen: list[tuple[str, str]] = []
+            try:
+                for cid in containers:  # no inspect first: freezing what does not run is a no-op
+                    if how := cgroups.freeze(self.engine, cid):
+                        frozen.append((cid, how))
+                for slot in volumes:
+                    upper = self.volumes.upper(env_id, slot.service, slot.n)
+                    new_layers.append(self.volumes.capture(upper))
+            finally:
+                for cid, how in frozen:
+                    cgroups.thaw(self.engine, cid, how)
+        return [
+            self.volumes.stack(layer, slot.layers)
+            for slot, layer in zip(volumes, new_layers, strict=True)
+        ]
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        return [
+            disk_usage(self.volumes.upper(env_id, slot.service, slot.n), stop_after)
+            for slot in volumes
+        ]
+
+    def cancel(self, env_id: str) -> None:
+        now = time.monotonic()
+        with self._guard:
+            for old in [x for x, t in self._cancelled.items() if now - t > CANCEL_MEMORY_S]:
+                del self._cancelled[old]
+            self._cancelled[env_id] = now
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        with self._lock(env_id):
+            for cid in set(containers) | set(self.engine.states(env_id)):
+                self.engine.remove(cid)
+            self.engine.remove_network(network_name(env_id))
+            self.volumes.remove_env(env_id)
+            with self._guard:
+                self._foreground.discard(env_id)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    # what runs
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        return self.engine.states(env_id)
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]:
+        return self.engine.logs(container_name(env_id, service), tail)
+
+    def memory_bytes(self, containers: list[str]) -> int:
+        return sum(cgroups.memory_bytes(self.engine, cid) or 0 for cid in containers)
+
+    # reconcile
+    def owned(self) -> Owned:
+        return Owned(
+            containers={
+                c["Id"]: (c.get("Labels") or {}).get("denv.env", "")
+                for c in self.engine.my_containers()
+            },
+            networks={
+                n["Name"]: (n.get("Labels") or {}).get("denv.env", "")
+                for n in self.engine.my_networks()
+            },
+            volume_envs=[d.name for d in self.volumes.envs_dir.iterdir()],
+        )
+
+    def remove_owned(self, owned: Owned) -> None:
+        for cid in owned.containers:
+            self.engine.remove(cid)
+        for name in owned.networks:
+            self.engine.remove_network(name)
+        for env_id in owned.volume_envs:
+            self.volumes.remove_env(env_id)
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        for service, cid in containers.items():
+            state = states.get(cid, "missing")
+            cgroups.thaw(self.engine, cid)  # frozen by a snapshot that was interrupted
+            if state == "paused":  # paused by one through docker
+                self.engine.unpause(cid)
+            elif state != "running":
+                return f"the container of service '{service}' is {state}"
+        for slot in volumes:
+            mnt = self.volumes.upper(env_id, slot.service, slot.n).parent / "mnt"
+            if not os.path.ismount(mnt):
+                return f"the volume {slot.path} of service '{slot.service}' is not mounted"
+        return None

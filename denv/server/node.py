@@ -1,0 +1,194 @@
+"""The node seam: what one machine does for the envs placed on it.
+
+A *node* is a machine that runs envs: it holds images, volume layers and each env's network,
+volumes and containers. The server's lifecycle code (``envs``, ``warm``, ``versions``,
+``reconcile``) asks a node for everything it needs done there and never touches Docker, the
+host's mounts or cgroups itself. ``DockerNode`` (``docker_node``) is the first node: the
+local Docker Engine. A later one may be a Ray actor on another machine behind the same calls.
+
+So every call takes and returns plain values: ids (``env_...``, ``lyr_...``, container ids),
+strings, numbers, and *records*, frozen pydantic models that serialise to JSON unchanged
+(``ServiceSpec``, ``VolumeSlot`` from ``records``; ``BootSpec``, ``Booted``, ``Owned`` here).
+No live object, no callback crosses it; a boot is stopped by an explicit :meth:`Node.cancel`,
+and its time limit is a number of seconds. Failures are exceptions holding plain values:
+``BootFailed`` (the env cannot boot: a code for its ``error``), ``Cancelled``, and ``ApiError``
+(``engine_unavailable``, ``image_not_found``).
+
+The calls, by what they serve::
+
+    bring_up(BootSpec) -> Booted         network, volumes, containers (dependencies healthy
+                                         first), the agent's address; BootFailed, Cancelled
+    wait_healthy(BootSpec, Booted, s)    until the agent answers its health path
+    mount_volumes(env_id, [VolumeSlot])  late mount into a running spare (rslave mounts)
+    prioritize(env_id, [container])      full CPU weight for a spare someone waits for
+    snapshot(env_id, [container], [VolumeSlot]) -> [[layer]]
+                                         freeze, capture each volume's changes, thaw
+    changed_bytes(env_id, [VolumeSlot], cap) -> [int]
+    cancel(env_id) / teardown(env_id, [container]) / stop()
+    states(env_id?) / logs(env_id, service, n) / memory_bytes([container])
+    owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
+    engine_version() / resolve_image / image_labels / seed_layer / has_layer
+    layer_ids() / delete_layers([layer])
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from .records import ServiceSpec, VolumeSlot
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BootSpec(_Record):
+    """What to bring up for one env (or a warm spare, which carries its future env id)."""
+
+    env_id: str
+    services: list[ServiceSpec]  # in start order: dependencies first
+    agent: str  # the service that serves OpenEnv
+    egress: str  # "deny": an internal network; "allow": the agent's ports published
+    env: dict[str, str] = {}  # the agent's env overrides
+    volumes: list[VolumeSlot] = []
+    late_mount: bool = False  # mount points stay empty until mount_volumes (a spare)
+    warm_pool: str | None = None  # a spare's pool: it boots at low CPU weight, primed
+    timeout_s: float = 120.0
+    timeout_name: str = "wait_timeout_s"  # how failure messages name the time limit
+
+    def agent_service(self) -> ServiceSpec:
+        return next(s for s in self.services if s.name == self.agent)
+
+
+class Booted(_Record):
+    """What ``bring_up`` made: the network, containers (service -> id), the agent's address."""
+
+    env_id: str
+    network: str
+    containers: dict[str, str]
+    agent_ip: str
+    host_ports: dict[int, int] = {}  # container port -> published host port (egress allow)
+
+
+class Owned(_Record):
+    """What a node holds for this server: containers and networks by env, volume dirs."""
+
+    containers: dict[str, str] = {}  # container id -> env id ("" for a seed container)
+    networks: dict[str, str] = {}  # network name -> env id
+    volume_envs: list[str] = []  # env ids with volume dirs
+
+
+class BootFailed(Exception):
+    """The env cannot boot; ``code`` and ``message`` become its ``error``."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        service: str | None = None,
+        network: str | None = None,
+        containers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code, self.message, self.service = code, message, service
+        self.network, self.containers = network, dict(containers or {})
+
+    def __reduce__(self) -> tuple[type[BootFailed], tuple[object, ...]]:
+        # Its fields, not just the message, survive a trip to another process (pickle).
+        args = (self.code, self.message, self.service, self.network, self.containers)
+        return (BootFailed, args)
+
+
+class Cancelled(Exception):
+    """The boot was cancelled (its env deleted, its pool dropped, the node stopping)."""
+
+
+class Node(Protocol):
+    """One machine's part in running envs. Every call blocks; callers run them in threads."""
+
+    # images and layers
+    def engine_version(self) -> str: ...
+
+    def resolve_image(self, image: str, pull: bool) -> str: ...
+
+    def image_labels(self, image_id: str) -> dict[str, str]: ...
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        """A new layer with what the image has at ``path``; None when it has nothing."""
+        ...
+
+    def has_layer(self, layer_id: str) -> bool: ...
+
+    def layer_ids(self) -> set[str]: ...
+
+    def delete_layers(self, layer_ids: list[str]) -> None: ...
+
+    def drop_partial_layers(self) -> None:
+        """Remove half-made layers of a server that died mid-snapshot."""
+        ...
+
+    # one env
+    def bring_up(self, spec: BootSpec) -> Booted:
+        """Network, volumes and started containers, dependencies' healthchecks passed first."""
+        ...
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        """Until the agent answers 200 on its health path; BootFailed, Cancelled."""
+        ...
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        """Mount volumes on the empty mount points of a spare: its containers see them."""
+        ...
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        """Full CPU weight for ``containers`` (every container of the env when empty) and
+        for the containers its boot creates from now on."""
+        ...
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        """Freeze, turn each volume's changes into a layer, thaw: each volume's new stack."""
+        ...
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        """Disk each volume's changes use; counting stops past ``stop_after``."""
+        ...
+
+    def cancel(self, env_id: str) -> None:
+        """Stop a boot of ``env_id`` in flight or to come (Cancelled)."""
+        ...
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        """Remove the env's containers, network and volumes (idempotent)."""
+        ...
+
+    def stop(self) -> None:
+        """The server is stopping: every boot in flight ends with Cancelled."""
+        ...
+
+    # what runs
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        """Container id -> created / running / paused / exited, of one env or all."""
+        ...
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]: ...
+
+    def memory_bytes(self, containers: list[str]) -> int: ...
+
+    # reconcile
+    def owned(self) -> Owned: ...
+
+    def remove_owned(self, owned: Owned) -> None: ...
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        """After a restart: thaw what an interrupted snapshot froze; what is lost, if any."""
+        ...

@@ -1,0 +1,160 @@
+"""Typed records of the server: what a version and an env are made of, from route to node.
+
+Every record is plain data (frozen pydantic models, or dataclasses of them), so it can be
+stored as JSON and sent to a node in another process unchanged. The SQLite store keeps the
+nested parts as JSON columns and converts at its edge (``model_dump`` / ``model_validate``).
+
+``EnvStatus`` is the contract's env status; its groups are named sets::
+
+    rec.status in LIVE      # anything but deleted: it counts against the key's quota
+    rec.status in FINAL     # failed or deleted: nothing moves it on but a delete
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class EnvStatus(StrEnum):
+    """An env's status, exactly the contract's values."""
+
+    CREATING = "creating"
+    STARTING = "starting"
+    RUNNING = "running"
+    HEALTHY = "healthy"
+    FAILED = "failed"
+    DELETED = "deleted"
+
+
+ALL = frozenset(EnvStatus)
+LIVE = ALL - {EnvStatus.DELETED}  # has (or is making) resources; counts against the quota
+FINAL = frozenset({EnvStatus.FAILED, EnvStatus.DELETED})  # only a delete moves it on
+ACTIVE = LIVE - FINAL  # creating .. healthy: may still fail
+BOOTING = frozenset({EnvStatus.CREATING, EnvStatus.STARTING})
+UP = frozenset({EnvStatus.STARTING, EnvStatus.RUNNING, EnvStatus.HEALTHY})  # containers run
+READY = frozenset({EnvStatus.RUNNING, EnvStatus.HEALTHY})  # the agent serves
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServiceSpec(_Record):
+    """One service of a version, as it is booted (the contract's VersionService + checks)."""
+
+    name: str
+    image: str
+    image_digest: str
+    command: list[str] | None = None
+    env: dict[str, str] = {}
+    ports: list[int] = []
+    volumes: list[str] = []  # mount paths
+    depends_on: list[str] = []
+    health_path: str | None = None  # the agent's HTTP health path
+    healthcheck: list[str] | None = None  # a dependency's exec test
+    wait_healthy: list[str] = []  # dependencies whose healthcheck must pass first
+
+
+class Volume(_Record):
+    """A version's volume: its service, its path and its layers (newest first)."""
+
+    service: str
+    path: str
+    layers: list[str] = []
+
+
+class VolumeSlot(_Record):
+    """A volume in place: its index ``n`` among its service's volumes names its dirs."""
+
+    service: str
+    n: int
+    path: str
+    layers: list[str] = []
+
+
+def volume_slots(volumes: list[Volume]) -> list[VolumeSlot]:
+    """Each volume with its index among its service's volumes (its ``<n>`` on disk)."""
+    seen: dict[str, int] = {}
+    out = []
+    for vol in volumes:
+        n = seen.get(vol.service, 0)
+        seen[vol.service] = n + 1
+        out.append(VolumeSlot(service=vol.service, n=n, path=vol.path, layers=vol.layers))
+    return out
+
+
+class Endpoint(_Record):
+    """A published port of the agent; an ingress one is rendered from its token."""
+
+    service: str
+    port: int
+    url: str
+    via: Literal["published", "ingress"]
+    token: str | None = None
+
+
+class Runtime(_Record):
+    """What an env has on its node: network, containers (service -> id), endpoints."""
+
+    network: str | None = None
+    containers: dict[str, str] = {}
+    endpoints: list[Endpoint] = []
+    agent_ip: str | None = None
+
+
+class EnvSpec(_Record):
+    """What an env was asked for beyond its version: agent env overrides, timeouts, warm."""
+
+    env: dict[str, str] = {}
+    wait_timeout_s: float = 120.0
+    warm: int = 0
+
+
+class EnvError(_Record):
+    """Why an env failed (the contract's EnvError)."""
+
+    code: str
+    message: str
+    service: str | None = None
+    log_tail: list[str] = []
+
+
+@dataclass
+class VersionRecord:
+    id: str
+    owner: str
+    project: str | None
+    parent_env_id: str | None
+    agent_service: str
+    services: list[ServiceSpec]  # in start order: dependencies first
+    volumes: list[Volume]
+    warm_fork: bool
+    labels: dict[str, str]
+    created_at: str
+    deleted: bool = False
+
+    def service(self, name: str) -> ServiceSpec:
+        return next(s for s in self.services if s.name == name)
+
+
+@dataclass
+class EnvRecord:
+    id: str
+    owner: str
+    version_id: str
+    parent_id: str | None
+    project: str | None
+    agent_service: str
+    egress: str
+    labels: dict[str, str]
+    status: EnvStatus
+    start: str
+    created_at: str
+    expires_at: str
+    error: EnvError | None = None
+    spec: EnvSpec = field(default_factory=EnvSpec)
+    runtime: Runtime = field(default_factory=Runtime)

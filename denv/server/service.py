@@ -1,0 +1,245 @@
+"""The server's operations behind the contract: create, fork, snapshot, deploy, and the rest.
+
+Routes (``routes``) parse HTTP and call one method here on a worker thread; what it returns
+is the contract's JSON. Here ownership is checked (another key's resources are 404), counts
+and quotas are enforced, and the work is handed to ``envs`` (lifecycle) and ``versions``;
+they reach the machine only through the node seam (``node``).
+
+    service = Service(ctx)
+    out = service.fork(owner, "env_...", EnvsCreate(count=4))   # {"version", "envs"}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from . import ids
+from .config import MAX_COUNT
+from .context import Context
+from .envs import Envs
+from .errors import ApiError, invalid, not_found
+from .limits import check_volume_sizes
+from .models import EnvsCreate, SandboxCreate, WaitFor
+from .reconcile import reconcile
+from .records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
+from .render import env_json, version_json
+from .versions import Versions
+
+log = logging.getLogger(__name__)
+
+WAIT_MARGIN_S = 30.0
+WAIT_UNTIL: dict[str, frozenset[EnvStatus]] = {  # what a wait for each condition returns at
+    "none": ALL,
+    "running": UP | FINAL,
+    "healthy": READY | FINAL,
+    "deleted": frozenset({EnvStatus.DELETED}),
+}
+
+
+class Service:
+    """Every operation of one server; each call blocks (routes run it in a thread)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.envs = Envs(ctx)
+        self.versions = Versions(ctx)
+
+    # the server's life
+    def reconcile(self) -> None:
+        reconcile(self.ctx, self.envs)
+
+    def shutdown(self) -> None:
+        """Stop boots in flight and remove every warm spare (clean server exit)."""
+        self.ctx.stopping.set()
+        self.ctx.node.stop()
+        self.ctx.pool.shutdown(wait=False, cancel_futures=True)
+        self.envs.warm.shutdown()
+
+    def engine_version(self) -> str:
+        return self.ctx.node.engine_version()
+
+    # envs
+    def owned_env(self, owner: str, env_id: str) -> EnvRecord:
+        rec = self.ctx.store.get_env(env_id) if ids.is_id(env_id, "env") else None
+        if rec is None or rec.owner != owner:
+            raise not_found("env", env_id)
+        return rec
+
+    def states(self, env_id: str | None = None) -> dict[str, str] | None:
+        try:
+            return self.ctx.node.states(env_id)
+        except ApiError:
+            return None  # engine down: report services as missing, do not fail envs
+
+    def env_view(self, rec: EnvRecord, states: dict[str, str] | None) -> dict[str, Any]:
+        if states is not None:
+            rec = self.envs.observe(rec, states)
+        version = self.ctx.store.get_version(rec.version_id, include_deleted=True)
+        return env_json(rec, version, states or {}, self.ctx.config.public_url())
+
+    def get_env(self, owner: str, env_id: str) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        return self.env_view(rec, self.states(rec.id))
+
+    def list_envs(
+        self,
+        owner: str,
+        limit: int,
+        cursor: str | None,
+        status: EnvStatus | None,
+        version_id: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of envs, newest first, and the cursor of the next (None at the end)."""
+        recs = self.ctx.store.list_envs(owner, limit + 1, cursor, status, version_id)
+        states = self.states()
+        items = [self.env_view(r, states) for r in recs[:limit]]
+        return items, recs[limit - 1].id if len(recs) > limit else None
+
+    def delete_env(self, owner: str, env_id: str) -> None:
+        self.envs.delete(self.owned_env(owner, env_id).id)
+
+    def wait_env(self, owner: str, env_id: str, until: str, timeout_s: float) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        done = self.envs.wait(rec.id, WAIT_UNTIL[until], timeout_s)
+        return self.env_view(done, self.states(rec.id))
+
+    def warm_pool(self, owner: str, env_id: str) -> dict[str, Any]:
+        return self.envs.warm.status(self.owned_env(owner, env_id).id)
+
+    def logs(self, owner: str, env_id: str, service: str | None, tail: int) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        name = service or rec.agent_service
+        version = self.ctx.store.get_version(rec.version_id)
+        if version is not None and name not in {s.name for s in version.services}:
+            raise invalid(f"service: env {rec.id} has no service '{name}'", "service")
+        return {"env_id": rec.id, "service": name, "lines": self.envs.logs(rec, name, tail)}
+
+    def _wait_all(
+        self, recs: list[EnvRecord], wait: WaitFor, timeout_s: float
+    ) -> list[dict[str, Any]]:
+        until = WAIT_UNTIL[wait]
+        done = [self.envs.wait(r.id, until, timeout_s + WAIT_MARGIN_S) for r in recs]
+        states = self.states()
+        return [self.env_view(r, states) for r in done]
+
+    def _check_count(self, owner: str, count: int) -> None:
+        if count > MAX_COUNT:
+            raise ApiError(
+                422,
+                "limit_exceeded",
+                f"count {count} is above the limit of {MAX_COUNT} envs per request: "
+                "make several requests",
+                {"path": "count"},
+            )
+        limit = self.ctx.config.max_envs_per_key
+        live = self.ctx.store.count_live(owner)
+        if live + count > limit:
+            raise ApiError(
+                429,
+                "quota_exceeded",
+                f"this API key has {live} live env(s); {count} more would pass the "
+                f"limit of {limit}: delete envs you no longer need",
+            )
+
+    # create, fork, snapshot, deploy
+    def create_sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
+        """``POST /v1/sandboxes``: an implicit one-service version and an env from it."""
+        self._check_count(owner, 1)
+        version = self.versions.implicit(owner, body)
+        recs = self.envs.create(
+            owner,
+            version,
+            1,
+            egress=body.egress,
+            env={},
+            labels=body.labels,
+            ttl_s=body.ttl_s,
+            wait_timeout_s=body.wait_timeout_s,
+            warm=body.warm,
+        )
+        return self._wait_all(recs, body.wait, body.wait_timeout_s)[0]
+
+    def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        check_volume_sizes(self.ctx, rec)
+        return version_json(self.versions.snapshot(rec, labels))
+
+    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
+        """One snapshot of the env, ``opts.count`` children started from it."""
+        rec = self.owned_env(owner, env_id)
+        self._check_count(owner, opts.count)
+        check_volume_sizes(self.ctx, rec)
+        t0 = time.perf_counter()
+        version = self.versions.snapshot(rec, {})
+        t1 = time.perf_counter()
+        recs = self._start_from(owner, version, opts, opts.egress or rec.egress)
+        t2 = time.perf_counter()
+        envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
+        log.info(
+            "fork env %s into %d (%d warm): snapshot %.1f ms, create %.1f ms, wait %.1f ms",
+            rec.id,
+            len(recs),
+            sum(r.start == "warm" for r in recs),
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+            (time.perf_counter() - t2) * 1000,
+        )
+        return {"version": version_json(version), "envs": envs}
+
+    def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
+        version = self.versions.get_owned(owner, version_id)
+        self._check_count(owner, opts.count)
+        egress = opts.egress or self._version_egress(version)
+        recs = self._start_from(owner, version, opts, egress)
+        return {"envs": self._wait_all(recs, opts.wait, opts.wait_timeout_s)}
+
+    def _start_from(
+        self, owner: str, version: VersionRecord, opts: EnvsCreate, egress: str
+    ) -> list[EnvRecord]:
+        return self.envs.create(
+            owner,
+            version,
+            opts.count,
+            egress=egress,
+            env=opts.env,
+            labels=opts.labels,
+            ttl_s=opts.ttl_s,
+            wait_timeout_s=opts.wait_timeout_s,
+            warm=opts.warm,
+            use_spares=True,
+        )
+
+    def _version_egress(self, version: VersionRecord) -> str:
+        """A version keeps the egress of the env it came from; deny otherwise."""
+        store = self.ctx.store
+        parent = store.get_env(version.parent_env_id) if version.parent_env_id else None
+        return parent.egress if parent else "deny"
+
+    def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
+        return version_json(self.versions.deploy(owner, name, compose, labels))
+
+    # versions and projects
+    def get_version(self, owner: str, version_id: str) -> dict[str, Any]:
+        return version_json(self.versions.get_owned(owner, version_id))
+
+    def list_versions(
+        self, owner: str, limit: int, cursor: str | None, project: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        recs = self.ctx.store.list_versions(owner, limit + 1, cursor, project)
+        items = [version_json(r) for r in recs[:limit]]
+        return items, recs[limit - 1].id if len(recs) > limit else None
+
+    def delete_version(self, owner: str, version_id: str) -> None:
+        self.versions.delete(owner, version_id)
+
+    def list_projects(
+        self, owner: str, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        rows = self.ctx.store.list_projects(owner, limit + 1, cursor)
+        items = [
+            {"name": n, "latest_version_id": v, "version_count": k, "created_at": t}
+            for n, t, v, k in rows[:limit]
+        ]
+        return items, rows[limit - 1][0] if len(rows) > limit else None

@@ -1,0 +1,250 @@
+"""Typed records and the node seam, without Docker: what crosses the seam is plain data,
+and the env lifecycle runs on any node that implements it (here a fake one)."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from denv.server.config import ServerConfig
+from denv.server.context import Context
+from denv.server.envs import Envs
+from denv.server.ingress import IngressTable
+from denv.server.node import Booted, BootFailed, BootSpec, Cancelled, Node, Owned
+from denv.server.records import (
+    ALL,
+    FINAL,
+    LIVE,
+    READY,
+    EnvStatus,
+    Runtime,
+    ServiceSpec,
+    VersionRecord,
+    Volume,
+    VolumeSlot,
+    volume_slots,
+)
+from denv.server.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_env_status_is_the_contracts_and_its_groups_are_named() -> None:
+    spec = yaml.safe_load((ROOT / "openapi" / "denv.yaml").read_text())
+    assert spec["components"]["schemas"]["EnvStatus"]["enum"] == [s.value for s in EnvStatus]
+    assert ALL - {EnvStatus.DELETED} == LIVE
+    assert {EnvStatus.FAILED, EnvStatus.DELETED} == FINAL
+    assert {EnvStatus.RUNNING, EnvStatus.HEALTHY} == READY
+
+
+def test_volume_slots_count_per_service() -> None:
+    vols = [
+        Volume(service="agent", path="/work", layers=["lyr_a"]),
+        Volume(service="db", path="/data"),
+        Volume(service="agent", path="/cache"),
+    ]
+    assert [(s.service, s.n, s.path, s.layers) for s in volume_slots(vols)] == [
+        ("agent", 0, "/work", ["lyr_a"]),
+        ("db", 0, "/data", []),
+        ("agent", 1, "/cache", []),
+    ]
+
+
+def test_what_crosses_the_seam_survives_json_and_pickle() -> None:
+    svc = ServiceSpec(name="agent", image="x", image_digest="sha256:1", ports=[8000])
+    slot = VolumeSlot(service="agent", n=0, path="/work", layers=["lyr_1"])
+    records = [
+        BootSpec(env_id="env_1", services=[svc], agent="agent", egress="deny", volumes=[slot]),
+        Booted(env_id="env_1", network="n", containers={"agent": "c1"}, agent_ip="10.0.0.2"),
+        Booted(env_id="e", network="n", containers={}, agent_ip="ip", host_ports={8000: 32768}),
+        Owned(containers={"c1": "env_1"}, networks={"n": "env_1"}, volume_envs=["env_1"]),
+    ]
+    for rec in records:
+        assert type(rec).model_validate_json(rec.model_dump_json()) == rec
+        assert pickle.loads(pickle.dumps(rec)) == rec
+    failed = pickle.loads(pickle.dumps(BootFailed("exited", "gone", "db", "n", {"db": "c"})))
+    assert (failed.code, failed.message, failed.service) == ("exited", "gone", "db")
+    assert (failed.network, failed.containers) == ("n", {"db": "c"})
+
+
+class FakeNode:
+    """A node that boots instantly and records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.cancelled: set[str] = set()
+        self.fail_health = False
+
+    def engine_version(self) -> str:
+        return "fake"
+
+    def resolve_image(self, image: str, pull: bool) -> str:
+        return "sha256:" + image
+
+    def image_labels(self, image_id: str) -> dict[str, str]:
+        return {}
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        return None
+
+    def has_layer(self, layer_id: str) -> bool:
+        return True
+
+    def layer_ids(self) -> set[str]:
+        return set()
+
+    def delete_layers(self, layer_ids: list[str]) -> None:
+        pass
+
+    def drop_partial_layers(self) -> None:
+        pass
+
+    def bring_up(self, spec: BootSpec) -> Booted:
+        self.calls.append(f"bring_up {spec.env_id} late={spec.late_mount}")
+        if spec.env_id in self.cancelled:
+            raise Cancelled()
+        containers = {s.name: f"c-{s.name}" for s in spec.services}
+        return Booted(env_id=spec.env_id, network="net", containers=containers, agent_ip="10.1.0.2")
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        self.calls.append(f"wait_healthy {spec.env_id}")
+        if self.fail_health:
+            raise BootFailed("health_timeout", "/health did not answer", spec.agent)
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        self.calls.append(f"mount_volumes {env_id}")
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        pass
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        return [["lyr_new", *v.layers] for v in volumes]
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        return [0 for _ in volumes]
+
+    def cancel(self, env_id: str) -> None:
+        self.cancelled.add(env_id)
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        self.calls.append(f"teardown {env_id}")
+
+    def stop(self) -> None:
+        pass
+
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        return {}
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]:
+        return [f"log of {service}"]
+
+    def memory_bytes(self, containers: list[str]) -> int:
+        return 0
+
+    def owned(self) -> Owned:
+        return Owned()
+
+    def remove_owned(self, owned: Owned) -> None:
+        pass
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        return None
+
+
+def _lifecycle(
+    tmp_path: Path, node: FakeNode, workers: int = 4
+) -> tuple[Envs, Store, VersionRecord]:
+    config = ServerConfig(state_dir=tmp_path, api_key="dak_test")
+    store = Store(tmp_path / "denv.db")
+    seam: Node = node  # the fake is a Node as far as mypy is concerned
+    pool = ThreadPoolExecutor(workers)
+    ctx = Context(config=config, store=store, node=seam, ingress=IngressTable(), pool=pool)
+    version = VersionRecord(
+        id="ver_1",
+        owner="o",
+        project=None,
+        parent_env_id=None,
+        agent_service="agent",
+        services=[
+            ServiceSpec(
+                name="agent", image="x", image_digest="d", ports=[8000], health_path="/health"
+            )
+        ],
+        volumes=[Volume(service="agent", path="/work")],
+        warm_fork=False,
+        labels={},
+        created_at="2025-01-01T00:00:00Z",
+    )
+    store.insert_version(version)
+    return Envs(ctx), store, version
+
+
+def _create(envs: Envs, version: VersionRecord) -> str:
+    recs = envs.create(
+        "o", version, 1, egress="deny", env={}, labels={}, ttl_s=60, wait_timeout_s=5
+    )
+    return recs[0].id
+
+
+def test_a_cold_start_and_delete_go_through_the_seam(tmp_path: Path) -> None:
+    node = FakeNode()
+    envs, store, version = _lifecycle(tmp_path, node)
+    env_id = _create(envs, version)
+    done = envs.wait(env_id, READY, 10)
+    assert done.status == EnvStatus.HEALTHY
+    assert done.runtime.containers == {"agent": "c-agent"}
+    (endpoint,) = done.runtime.endpoints
+    assert endpoint.via == "ingress" and endpoint.token and endpoint.url == ""
+    assert node.calls == [f"bring_up {env_id} late=False", f"wait_healthy {env_id}"]
+    envs.delete(env_id)
+    assert env_id in node.cancelled and node.calls[-1] == f"teardown {env_id}"
+    got = store.get_env(env_id)
+    assert got is not None and got.status == EnvStatus.DELETED
+    envs.ctx.pool.shutdown(wait=True)
+    store.close()
+
+
+def test_a_failed_boot_keeps_its_code_and_log_tail(tmp_path: Path) -> None:
+    node = FakeNode()
+    node.fail_health = True
+    envs, store, version = _lifecycle(tmp_path, node)
+    env_id = _create(envs, version)
+    done = envs.wait(env_id, READY, 10)
+    assert done.status == EnvStatus.FAILED and done.error is not None
+    assert (done.error.code, done.error.service) == ("health_timeout", "agent")
+    assert done.error.log_tail == ["log of agent"]
+    assert done.runtime == Runtime(
+        network="net",
+        containers={"agent": "c-agent"},
+        endpoints=done.runtime.endpoints,
+        agent_ip="10.1.0.2",
+    )
+    envs.ctx.pool.shutdown(wait=True)
+    store.close()
+
+
+def test_a_delete_before_the_boot_cancels_it(tmp_path: Path) -> None:
+    node = FakeNode()
+    envs, store, version = _lifecycle(tmp_path, node, workers=1)
+    gate = threading.Event()
+    envs.ctx.pool.submit(gate.wait)  # the one worker starts the env after the delete
+    env_id = _create(envs, version)
+    envs.delete(env_id)
+    gate.set()
+    envs.ctx.pool.shutdown(wait=True)
+    assert not any(c.startswith("wait_healthy") for c in node.calls)
+    got = store.get_env(env_id)
+    assert got is not None and got.status == EnvStatus.DELETED
+    store.close()
