@@ -30,6 +30,18 @@ class ApiError(Exception):
         self.message = message
         self.details = details
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # All its fields survive a trip to another process (pickle), subclasses included.
+        return (_rebuild, (type(self), self.status, self.code, self.message, self.details))
+
+
+def _rebuild(
+    cls: type[ApiError], status: int, code: str, message: str, details: dict[str, Any] | None
+) -> ApiError:
+    err = cls.__new__(cls)
+    ApiError.__init__(err, status, code, message, details)
+    return err
+
 
 def not_found(kind: str, ident: str) -> ApiError:
     return ApiError(404, "not_found", f"no {kind} '{ident}' for this API key")

@@ -13,6 +13,7 @@ import yaml
 from denv.server.config import ServerConfig
 from denv.server.context import Context
 from denv.server.envs import Envs
+from denv.server.errors import EngineUnavailable
 from denv.server.ingress import IngressTable
 from denv.server.node import Booted, BootFailed, BootSpec, Cancelled, Node, Owned
 from denv.server.records import (
@@ -69,6 +70,9 @@ def test_what_crosses_the_seam_survives_json_and_pickle() -> None:
     failed = pickle.loads(pickle.dumps(BootFailed("exited", "gone", "db", "n", {"db": "c"})))
     assert (failed.code, failed.message, failed.service) == ("exited", "gone", "db")
     assert (failed.network, failed.containers) == ("n", {"db": "c"})
+    down = pickle.loads(pickle.dumps(EngineUnavailable("ConnectionError")))
+    assert isinstance(down, EngineUnavailable) and down.code == "engine_unavailable"
+    assert down.message == EngineUnavailable("ConnectionError").message and down.status == 503
 
 
 class FakeNode:
