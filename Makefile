@@ -44,6 +44,7 @@ lint: $(VENV_STAMP)
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	scripts/lint-imports.sh
 
 regen:
 	scripts/regen.sh

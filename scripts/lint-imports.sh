@@ -5,12 +5,21 @@
 # its folder, so it is given a copy laid out as the wheel installs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Every private module of the facade is named in the contracts (a new one must be placed).
+for module in denv/_*.py; do
+  name="denv.$(basename "$module" .py)"
+  [[ "$name" == denv.__init__ || "$name" == denv.__main__ ]] && continue
+  grep -q "\"$name\"" pyproject.toml \
+    || { echo "lint-imports: $name is in no layer contract: add it to [tool.importlinter] in pyproject.toml" >&2; exit 1; }
+done
 view=$(mktemp -d)
 trap 'rm -rf "$view"' EXIT
 cp -r denv "$view/denv"
 rm -rf "$view/denv/openenv"
 cp -r adapters/openenv "$view/denv/openenv"
 cp -r generated/denv_api_client "$view/denv_api_client"
+cp -r bench "$view/bench"
 find "$view" -name __pycache__ -prune -exec rm -rf {} +
 cp pyproject.toml "$view/"
 cd "$view"

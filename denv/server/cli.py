@@ -19,6 +19,9 @@ import socket
 import sys
 from pathlib import Path
 
+from denv.local import read_local_server
+from denv.local import state_dir as default_state_dir
+
 from .config import (
     DEFAULT_HOST,
     DEFAULT_MAX_ENVS_PER_KEY,
@@ -30,7 +33,6 @@ from .config import (
     DEFAULT_WARM_MIN_FREE_MB,
     ServerConfig,
 )
-from .config import default_state_dir as _default_state_dir
 from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, parse_pool
 
 log = logging.getLogger("denv.server")
@@ -145,8 +147,6 @@ def main(args: argparse.Namespace) -> int:
     """Run the server until interrupted; returns the process exit code."""
     import uvicorn
 
-    from denv._local import read_local_server
-
     from .app import create_app
     from .auth import load_or_create_key_file
 
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"denv serve: {exc}", file=sys.stderr)
         return 2
-    state_dir: Path = (args.state_dir or _default_state_dir()).expanduser().resolve()
+    state_dir: Path = default_state_dir(args.state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     _setup_logging(state_dir, args.log_level)
     running = read_local_server(state_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +35,6 @@ WARM_MEMORY_GUESS = 256 * 1024 * 1024  # per spare, until one of the pool's is m
 WARM_REFILL_DELAY_S = 1.0  # after spares are taken, before their replacements boot
 WARM_CPU_SHARES = 128  # a spare's CPU weight until it is taken (Docker's default is 1024)
 CPU_SHARES = 1024
-
-
-def default_state_dir() -> Path:
-    """``$DENV_STATE_DIR`` or ``~/.local/share/denv``."""
-    env = os.environ.get("DENV_STATE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".local" / "share" / "denv"
 
 
 @dataclass(frozen=True)
