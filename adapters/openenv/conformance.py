@@ -2,8 +2,9 @@
 
 For each target (an image, a version id, or a compose file to deploy) and
 each fork mode (cold, warm) it runs one episode through the real OpenEnv
-client stack and checks, in order: start, ready, reset, step k times, fork,
-fork(n), `state()` equal across the root and every branch, branches stepped
+client stack and checks, in order: start, ready, reset, step k times, the
+warm pool (warm mode: every spare booted; children then start warm, and in cold
+mode cold), fork, fork(n), `state()` equal across the root and every branch, branches stepped
 differently diverge while the root is unchanged, close, and nothing left on
 the server. It prints a table (target x check, pass/fail with timings) and
 writes the same as JSON.
@@ -33,6 +34,7 @@ CHECKS = (
     "ready",
     "reset",
     "step",
+    "spares",
     "fork",
     "fork_n",
     "state_equal",
@@ -41,6 +43,8 @@ CHECKS = (
     "nothing_left",
 )
 DEFAULT_ACTION = '{"message": "conformance {branch}.{i}"}'
+#: Seconds the warm mode waits for its booted spares before it forks.
+SPARES_TIMEOUT_S = 300.0
 
 
 class CheckFailed(Exception):
@@ -171,11 +175,18 @@ def run_target(
             for i in range(steps):
                 root.step(make_action(action_template, "root", i))
         root_state = _state(root)
+        with run.check("spares"):
+            # Warm: every spare booted, so the forks below are warm; a version declared
+            # `fork: cold` asks for none (state none) and forks cold in both modes.
+            pool = provider.wait_warm(timeout_s=SPARES_TIMEOUT_S)
+            start = "warm" if mode == "warm" and pool.state.value != "none" else "cold"
         with run.check("fork"):
             child = run.track(fork_client(root))
             _expect_equal(_state(child), root_state, "the forked child's state()")
+            _expect_start([child], start)
         with run.check("fork_n"):
             children = [run.track(c) for c in fork_clients(root, branches)]
+            _expect_start(children, start)
         with run.check("state_equal"):
             for n, c in enumerate(children):
                 _expect_equal(_state(c), root_state, f"branch {n}'s state()")
@@ -207,6 +218,12 @@ def _diverge(children: list[Any], action_template: str) -> None:
 def _expect_equal(got: Any, want: Any, what: str) -> None:
     if got != want:
         raise CheckFailed(f"{what} is {got!r}, expected the root's {want!r}")
+
+
+def _expect_start(clients: list[Any], start: str) -> None:
+    starts = [_provider_of(c).start for c in clients]
+    if any(s != start for s in starts):
+        raise CheckFailed(f"children started {starts}, expected every one {start}")
 
 
 def _expect_health(base_url: str) -> None:
