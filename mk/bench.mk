@@ -1,7 +1,8 @@
 # Benchmarks (bench/), included by the Makefile. They never run in `make test` and never
 # assert on time; results go to bench/results/ (<name>.json, SUMMARY.md, PNG plots).
-#   make bench          the full run (< 15 min on 2 quiet cores)
-#   make bench-quick    a small run (< 3 min) that checks the benchmarks work
+#   make bench          the full run (< 15 min on 2 quiet cores): the committed results
+#   make bench-quick    a small run (< 3 min) that checks the benchmarks work; its results go
+#                       to .cache/bench-quick/, so the committed full run is never overwritten
 # BENCH_ARGS passes options, e.g. BENCH_ARGS="--only start,latency".
 
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
@@ -13,7 +14,7 @@ bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
 
 bench-quick: $(VENV_STAMP) docker images
-	$(PY) -m bench --quick --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
+	$(PY) -m bench --quick --out .cache/bench-quick --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
 
 ## Rewrite bench/results/SUMMARY.md and the plots from the result files.
 bench-report: $(VENV_STAMP)
