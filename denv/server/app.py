@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 
 from . import ids
-from .auth import KeyRing, digest
+from .auth import KeyRing, digest, private_dir
 from .config import MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
 from .context import Context
 from .docker_node import DockerNode
@@ -116,12 +116,12 @@ def _remove_server_json(config: ServerConfig) -> None:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The denv API on the local Docker Engine, with state under ``config.state_dir``."""
-    config.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(config.state_dir)
     store = Store(config.db_path)
     store.add_key_digest(digest(config.api_key))
     table = IngressTable()
     engine = Engine(store.instance_id(), SubnetPool(config.subnet_pool, config.subnet_prefix))
-    node = DockerNode(engine, Volumes(config.state_dir))
+    node = DockerNode(engine, Volumes(config.state_dir), config.limits)
     ctx = Context(config=config, store=store, node=node, ingress=table)
     service = Service(ctx)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
+import stat
 import threading
 from pathlib import Path
 
@@ -17,6 +19,22 @@ from fastapi import Request
 
 from .errors import ApiError
 from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+def bearer(header: str) -> str | None:
+    """The credentials of an ``Authorization: Bearer ...`` value, whatever its case and
+    spacing (``bearer  dak_x``, a tab); None for another scheme or none at all."""
+    scheme, *rest = header.split(None, 1) or [""]
+    key = rest[0].strip() if rest else ""
+    return key if scheme.lower() == "bearer" and key else None
+
+
+def holds_api_key(header: bytes) -> bool:
+    """Whether an Authorization value carries a denv API key, under any scheme or spacing:
+    the ingress never forwards one to an env."""
+    return any(word.startswith(b"dak_") for word in header.split())
 
 
 def new_key() -> str:
@@ -27,14 +45,35 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def private_dir(path: Path) -> None:
+    """Make ``path`` (the state dir: database, API key, volumes) readable by its owner only.
+
+    A shared directory (sticky, such as /tmp) is left as it is, with a warning: denv's state
+    dir should be a directory of its own.
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_mode & 0o077 == 0:
+        return
+    if st.st_mode & stat.S_ISVTX or st.st_uid != os.getuid():
+        log.warning(
+            "state dir %s is shared (mode %o): give denv a dir of its own",
+            path,
+            st.st_mode & 0o7777,
+        )
+        return
+    path.chmod(0o700)
+
+
 def load_or_create_key_file(state_dir: Path) -> tuple[str, Path]:
     """The key in ``<state_dir>/api_key``, made (mode 0600) when absent."""
     path = state_dir / "api_key"
     if path.exists():
         key = path.read_text().strip()
         if key:
+            path.chmod(0o600)  # made by an older denv, or copied in
             return key, path
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     key = new_key()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -87,16 +126,15 @@ class KeyRing:
 def owner_from_request(request: Request) -> str:
     """The caller's owner id from ``Authorization: Bearer dak_...``, or 401."""
     ring: KeyRing = request.app.state.keyring
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = bearer(request.headers.get("authorization", ""))
+    if key is None:
         raise ApiError(
             401,
             "unauthorized",
             "missing API key: send 'Authorization: Bearer dak_...' "
             "(denv serve prints where its key file is)",
         )
-    owner = ring.owner_of(key.strip())
+    owner = ring.owner_of(key)
     if owner is None:
         raise ApiError(
             401,

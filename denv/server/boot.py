@@ -22,7 +22,7 @@ from .config import EXIT_CHECK_EVERY, HEALTH_POLL_S
 from .engine import Engine
 from .errors import ApiError
 from .node import Booted, BootFailed, BootSpec
-from .records import ServiceSpec
+from .records import Limits, ServiceSpec
 from .volumes import Volumes
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,10 @@ class Guard(Protocol):
 
     def cpu_shares(self, spec: BootSpec) -> int | None:
         """The CPU weight of the next container the boot creates (None: Docker's default)."""
+        ...
+
+    def limits(self, spec: BootSpec) -> Limits:
+        """Memory, pids and CPUs of each container the boot creates."""
         ...
 
 
@@ -85,6 +89,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     publish=agent and spec.egress == "allow",
                     extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
                     cpu_shares=guard.cpu_shares(spec),
+                    limits=guard.limits(spec),
                 )
                 made[svc.name] = cid
                 engine.start(cid)

@@ -1,12 +1,15 @@
 """``denv serve``: run the local denv server.
 
-    denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key KEY]
+    denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key-file PATH]
                [--max-envs-per-key 64] [--max-volume-mb 10240]
+               [--env-memory MIB] [--env-pids N] [--env-cpus N]
                [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
 
 ``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
+The API key comes from ``--api-key-file``, else ``$DENV_API_KEY``, else ``<state_dir>/api_key``
+(made on first start); never from the command line, where ``ps`` shows it to every user.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import socket
 import sys
 from pathlib import Path
 
-from denv.local import read_local_server
+from denv.local import ENV_API_KEY, read_local_server
 from denv.local import state_dir as default_state_dir
 
 from .config import (
     DEFAULT_HOST,
+    DEFAULT_LIMITS,
     DEFAULT_MAX_ENVS_PER_KEY,
     DEFAULT_MAX_VOLUME_MB,
     DEFAULT_PORT,
@@ -33,6 +37,7 @@ from .config import (
     DEFAULT_WARM_MIN_FREE_MB,
     ServerConfig,
 )
+from .records import Limits
 from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, parse_pool
 
 log = logging.getLogger("denv.server")
@@ -59,9 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default $DENV_STATE_DIR or ~/.local/share/denv)",
     )
     parser.add_argument(
-        "--api-key",
+        "--api-key-file",
+        type=Path,
         default=None,
-        help="the API key to accept (default: the one in <state-dir>/api_key, made on first start)",
+        help="a file holding the API key to accept (default: $DENV_API_KEY, else the one in "
+        "<state-dir>/api_key, made on first start)",
     )
     parser.add_argument(
         "--max-envs-per-key",
@@ -76,6 +83,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="changes a volume may hold when it is snapshotted or forked; 0: no limit "
         "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--env-memory",
+        type=int,
+        default=DEFAULT_LIMITS.memory_mb,
+        metavar="MIB",
+        help="memory of each container of an env; past it the env fails 'out of memory'; "
+        "0: no limit (default %(default)s)",
+    )
+    parser.add_argument(
+        "--env-pids",
+        type=int,
+        default=DEFAULT_LIMITS.pids,
+        metavar="N",
+        help="processes and threads of each container of an env; 0: no limit (default %(default)s)",
+    )
+    parser.add_argument(
+        "--env-cpus",
+        type=float,
+        default=DEFAULT_LIMITS.cpus,
+        metavar="N",
+        help="CPUs each container of an env may use (a quota); 0: no limit (default %(default)g)",
     )
     parser.add_argument(
         "--warm-max-spares",
@@ -120,6 +149,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", help="default %(default)s")
 
 
+def _given_key(path: Path | None) -> str:
+    """The key of ``--api-key-file``, else of ``$DENV_API_KEY``; "" when neither is set."""
+    if path is not None:
+        return path.read_text().strip()
+    return os.environ.get(ENV_API_KEY, "").strip()
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -148,15 +184,23 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
-    from .auth import load_or_create_key_file
+    from .auth import load_or_create_key_file, private_dir
 
     try:
         parse_pool(args.subnet_pool, args.subnet_size)
     except ValueError as exc:
         print(f"denv serve: {exc}", file=sys.stderr)
         return 2
+    if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
+        print("denv serve: --env-memory, --env-pids and --env-cpus are >= 0", file=sys.stderr)
+        return 2
+    try:
+        given = _given_key(args.api_key_file)
+    except OSError as exc:
+        print(f"denv serve: cannot read --api-key-file: {exc}", file=sys.stderr)
+        return 2
     state_dir: Path = default_state_dir(args.state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     _setup_logging(state_dir, args.log_level)
     running = read_local_server(state_dir)
     if running is not None:
@@ -165,11 +209,12 @@ def main(args: argparse.Namespace) -> int:
         )
         return 1
     key_path = state_dir / "api_key"
-    if args.api_key:
+    if given:
         fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(args.api_key.strip() + "\n")
-        key = args.api_key.strip()
+            f.write(given + "\n")
+        os.chmod(key_path, 0o600)  # an older file may have had another mode
+        key = given
     else:
         key, key_path = load_or_create_key_file(state_dir)
     try:
@@ -189,6 +234,7 @@ def main(args: argparse.Namespace) -> int:
         port=port,
         max_envs_per_key=args.max_envs_per_key,
         max_volume_mb=args.max_volume_mb,
+        limits=Limits(memory_mb=args.env_memory, pids=args.env_pids, cpus=args.env_cpus),
         warm_max_spares=args.warm_max_spares,
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .records import Limits
 from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX
 
 DEFAULT_HOST = "127.0.0.1"
@@ -35,6 +36,7 @@ WARM_MEMORY_GUESS = 256 * 1024 * 1024  # per spare, until one of the pool's is m
 WARM_REFILL_DELAY_S = 1.0  # after spares are taken, before their replacements boot
 WARM_CPU_SHARES = 128  # a spare's CPU weight until it is taken (Docker's default is 1024)
 CPU_SHARES = 1024
+DEFAULT_LIMITS = Limits()  # per container of an env: 2 GiB, 1024 pids, 2 CPUs
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class ServerConfig:
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
     max_volume_mb: int = DEFAULT_MAX_VOLUME_MB
+    limits: Limits = DEFAULT_LIMITS  # every container of every env (spares too)
 
     @property
     def db_path(self) -> Path:

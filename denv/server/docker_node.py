@@ -19,10 +19,10 @@ from contextlib import contextmanager
 
 from . import boot, cgroups
 from .config import CPU_SHARES, WARM_CPU_SHARES
-from .engine import Engine, container_name
+from .engine import MIB, Engine, container_name
 from .netpolicy import network_name
 from .node import Booted, BootSpec, Cancelled, Owned
-from .records import VolumeSlot
+from .records import Limits, VolumeSlot
 from .volumes import Volumes, disk_usage
 
 CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
@@ -31,9 +31,10 @@ CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts
 class DockerNode:
     """This machine, through the Docker Engine. Safe to call from any thread."""
 
-    def __init__(self, engine: Engine, volumes: Volumes) -> None:
+    def __init__(self, engine: Engine, volumes: Volumes, limits: Limits | None = None) -> None:
         self.engine = engine
         self.volumes = volumes
+        self._limits = limits or Limits()
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()  # over the dicts below, never across a Docker call
         self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
@@ -61,6 +62,9 @@ class DockerNode:
         # Booting in the background, the envs in use go first; once an env waits for
         # this spare, it boots as fast as that env's own cold start would.
         return CPU_SHARES if spec.env_id in self._foreground else WARM_CPU_SHARES
+
+    def limits(self, spec: BootSpec) -> Limits:
+        return self._limits  # the same for cold starts and spares
 
     # images and layers
     def engine_version(self) -> str:
@@ -171,6 +175,13 @@ class DockerNode:
 
     def memory_bytes(self, containers: list[str]) -> int:
         return sum(cgroups.memory_bytes(self.engine, cid) or 0 for cid in containers)
+
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        info = self.engine.inspect(container_name(env_id, service))
+        if not info or not (info.get("State") or {}).get("OOMKilled"):
+            return None
+        limit = int((info.get("HostConfig") or {}).get("Memory") or 0)
+        return f"out of memory (limit {limit // MIB} MiB)" if limit else "out of memory"
 
     # reconcile
     def owned(self) -> Owned:

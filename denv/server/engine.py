@@ -23,11 +23,36 @@ import requests.exceptions
 from .config import DOCKER_TIMEOUT_S, START_WORKERS
 from .errors import ApiError, EngineUnavailable
 from .netpolicy import BRIDGE_NAME_OPTION, bridge_name, network_name
+from .records import Limits
 from .subnets import OVERLAP_RETRIES, SubnetPool
 
 log = logging.getLogger(__name__)
 
 NotFound = docker.errors.NotFound
+MIB = 1024 * 1024
+# Every capability dropped but one: a process in an env cannot make device nodes, open raw
+# sockets, mount, chown files or change its uid; no-new-privileges stops setuid binaries
+# from gaining any back. DAC_OVERRIDE (in Docker's default set too) stays, because images
+# run as root and read files of their own service users: Debian's redis reads its config
+# through /etc/redis (redis:redis, 2770). Not DAC_READ_SEARCH: it would allow
+# open_by_handle_at, a known way out of a container. Docker's default seccomp profile stays
+# on (nothing here turns it off).
+CAP_DROP = ["ALL"]
+CAP_ADD = ["DAC_OVERRIDE"]
+SECURITY_OPT = ["no-new-privileges"]
+
+
+def limit_options(limits: Limits) -> dict[str, Any]:
+    """Docker's host-config options for ``limits`` (0 leaves that one unlimited)."""
+    opts: dict[str, Any] = {}
+    if limits.memory_mb > 0:
+        # Swap limited to the same: past the limit the OOM killer acts, nothing swaps.
+        opts["mem_limit"] = opts["memswap_limit"] = limits.memory_mb * MIB
+    if limits.pids > 0:
+        opts["pids_limit"] = limits.pids
+    if limits.cpus > 0:
+        opts["nano_cpus"] = int(limits.cpus * 1e9)
+    return opts
 
 
 @contextmanager
@@ -122,7 +147,9 @@ class Engine:
             if not members:
                 return False
             dest.mkdir(parents=True, exist_ok=True)
-            tar.extractall(dest, members=members, numeric_owner=True, filter="fully_trusted")
+            # "tar": owners kept (a seed may belong to the image's user), but no member
+            # lands outside dest, and setuid/setgid bits are cleared.
+            tar.extractall(dest, members=members, numeric_owner=True, filter="tar")
         return True
 
     # networks
@@ -188,6 +215,7 @@ class Engine:
         publish: bool,
         extra_labels: dict[str, str] | None = None,
         cpu_shares: int | None = None,
+        limits: Limits | None = None,
     ) -> str:
         """Create (not start) a service's container; ``binds`` are (host mnt, container path)."""
         mounts = [
@@ -197,7 +225,14 @@ class Engine:
         port_bindings = {p: ("127.0.0.1", None) for p in ports} if publish else None
         with engine_errors():
             host_config = self.api.create_host_config(
-                mounts=mounts, port_bindings=port_bindings, init=False, cpu_shares=cpu_shares
+                mounts=mounts,
+                port_bindings=port_bindings,
+                init=False,
+                cpu_shares=cpu_shares,
+                cap_drop=CAP_DROP,
+                cap_add=CAP_ADD,
+                security_opt=SECURITY_OPT,
+                **limit_options(limits or Limits()),
             )
             net = self.api.create_networking_config(
                 {network: self.api.create_endpoint_config(aliases=[service])}

@@ -267,6 +267,8 @@ class Envs:
         if self.ctx.store.get_env(env_id) is None:
             return
         tail = self.ctx.node.logs(env_id, service, LOG_TAIL_LINES) if service else []
+        if code == "exited" and service and (why := self.ctx.node.exit_reason(env_id, service)):
+            message = f"{message}: killed, {why}"
         error = EnvError(code=code, message=message, service=service, log_tail=tail)
         if self.ctx.store.set_status(env_id, EnvStatus.FAILED, error, only_from=ACTIVE):
             log.info("env %s failed: %s %s", env_id, code, message)

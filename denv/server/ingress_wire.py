@@ -11,6 +11,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from denv.server.auth import holds_api_key
 from denv.server.ids import new_id
 
 Scope = MutableMapping[str, Any]
@@ -105,8 +106,9 @@ def forward_headers(scope: Scope, host: str, port: int, *, websocket: bool) -> H
 
     Drops hop-by-hop headers (and those the client's Connection header names), sets Host
     to the upstream (HTTP; the WebSocket client sets its own), adds X-Forwarded-For/-Host/
-    -Proto, and drops an ``Authorization: Bearer dak_...``: a denv API key is for the
-    server, never for the env.
+    -Proto, and drops an Authorization that carries a denv API key (``Bearer dak_...``,
+    whatever its case or spacing, as ``auth`` accepts it): the key is for the server,
+    never for the env.
     """
     out: Headers = []
     drop = _connection_listed(scope["headers"])
@@ -117,7 +119,7 @@ def forward_headers(scope: Scope, host: str, port: int, *, websocket: bool) -> H
             continue
         if name == b"host":
             original_host = value
-        elif name == b"authorization" and value[7:11] == b"dak_":
+        elif name == b"authorization" and holds_api_key(value):
             continue
         elif name == b"x-forwarded-for":
             forwarded_for = value + b", "

@@ -26,6 +26,7 @@ The calls, by what they serve::
     changed_bytes(env_id, [VolumeSlot], cap) -> [int]
     cancel(env_id) / teardown(env_id, [container]) / stop()
     states(env_id?) / logs(env_id, service, n) / memory_bytes([container])
+    exit_reason(env_id, service)         "out of memory ..." when the OOM killer ended it
     owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
     layer_ids() / delete_layers([layer])
@@ -177,6 +178,11 @@ class Node(Protocol):
     def logs(self, env_id: str, service: str, tail: int) -> list[str]: ...
 
     def memory_bytes(self, containers: list[str]) -> int: ...
+
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        """Why a service's container ended, when the node knows more than its exit: "out of
+        memory (limit 2048 MiB)" after the OOM killer; None otherwise."""
+        ...
 
     # reconcile
     def owned(self) -> Owned: ...

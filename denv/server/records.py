@@ -114,6 +114,18 @@ class EnvSpec(_Record):
     warm: int = 0
 
 
+class Limits(_Record):
+    """What one container of an env may use; 0 means no limit (Docker's own default).
+
+    Set at container create (Docker's ``mem_limit``, ``pids_limit``, ``nano_cpus``) in the
+    one boot path, so a warm spare gets the same limits as a cold start.
+    """
+
+    memory_mb: int = 2048  # past it the kernel's OOM killer ends a process of the container
+    pids: int = 1024  # processes and threads together: a fork bomb stops here
+    cpus: float = 2.0  # a CFS quota: no env takes every core of a shared host
+
+
 class EnvError(_Record):
     """Why an env failed (the contract's EnvError)."""
 

@@ -8,10 +8,11 @@ here and nowhere else.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,12 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Owner only, before SQLite writes a byte (it gives its -wal and -shm files the
+        # database's mode); an older database is tightened too.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for suffix in ("", "-wal", "-shm"):
+            with suppress(FileNotFoundError):
+                os.chmod(f"{path}{suffix}", 0o600)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()

@@ -35,6 +35,8 @@ def _run(*args: str) -> None:
 
 
 _libc: ctypes.CDLL | None = None
+MS_NOSUID = 2
+MS_NODEV = 4
 MS_BIND = 4096
 MS_SHARED = 1 << 20
 
@@ -57,8 +59,12 @@ def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str 
 
 
 def mount_overlay(opts: str, target: Path) -> None:
-    """``mount -t overlay overlay -o opts target``."""
-    _mount("overlay", target, "overlay", 0, opts)
+    """``mount -t overlay overlay -o nosuid,nodev,opts target``.
+
+    An env's volume is its own to write: a setuid binary or a device node it leaves there
+    (or a layer seeded from an image carries) is inert on the host and in every fork.
+    """
+    _mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts)
 
 
 def make_shared_mount_point(path: Path) -> None:

@@ -1,6 +1,6 @@
 """Secrets never leak: a known API key (and the ingress tokens) appear nowhere they should not.
 
-A server of its own runs with a key this test chose (``--api-key``), logging at DEBUG.
+A server of its own runs with a key this test chose (``--api-key-file``), logging at DEBUG.
 Scenarios with that key and near misses of it (the key plus a character, the key under
 another auth scheme): envs that start, fail and crash, forks, ingress traffic, unknown
 ids, the facade's and the provider's exceptions, and the CLI. Then the key and every
@@ -49,9 +49,11 @@ NOT_SECRET = re.compile(rf"{SCRUBBED_ID.pattern}|(?<=sha256:)[0-9a-f]{{64}}")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
-    with start_server(
-        tmp_path_factory.mktemp("denv-secrets"), "--api-key", KEY, "--log-level", "DEBUG"
-    ) as srv:
+    key_file = tmp_path_factory.mktemp("denv-secrets-key") / "key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    state_dir = tmp_path_factory.mktemp("denv-secrets")
+    with start_server(state_dir, "--api-key-file", str(key_file), "--log-level", "DEBUG") as srv:
         assert srv.key == KEY
         yield srv
 

@@ -151,6 +151,9 @@ class FakeNode:
     def memory_bytes(self, containers: list[str]) -> int:
         return 0
 
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        return None
+
     def owned(self) -> Owned:
         return Owned()
 
