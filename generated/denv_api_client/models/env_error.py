@@ -18,7 +18,9 @@ class EnvError:
 
     Attributes:
         code (EnvErrorCode):
-        message (str):
+        message (str): What went wrong, for a person. A service killed for passing its
+            memory limit says so: `exited` with "... killed, out of memory
+            (limit 2048 MiB)".
         log_tail (list[str]): The failed service's last log lines.
         service (None | str | Unset):
     """
