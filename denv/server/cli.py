@@ -2,7 +2,7 @@
 
     denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key-file PATH]
                [--max-envs-per-key 64] [--max-volume-mb 10240]
-               [--env-memory MIB] [--env-pids N] [--env-cpus N]
+               [--env-memory MIB] [--env-pids N] [--env-cpus N] [--env-cap-add CAP]
                [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
@@ -39,6 +39,53 @@ from .config import (
 )
 from .records import Limits
 from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, parse_pool
+
+#: Linux capabilities by Docker's name (without CAP_), for --env-cap-add.
+LINUX_CAPABILITIES = frozenset(
+    [
+        "AUDIT_CONTROL",
+        "AUDIT_READ",
+        "AUDIT_WRITE",
+        "BLOCK_SUSPEND",
+        "BPF",
+        "CHECKPOINT_RESTORE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "DAC_READ_SEARCH",
+        "FOWNER",
+        "FSETID",
+        "IPC_LOCK",
+        "IPC_OWNER",
+        "KILL",
+        "LEASE",
+        "LINUX_IMMUTABLE",
+        "MAC_ADMIN",
+        "MAC_OVERRIDE",
+        "MKNOD",
+        "NET_ADMIN",
+        "NET_BIND_SERVICE",
+        "NET_BROADCAST",
+        "NET_RAW",
+        "PERFMON",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_ADMIN",
+        "SYS_BOOT",
+        "SYS_CHROOT",
+        "SYS_MODULE",
+        "SYS_NICE",
+        "SYS_PACCT",
+        "SYS_PTRACE",
+        "SYS_RAWIO",
+        "SYS_RESOURCE",
+        "SYS_TIME",
+        "SYS_TTY_CONFIG",
+        "SYSLOG",
+        "WAKE_ALARM",
+    ]
+)
 
 log = logging.getLogger("denv.server")
 
@@ -105,6 +152,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_LIMITS.cpus,
         metavar="N",
         help="CPUs each container of an env may use (a quota); 0: no limit (default %(default)g)",
+    )
+    parser.add_argument(
+        "--env-cap-add",
+        action="append",
+        default=[],
+        metavar="CAP",
+        help="a Linux capability to grant env containers besides DAC_OVERRIDE (every other is "
+        "dropped), e.g. SETUID for an entrypoint that switches user; repeatable",
     )
     parser.add_argument(
         "--warm-max-spares",
@@ -194,6 +249,15 @@ def main(args: argparse.Namespace) -> int:
     if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
         print("denv serve: --env-memory, --env-pids and --env-cpus are >= 0", file=sys.stderr)
         return 2
+    extra_caps = [c.upper().removeprefix("CAP_") for c in args.env_cap_add]
+    unknown = [c for c in extra_caps if c not in LINUX_CAPABILITIES]
+    if unknown:
+        print(
+            f"denv serve: --env-cap-add {', '.join(unknown)}: not a Linux capability "
+            f"(one of {', '.join(sorted(LINUX_CAPABILITIES))})",
+            file=sys.stderr,
+        )
+        return 2
     try:
         given = _given_key(args.api_key_file)
     except OSError as exc:
@@ -234,7 +298,12 @@ def main(args: argparse.Namespace) -> int:
         port=port,
         max_envs_per_key=args.max_envs_per_key,
         max_volume_mb=args.max_volume_mb,
-        limits=Limits(memory_mb=args.env_memory, pids=args.env_pids, cpus=args.env_cpus),
+        limits=Limits(
+            memory_mb=args.env_memory,
+            pids=args.env_pids,
+            cpus=args.env_cpus,
+            capabilities=tuple(dict.fromkeys([*DEFAULT_LIMITS.capabilities, *extra_caps])),
+        ),
         warm_max_spares=args.warm_max_spares,
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,

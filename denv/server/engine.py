@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 NotFound = docker.errors.NotFound
 MIB = 1024 * 1024
-# Every capability dropped but one: a process in an env cannot make device nodes, open raw
+# Every capability dropped but one (Limits.capabilities; `denv serve --env-cap-add` grants
+# more): a process in an env cannot make device nodes, open raw
 # sockets, mount, chown files or change its uid; no-new-privileges stops setuid binaries
 # from gaining any back. DAC_OVERRIDE (in Docker's default set too) stays, because images
 # run as root and read files of their own service users: Debian's redis reads its config
@@ -38,7 +39,6 @@ MIB = 1024 * 1024
 # open_by_handle_at, a known way out of a container. Docker's default seccomp profile stays
 # on (nothing here turns it off).
 CAP_DROP = ["ALL"]
-CAP_ADD = ["DAC_OVERRIDE"]
 SECURITY_OPT = ["no-new-privileges"]
 
 
@@ -230,7 +230,7 @@ class Engine:
                 init=False,
                 cpu_shares=cpu_shares,
                 cap_drop=CAP_DROP,
-                cap_add=CAP_ADD,
+                cap_add=list((limits or Limits()).capabilities),
                 security_opt=SECURITY_OPT,
                 **limit_options(limits or Limits()),
             )

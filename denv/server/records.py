@@ -124,6 +124,9 @@ class Limits(_Record):
     memory_mb: int = 2048  # past it the kernel's OOM killer ends a process of the container
     pids: int = 1024  # processes and threads together: a fork bomb stops here
     cpus: float = 2.0  # a CFS quota: no env takes every core of a shared host
+    # Every other capability is dropped (engine.CAP_DROP); `denv serve --env-cap-add` grants
+    # more to images that need them (an entrypoint that switches user needs SETUID/SETGID).
+    capabilities: tuple[str, ...] = ("DAC_OVERRIDE",)
 
 
 class EnvError(_Record):

@@ -13,8 +13,10 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -213,6 +215,34 @@ def test_capabilities_are_dropped(server: LocalDenv, request: pytest.FixtureRequ
     assert host["Memory"] == MEMORY_MB << 20 and host["PidsLimit"] == PIDS
     assert host["NanoCpus"] == 2 * 10**9  # the default
     assert still
+
+
+def test_an_operator_grants_a_capability_back(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # An image whose entrypoint switches user needs SETUID: the override grants it, and only it.
+    engine = docker_engine(PROBE)
+    with start_server(tmp_path / "state", "--env-cap-add", "cap_setuid") as srv, api(srv) as c:
+        env = probe_env(c)
+        found = get(env, "/caps").json()
+        found.pop("work_mount")
+        host = engine.api.inspect_container(container_of(env))["HostConfig"]
+        delete_all(c)
+    report(request, f"hardening: with --env-cap-add cap_setuid: {found}")
+    assert found.pop("setuid") == "allowed"
+    assert all(v.startswith("refused") for v in found.values()), found
+    assert sorted(c.removeprefix("CAP_") for c in host["CapAdd"]) == ["DAC_OVERRIDE", "SETUID"]
+
+
+def test_an_unknown_capability_is_refused_before_the_server_starts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "denv.server", "--state-dir", str(tmp_path / "state"),
+         "--env-cap-add", "SETUIDD"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert "--env-cap-add SETUIDD: not a Linux capability" in done.stderr, done.stderr
+    assert not (tmp_path / "state" / "denv.db").exists()
 
 
 def test_state_is_private_and_holds_no_key(
