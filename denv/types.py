@@ -335,16 +335,49 @@ class Fork(_Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class HostGuard(_Record):
+    """The firewall rule keeping egress-deny envs off the server's host, per IP family.
+
+    ``ipv4``/``ipv6``: ``ok``, ``restored`` (was missing, put back) or ``missing`` (see
+    ``reason``); ``restores``: how often it was put back since the server started.
+    """
+
+    ipv4: str
+    ipv6: str
+    restores: int
+    last_restored_at: datetime.datetime | None
+    reason: str | None
+
+    @classmethod
+    def from_api(cls, m: api.HostGuard) -> HostGuard:
+        return cls(
+            ipv4=m.ipv4.value,
+            ipv6=m.ipv6.value,
+            restores=m.restores,
+            last_restored_at=m.last_restored_at,
+            reason=m.reason,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Health(_Record):
-    """The server's status, its version, and whether its container engine answers."""
+    """The server's status, its version, whether its container engine answers, and its
+    host guard (None from a server that does not report it)."""
 
     status: HealthStatus
     version: str
     engine: str
+    host_guard: HostGuard | None = None
 
     @classmethod
     def from_api(cls, m: api.Health) -> Health:
-        return cls(status=HealthStatus(m.status.value), version=m.version, engine=m.engine)
+        guard = _opt(m.host_guard)
+        return cls(
+            status=HealthStatus(m.status.value),
+            version=m.version,
+            engine=m.engine,
+            host_guard=HostGuard.from_api(guard) if guard is not None else None,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

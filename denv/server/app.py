@@ -15,13 +15,12 @@ from fastapi import FastAPI, HTTPException
 
 from . import ids
 from .auth import KeyRing, digest, private_dir
-from .config import MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
+from .config import HOST_GUARD_CHECK_S, MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
 from .context import Context
 from .docker_node import DockerNode
 from .engine import Engine
 from .errors import install_error_handlers
 from .ingress import IngressTable, mount_ingress
-from .netpolicy import install_host_guard
 from .reconcile import reap_forever
 from .routes import router
 from .service import Service
@@ -132,18 +131,20 @@ def create_app(config: ServerConfig) -> FastAPI:
             ThreadPoolExecutor(256, thread_name_prefix="denv-io")
         )
         # Fail fast: without the guard, egress-deny envs could reach the host.
-        await asyncio.to_thread(install_host_guard)
+        await asyncio.to_thread(ctx.host_guard.check)
         try:
             await asyncio.to_thread(service.reconcile)
         except Exception:
             log.exception("reconcile failed; serving anyway (is dockerd running?)")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
+        guard = asyncio.create_task(ctx.host_guard.forever(HOST_GUARD_CHECK_S))
         _write_server_json(config)
         log.info("denv server %s listening at %s", engine.instance_id, config.public_url())
         try:
             yield
         finally:
             reaper.cancel()
+            guard.cancel()
             await asyncio.to_thread(service.shutdown)
             _remove_server_json(config)
 

@@ -20,6 +20,7 @@ HEALTH_POLL_S = 0.02  # how often the agent's health path is polled while starti
 EXIT_CHECK_EVERY = 10  # check that the container still runs every N health polls
 LOG_TAIL_LINES = 50  # log lines kept in a failed env's error
 REAPER_INTERVAL_S = 5.0
+HOST_GUARD_CHECK_S = 5.0  # a firewall reload removes the guard: put it back this soon
 IDEMPOTENCY_TTL_S = 24 * 3600
 DOCKER_TIMEOUT_S = 120
 START_WORKERS = 64  # threads that start envs (fork(n) starts its children in parallel)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .config import START_WORKERS, ServerConfig
+from .guard import HostGuardWatch
 from .node import Node
 from .store import Store
 
@@ -34,6 +35,7 @@ class Context:
     )
     changed: threading.Condition = field(default_factory=threading.Condition)
     stopping: threading.Event = field(default_factory=threading.Event)
+    host_guard: HostGuardWatch = field(default_factory=HostGuardWatch)
     quota_lock: threading.Lock = field(default_factory=threading.Lock)
     _locks: defaultdict[str, threading.Lock] = field(
         default_factory=lambda: defaultdict(threading.Lock)

@@ -107,29 +107,43 @@ def _present(tool: str) -> bool:
     return _run(tool, "-C").returncode == 0
 
 
+def ensure_host_guard_on(tool: str) -> str:
+    """Check the guard in one tool's INPUT chain and put it back if it is missing.
+
+    Returns ``ok`` (it was there) or ``restored`` (it was missing and is back); raises
+    ``HostGuardError`` naming the tool's message when it is missing and cannot be installed.
+    The rule goes first in INPUT so that no ACCEPT rule can come before it.
+    """
+    if _present(tool):
+        return "ok"
+    result = _run(tool, "-I")
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip() or f"exit {result.returncode}"
+        raise HostGuardError(
+            f"could not install the host guard ({tool}: {message}): egress-deny envs "
+            "would reach the host; the server needs root or CAP_NET_ADMIN"
+        )
+    log.info("host guard installed (%s INPUT -i %s+ NEW DROP)", tool, DENY_BRIDGE_PREFIX)
+    return "restored"
+
+
 def install_host_guard() -> bool:
     """Drop NEW connections from ``dvd+`` bridges to the host (iptables and ip6tables).
 
-    Idempotent; the rule goes first in INPUT so that no ACCEPT rule can come before it.
-    Returns True if it was missing from iptables (IPv4) and is now installed. An ip6tables
-    failure is logged, not raised: hosts without IPv6 netfilter have no IPv6 to guard.
+    Idempotent. Returns True if it was missing from iptables (IPv4) and is now installed.
+    An IPv4 failure raises ``HostGuardError``; an IPv6 one is logged here and reported by
+    the server's health (``host_guard.ipv6: missing``), which checks the guard again.
     """
     installed = False
     for tool in _tools():
-        if _present(tool):
+        try:
+            state = ensure_host_guard_on(tool)
+        except HostGuardError as exc:
+            if tool == "iptables":
+                raise
+            log.error("%s", exc)
             continue
-        result = _run(tool, "-I")
-        if result.returncode != 0:
-            message = (result.stderr or result.stdout).strip()
-            if tool == "ip6tables":
-                log.warning("host guard not installed for IPv6: %s", message)
-                continue
-            raise HostGuardError(
-                f"could not install the host guard ({tool}: {message}): egress-deny envs "
-                "would reach the host; the server needs root or CAP_NET_ADMIN"
-            )
-        log.info("host guard installed (%s INPUT -i %s+ NEW DROP)", tool, DENY_BRIDGE_PREFIX)
-        installed = installed or tool == "iptables"
+        installed = installed or (tool == "iptables" and state == "restored")
     return installed
 
 

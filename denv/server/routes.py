@@ -50,9 +50,10 @@ def _page(page: tuple[list[dict[str, Any]], str | None]) -> dict[str, Any]:
 
 
 @router.get("/v1/health")
-async def get_health(s: Dep) -> dict[str, str]:
+async def get_health(s: Dep) -> dict[str, Any]:
     engine = await asyncio.to_thread(s.engine_version)
-    return {"status": "ok", "version": __version__, "engine": engine}
+    guard = s.ctx.host_guard.status()
+    return {"status": "ok", "version": __version__, "engine": engine, "host_guard": guard}
 
 
 @router.post("/v1/sandboxes")

@@ -17,7 +17,9 @@ so a name lookup would leave the machine.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,6 +39,9 @@ from reliability_helpers import (
 sys.path.insert(0, str(E2E_DIR))
 import test_egress as probes
 from outside_host import OutsideHost, outside_host
+
+from denv.server.config import HOST_GUARD_CHECK_S
+from denv.server.netpolicy import GUARD_COMMENT, remove_host_guard
 
 pytestmark = pytest.mark.e2e
 
@@ -161,3 +166,44 @@ def test_allow_env_made_by_the_server_reaches_the_outside_host(
     seen = outside.wait_seen(before + len(targets))[before:]
     assert {(proto, p) for proto, p, _ in seen} >= {("tcp", 443), ("tcp", 80), ("udp", 53)}
     assert {peer for _, _, peer in seen} == {outside.host_address}, seen
+
+
+def guard_rules(tool: str) -> list[str]:
+    """The host guard's rules as installed (``<tool> -S INPUT``), read, not probed."""
+    out = subprocess.run([tool, "-S", "INPUT"], capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if GUARD_COMMENT in line]
+
+
+def test_a_removed_host_guard_is_restored_and_reported_in_health(
+    client: Any,
+    server: LocalDenv,
+    envs: dict[str, dict[str, Any]],
+    request: pytest.FixtureRequest,
+) -> None:
+    with api(server) as c:
+        before = c.get("/v1/health").json()["host_guard"]
+    assert (before["ipv4"], before["ipv6"], before["reason"]) == ("ok", "ok", None), before
+    remove_host_guard()  # what a firewall reload does
+    assert not guard_rules("iptables") and not guard_rules("ip6tables")
+    deadline = time.monotonic() + 3 * HOST_GUARD_CHECK_S
+    with api(server) as c:
+        while (after := c.get("/v1/health").json()["host_guard"])["restores"] == before[
+            "restores"
+        ] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    waited = time.monotonic() - deadline + 3 * HOST_GUARD_CHECK_S
+    assert after["restores"] == before["restores"] + 1, after
+    assert after["ipv4"] in ("restored", "ok") and after["last_restored_at"], after
+    assert len(guard_rules("iptables")) == 1 and len(guard_rules("ip6tables")) == 1
+    # And it holds again: the deny env does not reach its gateway on the server's port.
+    port = urlsplit(server.url).port
+    assert port is not None
+    gateway, _ = network_of(client, envs["deny"])
+    found = leaks(probe(client, envs["deny"], [(gateway, port)]), [(gateway, port)])
+    report(
+        request,
+        f"host guard: removed from iptables and ip6tables, restored after {waited:.1f} s "
+        f"(health: ipv4 {after['ipv4']}, ipv6 {after['ipv6']}, restores {after['restores']}); "
+        f"the deny env then reached the host {len(found)} times",
+    )
+    assert not found

@@ -21,6 +21,8 @@ from .error_details_type_0 import ErrorDetailsType0
 from .fork import Fork
 from .health import Health
 from .health_status import HealthStatus
+from .host_guard import HostGuard
+from .host_guard_state import HostGuardState
 from .labels import Labels
 from .project import Project
 from .project_list import ProjectList
@@ -58,6 +60,8 @@ __all__ = (
     "Fork",
     "Health",
     "HealthStatus",
+    "HostGuard",
+    "HostGuardState",
     "Labels",
     "Project",
     "ProjectList",

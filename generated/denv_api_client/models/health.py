@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
 from ..models.health_status import HealthStatus
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.host_guard import HostGuard
+
 
 T = TypeVar("T", bound="Health")
 
@@ -18,11 +23,15 @@ class Health:
         status (HealthStatus):
         version (str): The server's version.
         engine (str): The container engine's version, or `unavailable`.
+        host_guard (HostGuard | Unset): The host guard: the firewall rule (iptables and ip6tables INPUT) that drops new
+            connections from egress-deny envs to the server's host. The server checks it every few seconds and puts it back
+            when it is missing. While a family is `missing`, deny envs may reach the host over it.
     """
 
     status: HealthStatus
     version: str
     engine: str
+    host_guard: HostGuard | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -31,6 +40,10 @@ class Health:
         version = self.version
 
         engine = self.engine
+
+        host_guard: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.host_guard, Unset):
+            host_guard = self.host_guard.to_dict()
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -41,11 +54,15 @@ class Health:
                 "engine": engine,
             }
         )
+        if host_guard is not UNSET:
+            field_dict["host_guard"] = host_guard
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.host_guard import HostGuard  # noqa: PLC0415
+
         d = dict(src_dict)
         status = HealthStatus(d.pop("status"))
 
@@ -53,10 +70,18 @@ class Health:
 
         engine = d.pop("engine")
 
+        _host_guard = d.pop("host_guard", UNSET)
+        host_guard: HostGuard | Unset
+        if isinstance(_host_guard, Unset):
+            host_guard = UNSET
+        else:
+            host_guard = HostGuard.from_dict(_host_guard)
+
         health = cls(
             status=status,
             version=version,
             engine=engine,
+            host_guard=host_guard,
         )
 
         health.additional_properties = d
