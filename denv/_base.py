@@ -1,24 +1,67 @@
-"""How a `Denv` reaches its server: found on first use, one pooled connection, closed once."""
+"""How a `Denv` or an `AsyncDenv` reaches its server, and how either runs one operation.
+
+The server is found on first use (no I/O in the constructor), one pooled connection is
+kept, and it is closed once. Each client runs the operations of `denv._operations` its own
+way: `Denv` with the generated `sync_detailed`, `AsyncDenv` awaiting `asyncio_detailed`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, TypeVar
 
 import httpx
 from denv_api_client.client import AuthenticatedClient
+from denv_api_client.types import UNSET, Unset
 
 from . import _config
-from ._http import build_api_client, call_options
-from ._requests import Secret, WaitArg
+from ._http import api_client, build_async_http_client, build_http_client
+from ._operations import Call, Listing
+from ._requests import Secret, paginate
+from ._retry import call_options
 from .local import resolve_server
 
+T = TypeVar("T")
 
-class ClientBase:
+
+class _Settings:
+    """What both clients are given: where the server is, the key, timeouts and retries."""
+
+    def __init__(
+        self, server: str | None, api_key: str | None, *, timeout_s: float, max_retries: int
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self._page_size = _config.LIST_PAGE_SIZE
+        # The server is found on first use, so constructing a client does no I/O.
+        self._server_arg = server
+        self._key_arg = None if api_key is None else Secret(api_key)
+        self._server: str | None = None
+        self._client: AuthenticatedClient | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(server={self._server or self._server_arg!r})"
+
+    def _options(self, call: Call[Any]) -> AbstractContextManager[None]:
+        """A long-poll may rightly wait `call.wait_s` before answering: that, plus `timeout_s`."""
+        read_timeout_s = None if call.wait_s is None else call.wait_s + self.timeout_s
+        return call_options(read_timeout_s=read_timeout_s, idempotent=call.idempotent)
+
+    def _closed_error(self) -> RuntimeError:
+        return RuntimeError(f"this {type(self).__name__} client is closed")
+
+
+class ClientBase(_Settings):
     """The connection half of `Denv` (its calls are in `denv._client`)."""
 
     def __init__(
@@ -31,21 +74,9 @@ class ClientBase:
         _transport: httpx.BaseTransport | None = None,
         _sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self._page_size = _config.LIST_PAGE_SIZE
-        # The server is found on first use (`_api`), so constructing a client does no I/O.
-        self._server_arg = server
-        self._key_arg = None if api_key is None else Secret(api_key)
+        super().__init__(server, api_key, timeout_s=timeout_s, max_retries=max_retries)
         self._transport = _transport
         self._sleep = _sleep
-        self._server: str | None = None
-        self._client: AuthenticatedClient | None = None
-        self._closed = False
         self._lock = threading.Lock()
 
     @classmethod
@@ -81,9 +112,9 @@ class ClientBase:
         with self._lock:
             if self._client is None:
                 if self._closed:  # once built, httpx itself refuses calls after close
-                    raise RuntimeError("this Denv client is closed")
+                    raise self._closed_error()
                 server, key = resolve_server(self._server_arg, self._key_arg)
-                self._client = build_api_client(
+                http = build_http_client(
                     server,
                     Secret(key),
                     timeout_s=self.timeout_s,
@@ -91,13 +122,19 @@ class ClientBase:
                     transport=self._transport,
                     sleep=self._sleep,
                 )
+                self._client = api_client(server, Secret(key)).set_httpx_client(http)
                 self._server = server
             return self._client
 
-    def __repr__(self) -> str:
-        return f"Denv(server={self._server or self._server_arg!r})"
+    def _call(self, call: Call[T]) -> T:
+        with self._options(call):
+            res = call.operation.sync_detailed(*call.args, client=self._api, **call.kwargs)
+        return call.result(res)
 
-    # -- lifecycle
+    def _list(self, listing: Listing[T]) -> Iterator[T]:
+        return paginate(
+            lambda cursor: self._call(listing.page(cursor, self._page_size)), listing.convert
+        )
 
     def close(self) -> None:
         """Close the connection pool. The client is unusable afterwards."""
@@ -118,17 +155,95 @@ class ClientBase:
     ) -> None:
         self.close()
 
-    def _long_poll(
-        self, wait_s: float, *, idempotent: bool | None = None
-    ) -> AbstractContextManager[None]:
-        """For a call that may rightly wait `wait_s` before answering: that, plus `timeout_s`."""
-        return call_options(read_timeout_s=wait_s + self.timeout_s, idempotent=idempotent)
 
-    def _create_timeout(
-        self, wait: WaitArg, wait_timeout_s: float | None
-    ) -> AbstractContextManager[None]:
-        if str(wait) == "none":
-            return call_options()
-        return self._long_poll(
-            wait_timeout_s if wait_timeout_s is not None else _config.DEFAULT_CREATE_WAIT_TIMEOUT_S
-        )
+class AsyncClientBase(_Settings):
+    """The connection half of `AsyncDenv` (its calls are in `denv._async`)."""
+
+    def __init__(
+        self,
+        server: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = _config.DEFAULT_TIMEOUT_S,
+        max_retries: int = _config.DEFAULT_MAX_RETRIES,
+        _transport: httpx.AsyncBaseTransport | None = None,
+        _sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(server, api_key, timeout_s=timeout_s, max_retries=max_retries)
+        self._transport = _transport
+        self._sleep = _sleep
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def from_environment(
+        cls,
+        server: str | None = None,
+        api_key: str | None = None,
+        *,
+        start_local: bool = False,
+        timeout_s: float = _config.DEFAULT_TIMEOUT_S,
+        max_retries: int = _config.DEFAULT_MAX_RETRIES,
+    ) -> Self:
+        """`Denv.from_environment`, finding (or starting) the server on a thread."""
+        url, key = await asyncio.to_thread(resolve_server, server, api_key, start=start_local)
+        return cls(url, key, timeout_s=timeout_s, max_retries=max_retries)
+
+    async def _api(self) -> AuthenticatedClient:
+        """The generated client, built on first use; the server is found on a thread."""
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                if self._closed:
+                    raise self._closed_error()
+                # Reading state files, probing /health, maybe starting `denv serve`: blocking
+                # work that must not stall the event loop.
+                server, key = await asyncio.to_thread(
+                    resolve_server, self._server_arg, self._key_arg
+                )
+                http = build_async_http_client(
+                    server,
+                    Secret(key),
+                    timeout_s=self.timeout_s,
+                    max_retries=self.max_retries,
+                    transport=self._transport,
+                    sleep=self._sleep,
+                )
+                self._client = api_client(server, Secret(key)).set_async_httpx_client(http)
+                self._server = server
+            return self._client
+
+    async def _call(self, call: Call[T]) -> T:
+        client = await self._api()
+        with self._options(call):
+            res = await call.operation.asyncio_detailed(*call.args, client=client, **call.kwargs)
+        return call.result(res)
+
+    async def _list(self, listing: Listing[T]) -> AsyncIterator[T]:
+        cursor: str | Unset = UNSET
+        while True:
+            page = await self._call(listing.page(cursor, self._page_size))
+            for item in page.items:
+                yield listing.convert(item)
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def aclose(self) -> None:
+        """Close the connection pool. The client is unusable afterwards."""
+        async with self._lock:
+            self._closed = True
+            client = self._client
+        if client is not None:
+            await client.get_async_httpx_client().aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

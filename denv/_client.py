@@ -1,58 +1,17 @@
-"""`Denv`: the typed facade over the generated denv API client."""
+"""`Denv`: the typed facade over the generated denv API client.
+
+Each method is its operation in `denv._operations`, run by `ClientBase._call`; `AsyncDenv`
+(denv/_async.py) runs the same operations awaited.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-from denv_api_client.api.envs import (
-    delete_env,
-    fork_env,
-    get_env,
-    get_env_logs,
-    get_warm_pool,
-    list_envs,
-    snapshot_env,
-    wait_env,
-)
-from denv_api_client.api.health import get_health
-from denv_api_client.api.projects import deploy_project, list_projects
-from denv_api_client.api.sandboxes import create_sandbox
-from denv_api_client.api.versions import (
-    create_envs_from_version,
-    delete_version,
-    get_version,
-    list_versions,
-)
-from denv_api_client.models import (
-    DeployRequest,
-    EnvList,
-    EnvStatus,
-    ProjectList,
-    SandboxCreate,
-    SnapshotRequest,
-    VersionList,
-    WaitRequest,
-    WaitRequestUntil,
-)
-from denv_api_client.types import UNSET, Unset
-
 from . import _config
+from . import _operations as ops
 from ._base import ClientBase
-from ._http import unwrap, unwrap_empty
-from ._requests import (
-    EgressArg,
-    StatusArg,
-    UntilArg,
-    WaitArg,
-    egress_body,
-    env_vars_body,
-    envs_create,
-    labels_body,
-    new_idempotency_key,
-    opt,
-    paginate,
-    wait_body,
-)
+from ._requests import EgressArg, StatusArg, UntilArg, WaitArg
 from .types import Env, Fork, Health, Project, Version, WarmPool
 
 __all__ = ["Denv"]
@@ -78,8 +37,7 @@ class Denv(ClientBase):
 
     def health(self) -> Health:
         """The server's status and versions (needs no key)."""
-        res = get_health.sync_detailed(client=self._api)
-        return Health.from_api(unwrap(res))
+        return self._call(ops.health())
 
     # -- envs
 
@@ -106,57 +64,39 @@ class Denv(ClientBase):
 
         An env that fails to start comes back with `status == "failed"` and `error.log_tail`.
         """
-        body = SandboxCreate(
-            image=image,
-            command=UNSET if command is None else list(command),
-            env=env_vars_body(env),
-            ports=UNSET if ports is None else list(ports),
-            egress=egress_body(egress),
-            volumes=UNSET if volumes is None else list(volumes),
-            labels=labels_body(labels),
-            ttl_s=opt(ttl_s),
-            wait=wait_body(wait),
-            wait_timeout_s=opt(wait_timeout_s),
-            health_path=opt(health_path),
-            pull=pull,
-            warm=warm,
-            warm_fork=warm_fork,
-        )
-        with self._create_timeout(wait, wait_timeout_s):
-            res = create_sandbox.sync_detailed(
-                client=self._api,
-                body=body,
-                idempotency_key=idempotency_key or new_idempotency_key(),
+        return self._call(
+            ops.create_sandbox(
+                image,
+                ports=ports,
+                env=env,
+                egress=egress,
+                command=command,
+                volumes=volumes,
+                labels=labels,
+                ttl_s=ttl_s,
+                wait=wait,
+                wait_timeout_s=wait_timeout_s,
+                health_path=health_path,
+                pull=pull,
+                warm=warm,
+                warm_fork=warm_fork,
+                idempotency_key=idempotency_key,
             )
-        return Env.from_api(unwrap(res))
+        )
 
     def get_env(self, env_id: str) -> Env:
         """One env, as it is now."""
-        res = get_env.sync_detailed(env_id, client=self._api)
-        return Env.from_api(unwrap(res))
+        return self._call(ops.get_env(env_id))
 
     def list_envs(
         self, *, status: StatusArg | None = None, version_id: str | None = None
     ) -> Iterator[Env]:
         """Every env of this key, newest first, fetched page by page as you iterate."""
-        status_filter = UNSET if status is None else EnvStatus(str(status))
-
-        def page(cursor: str | Unset) -> EnvList:
-            res = list_envs.sync_detailed(
-                client=self._api,
-                limit=self._page_size,
-                cursor=cursor,
-                status=status_filter,
-                version_id=opt(version_id),
-            )
-            return unwrap(res)
-
-        return paginate(page, Env.from_api)
+        return self._list(ops.list_envs(status, version_id))
 
     def delete_env(self, env_id: str) -> None:
         """Stop an env at once and remove everything it had. Deleting it again succeeds."""
-        res = delete_env.sync_detailed(env_id, client=self._api)
-        unwrap_empty(res)
+        return self._call(ops.delete_env(env_id))
 
     def wait_env(
         self,
@@ -168,16 +108,11 @@ class Denv(ClientBase):
 
         Returns the env as it is then; compare its `status` with what you waited for.
         """
-        body = WaitRequest(until=WaitRequestUntil(str(until)), timeout_s=timeout_s)
-        # A wait changes nothing on the server, so it may be retried although it is a POST.
-        with self._long_poll(timeout_s, idempotent=True):
-            res = wait_env.sync_detailed(env_id, client=self._api, body=body)
-        return Env.from_api(unwrap(res))
+        return self._call(ops.wait_env(env_id, until, timeout_s))
 
     def logs(self, env_id: str, *, service: str | None = None, tail: int = 100) -> list[str]:
         """The last `tail` log lines of a service (default: the agent service), oldest first."""
-        res = get_env_logs.sync_detailed(env_id, client=self._api, service=opt(service), tail=tail)
-        return unwrap(res).lines
+        return self._call(ops.logs(env_id, service, tail))
 
     def warm_pool(self, env_id: str) -> WarmPool:
         """The booted spares the env asked for (`warm`): `.state`, `.ready` of `.target`.
@@ -185,20 +120,13 @@ class Denv(ClientBase):
         `state` is `none` (no spares asked for), `filling`, `ready`, or `stalled`
         (boots keep failing or no room is left; `.error` says which).
         """
-        res = get_warm_pool.sync_detailed(env_id, client=self._api)
-        return WarmPool.from_api(unwrap(res))
+        return self._call(ops.warm_pool(env_id))
 
     # -- versions and forks
 
     def snapshot(self, env_id: str, *, labels: Mapping[str, str] | None = None) -> Version:
         """Save the env's volumes as a new immutable version (its services pause for it)."""
-        res = snapshot_env.sync_detailed(
-            env_id,
-            client=self._api,
-            body=SnapshotRequest(labels=labels_body(labels)),
-            idempotency_key=new_idempotency_key(),
-        )
-        return Version.from_api(unwrap(res))
+        return self._call(ops.snapshot(env_id, labels))
 
     def fork(
         self,
@@ -218,12 +146,19 @@ class Denv(ClientBase):
         >>> fork = denv.fork(env.id, count=8)
         >>> [child.status for child in fork.envs]
         """
-        body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
-        with self._create_timeout(wait, wait_timeout_s):
-            res = fork_env.sync_detailed(
-                env_id, client=self._api, body=body, idempotency_key=new_idempotency_key()
+        return self._call(
+            ops.fork(
+                env_id,
+                count,
+                egress=egress,
+                env=env,
+                labels=labels,
+                ttl_s=ttl_s,
+                wait=wait,
+                wait_timeout_s=wait_timeout_s,
+                warm=warm,
             )
-        return Fork.from_api(unwrap(res))
+        )
 
     def envs_from_version(
         self,
@@ -239,33 +174,31 @@ class Denv(ClientBase):
         warm: int = 0,
     ) -> list[Env]:
         """Start `count` envs from a stored version, in order."""
-        body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
-        with self._create_timeout(wait, wait_timeout_s):
-            res = create_envs_from_version.sync_detailed(
-                version_id, client=self._api, body=body, idempotency_key=new_idempotency_key()
+        return self._call(
+            ops.envs_from_version(
+                version_id,
+                count,
+                egress=egress,
+                env=env,
+                labels=labels,
+                ttl_s=ttl_s,
+                wait=wait,
+                wait_timeout_s=wait_timeout_s,
+                warm=warm,
             )
-        return [Env.from_api(env) for env in unwrap(res).envs]
+        )
 
     def get_version(self, version_id: str) -> Version:
         """One version."""
-        res = get_version.sync_detailed(version_id, client=self._api)
-        return Version.from_api(unwrap(res))
+        return self._call(ops.get_version(version_id))
 
     def list_versions(self, project: str | None = None) -> Iterator[Version]:
         """Every version of this key (or of one project), newest first, page by page."""
-
-        def page(cursor: str | Unset) -> VersionList:
-            res = list_versions.sync_detailed(
-                client=self._api, limit=self._page_size, cursor=cursor, project=opt(project)
-            )
-            return unwrap(res)
-
-        return paginate(page, Version.from_api)
+        return self._list(ops.list_versions(project))
 
     def delete_version(self, version_id: str) -> None:
         """Delete a version and the layers only it used; `Conflict` while envs run from it."""
-        res = delete_version.sync_detailed(version_id, client=self._api)
-        unwrap_empty(res)
+        return self._call(ops.delete_version(version_id))
 
     # -- projects
 
@@ -273,21 +206,8 @@ class Denv(ClientBase):
         self, project: str, compose: str, *, labels: Mapping[str, str] | None = None
     ) -> Version:
         """Deploy a compose file (with `x-denv.agent.service`) as a new version of `project`."""
-        res = deploy_project.sync_detailed(
-            project,
-            client=self._api,
-            body=DeployRequest(compose=compose, labels=labels_body(labels)),
-            idempotency_key=new_idempotency_key(),
-        )
-        return Version.from_api(unwrap(res))
+        return self._call(ops.deploy(project, compose, labels))
 
     def list_projects(self) -> Iterator[Project]:
         """Every project of this key, page by page."""
-
-        def page(cursor: str | Unset) -> ProjectList:
-            res = list_projects.sync_detailed(
-                client=self._api, limit=self._page_size, cursor=cursor
-            )
-            return unwrap(res)
-
-        return paginate(page, Project.from_api)
+        return self._list(ops.list_projects())

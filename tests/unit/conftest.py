@@ -57,3 +57,9 @@ def closed_port_url() -> str:
     host, port = probe.getsockname()
     probe.close()
     return f"http://{host}:{port}"
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which facade a test drives: `Denv`, or `AsyncDenv` through tests/unit/async_driver.py."""
+    return str(request.param)

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from async_driver import Blocking
 
-from denv import Denv
+from denv import AsyncDenv, Denv
 
 # A well-formed key that tests look for in every message, repr and log line.
 KEY = "dak_" + "SeCrEt0123456789" * 2 + "abcdefghijk"
@@ -73,21 +74,41 @@ class Sleeps(list[float]):
         self.append(seconds)
 
 
-def mock_denv(script: Script, *, max_retries: int = 2, timeout_s: float = 5.0) -> Denv:
-    """A Denv whose network is `script` (see each test for why a fake is needed there)."""
-    return Denv(
-        SERVER,
-        KEY,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        _transport=httpx.MockTransport(script),
-        _sleep=Sleeps(),
+class AsyncSleeps(Sleeps):
+    """`Sleeps` for an `AsyncDenv` (its retry pause is awaited)."""
+
+    async def __call__(self, seconds: float) -> None:  # type: ignore[override]
+        self.append(seconds)
+
+
+def make_denv(kind: str, server: str, key: str, **kw: Any) -> Denv | Blocking:
+    """A `Denv` (kind "sync"), or an `AsyncDenv` called the same way (kind "async")."""
+    if kind == "sync":
+        return Denv(server, key, _sleep=Sleeps(), **kw)
+    assert kind == "async", kind
+    return Blocking(AsyncDenv(server, key, _sleep=AsyncSleeps(), **kw))
+
+
+def mock_denv(
+    script: Script, *, max_retries: int = 2, timeout_s: float = 5.0, kind: str = "sync"
+) -> Any:
+    """A Denv (or AsyncDenv) whose network is `script` (see each test for why a fake is needed)."""
+    # httpx.MockTransport is both a sync and an async transport.
+    transport = httpx.MockTransport(script)
+    return make_denv(
+        kind, SERVER, KEY, timeout_s=timeout_s, max_retries=max_retries, _transport=transport
     )
 
 
-def sleeps_of(denv: Denv) -> Sleeps:
-    transport = denv._api.get_httpx_client()._transport
-    sleep = transport._sleep  # type: ignore[attr-defined]
+def sleeps_of(denv: Denv | Blocking) -> Sleeps:
+    """The retry pauses the client took, as its retry transport was given them."""
+    if isinstance(denv, Blocking):
+        client = denv.client._client  # built by the calls made (and kept after close)
+        assert client is not None
+        transport: Any = client.get_async_httpx_client()._transport
+    else:
+        transport = denv._api.get_httpx_client()._transport
+    sleep = transport._sleep
     assert isinstance(sleep, Sleeps)
     return sleep
 
