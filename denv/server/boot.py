@@ -90,6 +90,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
                     cpu_shares=guard.cpu_shares(spec),
                     limits=guard.limits(spec),
+                    deny=spec.egress == "deny",
                 )
                 made[svc.name] = cid
                 engine.start(cid)

@@ -22,7 +22,7 @@ import requests.exceptions
 
 from .config import DOCKER_TIMEOUT_S, START_WORKERS
 from .errors import ApiError, EngineUnavailable
-from .netpolicy import BRIDGE_NAME_OPTION, bridge_name, network_name
+from .netpolicy import BRIDGE_NAME_OPTION, DENY_DNS, bridge_name, network_name
 from .records import Limits
 from .subnets import OVERLAP_RETRIES, SubnetPool
 
@@ -216,8 +216,12 @@ class Engine:
         extra_labels: dict[str, str] | None = None,
         cpu_shares: int | None = None,
         limits: Limits | None = None,
+        deny: bool = False,
     ) -> str:
-        """Create (not start) a service's container; ``binds`` are (host mnt, container path)."""
+        """Create (not start) a service's container; ``binds`` are (host mnt, container path).
+
+        ``deny``: an egress-deny env's container, whose names resolve only within its env.
+        """
         mounts = [
             docker.types.Mount(target=target, source=source, type="bind", propagation="rslave")
             for source, target in binds
@@ -232,6 +236,7 @@ class Engine:
                 cap_drop=CAP_DROP,
                 cap_add=list((limits or Limits()).capabilities),
                 security_opt=SECURITY_OPT,
+                dns=DENY_DNS if deny else None,
                 **limit_options(limits or Limits()),
             )
             net = self.api.create_networking_config(

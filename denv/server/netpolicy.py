@@ -29,6 +29,10 @@ DENY_BRIDGE_PREFIX = "dvd"
 ALLOW_BRIDGE_PREFIX = "dva"
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
 GUARD_COMMENT = "denv: egress-deny envs cannot connect to the host"
+# The resolver of a deny env's containers. Docker's embedded DNS (127.0.0.11) still answers
+# the env's own service names, but forwards every other name to this address inside the
+# container, where nothing answers: no lookup leaves the env, whatever the host's resolvers.
+DENY_DNS = ["127.0.0.1"]
 _RULE = [
     "INPUT",
     "-i",

@@ -41,7 +41,7 @@ import test_egress as probes
 from outside_host import OutsideHost, outside_host
 
 from denv.server.config import HOST_GUARD_CHECK_S
-from denv.server.netpolicy import GUARD_COMMENT, remove_host_guard
+from denv.server.netpolicy import DENY_DNS, GUARD_COMMENT, remove_host_guard
 
 pytestmark = pytest.mark.e2e
 
@@ -187,14 +187,22 @@ def test_a_removed_host_guard_is_restored_and_reported_in_health(
     assert not guard_rules("iptables") and not guard_rules("ip6tables")
     deadline = time.monotonic() + 3 * HOST_GUARD_CHECK_S
     with api(server) as c:
-        while (after := c.get("/v1/health").json()["host_guard"])["restores"] == before[
-            "restores"
-        ] and time.monotonic() < deadline:
+        while True:
+            after = c.get("/v1/health").json()["host_guard"]
+            if after["restores"] > before["restores"] or time.monotonic() > deadline:
+                break
             time.sleep(0.2)
     waited = time.monotonic() - deadline + 3 * HOST_GUARD_CHECK_S
-    assert after["restores"] == before["restores"] + 1, after
-    assert after["ipv4"] in ("restored", "ok") and after["last_restored_at"], after
     assert len(guard_rules("iptables")) == 1 and len(guard_rules("ip6tables")) == 1
+    if after["restores"] == before["restores"]:
+        # Another denv server on this machine (its own check) put the rule back first: ours
+        # then found it in place. Both outcomes leave the guard installed exactly once.
+        assert (after["ipv4"], after["ipv6"]) == ("ok", "ok"), after
+        who = "another denv server on this machine (this one then found it in place)"
+    else:
+        who = f"this server after {waited:.1f} s"
+        assert after["restores"] == before["restores"] + 1, after
+        assert after["ipv4"] in ("restored", "ok") and after["last_restored_at"], after
     # And it holds again: the deny env does not reach its gateway on the server's port.
     port = urlsplit(server.url).port
     assert port is not None
@@ -202,8 +210,50 @@ def test_a_removed_host_guard_is_restored_and_reported_in_health(
     found = leaks(probe(client, envs["deny"], [(gateway, port)]), [(gateway, port)])
     report(
         request,
-        f"host guard: removed from iptables and ip6tables, restored after {waited:.1f} s "
+        f"host guard: removed from iptables and ip6tables, restored by {who} "
         f"(health: ipv4 {after['ipv4']}, ipv6 {after['ipv6']}, restores {after['restores']}); "
         f"the deny env then reached the host {len(found)} times",
     )
     assert not found
+
+
+# Runs in a container: looks up each name in argv[1], prints an address or the error.
+LOOKUP = r"""
+import json, socket, sys
+out = []
+for name in json.loads(sys.argv[1]):
+    try:
+        out.append(socket.gethostbyname(name))
+    except OSError as exc:
+        out.append("error: " + str(exc))
+print(json.dumps(out))
+"""
+
+
+def test_deny_env_has_no_resolver(
+    client: Any,
+    envs: dict[str, dict[str, Any]],
+    outside: OutsideHost,
+    request: pytest.FixtureRequest,
+) -> None:
+    deny = client.containers.get(container_of(envs["deny"]))
+    allow = client.containers.get(container_of(envs["allow"]))
+    # Read, not probed: deny containers forward names to nothing; allow ones keep the host's.
+    assert deny.attrs["HostConfig"]["Dns"] == DENY_DNS
+    assert not allow.attrs["HostConfig"]["Dns"]
+    own = deny.attrs["Config"]["Hostname"]
+    names = [outside.dns_name, outside.address, own]
+    before = len(outside.seen)
+    result = deny.exec_run(["python3", "-c", LOOKUP, json.dumps(names)])
+    assert result.exit_code == 0, result.output.decode(errors="replace")
+    found = json.loads(result.output)
+    seen = outside.wait_seen(before + 1, timeout=1.0)[before:]
+    report(
+        request,
+        f"egress deny DNS: resolver {DENY_DNS}; lookup of the outside host's name: "
+        f"{found[0]}; queries seen by the outside host: {len(seen)}",
+    )
+    assert found[0].startswith("error"), f"a deny env resolved {outside.dns_name}: {found[0]}"
+    assert not seen, f"the outside host saw traffic from a deny env: {seen}"
+    # Positive controls: literal addresses and the env's own names still work.
+    assert found[1] == outside.address and not found[2].startswith("error"), found

@@ -36,8 +36,10 @@ class Env:
         project (None | str): The project of its version, if any.
         agent_service (str): A service's name, as in a compose file.
         egress (Egress): `deny`: the env reaches nothing outside its own network (not the host,
-            not another env, not the internet); its ports are served through the
-            ingress proxy. `allow`: the env may open outward connections and its
+            not another env, not the internet) and has no resolver for names
+            beyond its own services; its ports are served through the ingress
+            proxy. The host guard keeping it off the host is reported by
+            `GET /v1/health` (`host_guard`). `allow`: the env may open outward connections and its
             ports are published on the server's host.
         labels (Labels): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
         services (list[EnvService]):

@@ -27,8 +27,10 @@ class SandboxCreate:
             with a digit.
         ports (list[int] | Unset): Container ports to expose; the first is the agent port.
         egress (Egress | Unset): `deny`: the env reaches nothing outside its own network (not the host,
-            not another env, not the internet); its ports are served through the
-            ingress proxy. `allow`: the env may open outward connections and its
+            not another env, not the internet) and has no resolver for names
+            beyond its own services; its ports are served through the ingress
+            proxy. The host guard keeping it off the host is reported by
+            `GET /v1/health` (`host_guard`). `allow`: the env may open outward connections and its
             ports are published on the server's host.
         volumes (list[str] | Unset): Absolute container paths that get a forkable volume, besides `/work`.
         labels (Labels | Unset): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
