@@ -37,6 +37,7 @@ __all__ = [
     "Fork",
     "Health",
     "HealthStatus",
+    "HostGuard",
     "Project",
     "StartMode",
     "Version",
