@@ -88,8 +88,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def docker_engine(image: str, build: str = "make images") -> Any:
-    """A Docker Engine client that has ``image``; the test fails naming the fix if not.
+def docker_engine(*images: str, build: str = "make images") -> Any:
+    """A Docker Engine client that has all of ``images``; the test fails naming the fix if not.
 
     Set-up (``make test``) installs the venv, starts the engine and builds every image, so a
     missing piece here is a failure to report, never a reason to skip.
@@ -106,10 +106,11 @@ def docker_engine(image: str, build: str = "make images") -> Any:
         engine.ping()
     except Exception as exc:
         pytest.fail(f"no Docker Engine reachable ({exc}): start it (make docker)")
-    try:
-        engine.images.get(image)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {image} is not on the Docker Engine: build it ({build})")
+    for image in images:
+        try:
+            engine.images.get(image)
+        except docker.errors.ImageNotFound:
+            pytest.fail(f"image {image} is not on the Docker Engine: build it ({build})")
     return engine
 
 

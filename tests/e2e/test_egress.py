@@ -158,7 +158,7 @@ class Fleet:
 
 
 def docker_client() -> Any:
-    return docker_engine(IMAGE, "make image-probe")
+    return docker_engine(IMAGE, build="make image-probe")
 
 
 @pytest.fixture(scope="module")

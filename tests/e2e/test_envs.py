@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import docker
 import httpx
 import pytest
+from conftest import docker_engine
 from openenv.core import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
@@ -42,16 +42,7 @@ class Engine(NamedTuple):
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    client = docker.from_env()
-    try:
-        client.ping()
-    except Exception as exc:  # the SDK raises several types for "no engine"
-        pytest.fail(f"no Docker Engine answers ({exc}): run scripts/ensure-docker.sh")
-    for image in (ECHO_IMAGE, REDIS_IMAGE, COUNTER_IMAGE):
-        try:
-            client.images.get(image)
-        except docker.errors.ImageNotFound:
-            pytest.fail(f"image {image} is not on the Docker Engine: run `make images`")
+    client = docker_engine(ECHO_IMAGE, REDIS_IMAGE, COUNTER_IMAGE)
     labels = {TEST_LABEL: f"envs-{uuid.uuid4().hex[:8]}"}
     yield Engine(client, labels)
     selector = f"{TEST_LABEL}={labels[TEST_LABEL]}"
