@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from conftest import LocalDenv
@@ -12,6 +13,8 @@ from denv import Denv
 
 ECHO_IMAGE = "denv-echo-env:latest"
 PROBE_IMAGE = "denv-base-probe:latest"
+#: The stdlib app the probe image runs (`python3 -c PROBE_APP`): /health, /files/<name>.
+PROBE_APP = (Path(__file__).parent / "probe_app.py").read_text()
 
 
 def message(text: str) -> dict[str, str]:

@@ -10,18 +10,16 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
 from conftest import LocalDenv
-from provider_helpers import PROBE_IMAGE
+from provider_helpers import PROBE_APP, PROBE_IMAGE
 
 from denv import AsyncDenv, EnvStatus
 
 pytestmark = pytest.mark.e2e
 
-APP = (Path(__file__).parent / "probe_app.py").read_text()
 TICK_S = 0.05
 MAX_GAP_S = 0.5
 T = TypeVar("T")
@@ -57,7 +55,7 @@ async def watched(call: Awaitable[T]) -> T:
 def test_64_concurrent_get_env_never_block_the_loop(denv_server: LocalDenv) -> None:
     async def run() -> None:
         async with AsyncDenv(denv_server.url, denv_server.key) as denv, watchdog() as gaps:
-            env = await denv.create_sandbox(PROBE_IMAGE, command=["python3", "-c", APP])
+            env = await denv.create_sandbox(PROBE_IMAGE, command=["python3", "-c", PROBE_APP])
             try:
                 got = await asyncio.gather(*(denv.get_env(env.id) for _ in range(64)))
                 assert {e.id for e in got} == {env.id}
@@ -72,7 +70,9 @@ def test_64_concurrent_get_env_never_block_the_loop(denv_server: LocalDenv) -> N
 def test_create_fork_delete_through_asyncdenv(denv_server: LocalDenv) -> None:
     async def run() -> None:
         async with AsyncDenv(denv_server.url, denv_server.key) as denv:
-            env = await watched(denv.create_sandbox(PROBE_IMAGE, command=["python3", "-c", APP]))
+            env = await watched(
+                denv.create_sandbox(PROBE_IMAGE, command=["python3", "-c", PROBE_APP])
+            )
             assert env.status is EnvStatus.HEALTHY
             fork = await watched(denv.fork(env.id, count=2))
             children = [child.id for child in fork.envs]

@@ -7,20 +7,17 @@ that answers /health but has no OpenEnv WebSocket, and stopping twice.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from conftest import LocalDenv
 from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, PROBE_IMAGE, assert_gone, live_env_ids
+from provider_helpers import ECHO_IMAGE, PROBE_APP, PROBE_IMAGE, assert_gone, live_env_ids
 
 from denv import InvalidRequest, Unauthorized
 
 pytestmark = pytest.mark.e2e
 
 LABEL = ("suite", "test-provider-failures")
-PROBE_APP = (Path(__file__).parent / "probe_app.py").read_text()
 CRASH_AT_ONCE = ["python3", "-c", "import sys; print('boom: no config'); sys.exit(3)"]
 CRASH_LATER = [
     "python3",

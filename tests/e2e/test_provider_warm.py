@@ -15,13 +15,11 @@ import pytest
 from conftest import LocalDenv, start_server
 from denv.openenv import DenvProvider, WarmPoolStalled
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, PROBE_IMAGE, assert_gone
+from provider_helpers import ECHO_IMAGE, PROBE_APP, PROBE_IMAGE, assert_gone
 
 from denv import Denv
 
 pytestmark = pytest.mark.e2e
-
-APP = (Path(__file__).parent / "probe_app.py").read_text()
 
 
 @pytest.fixture
@@ -34,7 +32,7 @@ def server_env(denv_server: LocalDenv, monkeypatch: pytest.MonkeyPatch) -> Itera
 def probe_provider(server: LocalDenv, warm: int) -> DenvProvider:
     """A provider of the stdlib probe app (plain HTTP, boots in about a second)."""
     provider = DenvProvider(server.url, server.key, warm=warm, websocket=False)
-    base_url = provider.start_container(PROBE_IMAGE, command=["python3", "-c", APP])
+    base_url = provider.start_container(PROBE_IMAGE, command=["python3", "-c", PROBE_APP])
     provider.wait_for_ready(base_url)
     return provider
 
