@@ -99,9 +99,13 @@ class AsyncDenv(AsyncClientBase):
         return await self._call(ops.get_env(env_id))
 
     def list_envs(
-        self, *, status: StatusArg | None = None, version_id: str | None = None
+        self,
+        *,
+        status: StatusArg | None = None,
+        version_id: str | None = None,
+        include_deleted: bool = False,
     ) -> AsyncIterator[Env]:
-        return self._list(ops.list_envs(status, version_id))
+        return self._list(ops.list_envs(status, version_id, include_deleted))
 
     async def delete_env(self, env_id: str) -> None:
         return await self._call(ops.delete_env(env_id))

@@ -89,10 +89,18 @@ class Denv(ClientBase):
         return self._call(ops.get_env(env_id))
 
     def list_envs(
-        self, *, status: StatusArg | None = None, version_id: str | None = None
+        self,
+        *,
+        status: StatusArg | None = None,
+        version_id: str | None = None,
+        include_deleted: bool = False,
     ) -> Iterator[Env]:
-        """Every env of this key, newest first, fetched page by page as you iterate."""
-        return self._list(ops.list_envs(status, version_id))
+        """The envs of this key that are not deleted, newest first, fetched page by page.
+
+        `include_deleted=True` lists deleted envs too (their records stay, with their
+        lineage); `status="deleted"` lists only those.
+        """
+        return self._list(ops.list_envs(status, version_id, include_deleted))
 
     def delete_env(self, env_id: str) -> None:
         """Stop an env at once and remove everything it had. Deleting it again succeeds."""

@@ -164,12 +164,17 @@ def get_env(env_id: str) -> Call[Env]:
     return Call(get_env_op, _value(Env.from_api), (env_id,))
 
 
-def list_envs(status: StatusArg | None, version_id: str | None) -> Listing[Env]:
+def list_envs(
+    status: StatusArg | None, version_id: str | None, include_deleted: bool = False
+) -> Listing[Env]:
     status_filter = UNSET if status is None else EnvStatus(str(status))
+    # Sent only when asked for: the server's default is to leave deleted envs out.
+    deleted: bool | Unset = True if include_deleted else UNSET
 
     def page(cursor: str | Unset, limit: int) -> Call[Page[Any]]:
         query = {"limit": limit, "cursor": cursor, "status": status_filter}
-        return Call(list_envs_op, _page, kwargs={**query, "version_id": opt(version_id)})
+        filters = {"version_id": opt(version_id), "include_deleted": deleted}
+        return Call(list_envs_op, _page, kwargs={**query, **filters})
 
     return Listing(page, Env.from_api)
 

@@ -74,8 +74,11 @@ async def list_envs(
     cursor: Cursor = None,
     status: EnvStatus | None = None,
     version_id: Annotated[str | None, Query(pattern=r"^ver_[0-9A-HJKMNP-TV-Z]{26}$")] = None,
+    include_deleted: bool = False,
 ) -> dict[str, Any]:
-    page = await asyncio.to_thread(s.list_envs, owner, limit, _cursor(cursor), status, version_id)
+    page = await asyncio.to_thread(
+        s.list_envs, owner, limit, _cursor(cursor), status, version_id, include_deleted
+    )
     return _page(page)
 
 

@@ -90,9 +90,14 @@ class Service:
         cursor: str | None,
         status: EnvStatus | None,
         version_id: str | None,
+        include_deleted: bool = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of envs, newest first, and the cursor of the next (None at the end)."""
-        recs = self.ctx.store.list_envs(owner, limit + 1, cursor, status, version_id)
+        """A page of envs, newest first, and the cursor of the next (None at the end).
+
+        Deleted envs only with `include_deleted` (or when `status` asks for them)."""
+        recs = self.ctx.store.list_envs(
+            owner, limit + 1, cursor, status, version_id, include_deleted
+        )
         states = self.states()
         items = [self.env_view(r, states) for r in recs[:limit]]
         return items, recs[limit - 1].id if len(recs) > limit else None
@@ -145,21 +150,28 @@ class Service:
 
     # create, fork, snapshot, deploy
     def create_sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
-        """``POST /v1/sandboxes``: an implicit one-service version and an env from it."""
-        self._check_count(owner, 1)
+        """``POST /v1/sandboxes``: an implicit one-service version and ``count`` envs from it.
+
+        Ready spares of the same configuration (a warm pool another env of this image asked
+        for) are taken before booting; each env succeeds or fails on its own.
+        """
+        count = body.count or 1
+        self._check_count(owner, count)
         version = self.versions.implicit(owner, body)
         recs = self.envs.create(
             owner,
             version,
-            1,
+            count,
             egress=body.egress,
             env={},
             labels=body.labels,
             ttl_s=body.ttl_s,
             wait_timeout_s=body.wait_timeout_s,
             warm=body.warm,
+            use_spares=True,
         )
-        return self._wait_all(recs, body.wait, body.wait_timeout_s)[0]
+        envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
+        return envs[0] if body.count is None else {"envs": envs}
 
     def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)

@@ -86,6 +86,20 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
+            self._add_parent_version_column()
+
+    def _add_parent_version_column(self) -> None:
+        """A database made before versions knew their parent version gains the column,
+        filled from the parent env of each snapshot."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(versions)")}
+        if "parent_version_id" in columns:
+            return
+        self._db.execute("ALTER TABLE versions ADD COLUMN parent_version_id TEXT")
+        self._db.execute(
+            "UPDATE versions SET parent_version_id = "
+            "(SELECT version_id FROM envs WHERE envs.id = versions.parent_env_id) "
+            "WHERE parent_env_id IS NOT NULL"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -138,7 +152,9 @@ class Store:
     # versions
     def insert_version(self, v: VersionRecord) -> None:
         self._run(
-            "INSERT INTO versions VALUES (?,?,?,?,?,?,?,?,?,?,0)",
+            "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, services, "
+            "volumes, warm_fork, labels, created_at, deleted, parent_version_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,0,?)",
             (
                 v.id,
                 v.owner,
@@ -150,6 +166,7 @@ class Store:
                 int(v.warm_fork),
                 json.dumps(v.labels),
                 v.created_at,
+                v.parent_version_id,
             ),
         )
         if v.project:
@@ -171,6 +188,7 @@ class Store:
             labels=json.loads(r["labels"]),
             created_at=r["created_at"],
             deleted=bool(r["deleted"]),
+            parent_version_id=r["parent_version_id"],
         )
 
     def get_version(self, version_id: str, include_deleted: bool = False) -> VersionRecord | None:
@@ -283,9 +301,12 @@ class Store:
         before: str | None,
         status: EnvStatus | None,
         version_id: str | None,
+        include_deleted: bool = True,
     ) -> list[EnvRecord]:
         sql = "SELECT * FROM envs WHERE owner=?"
         args: list[Any] = [owner]
+        if not include_deleted and status is None:
+            sql += " AND status!='deleted'"
         for col, val in (("status", status.value if status else None), ("version_id", version_id)):
             if val:
                 sql += f" AND {col}=?"

@@ -18,6 +18,8 @@ from .envs_create import EnvsCreate
 from .error import Error
 from .error_code import ErrorCode
 from .error_details_type_0 import ErrorDetailsType0
+from .file_change import FileChange
+from .file_change_change import FileChangeChange
 from .fork import Fork
 from .health import Health
 from .health_status import HealthStatus
@@ -30,6 +32,7 @@ from .sandbox_create import SandboxCreate
 from .snapshot_request import SnapshotRequest
 from .start_mode import StartMode
 from .version import Version
+from .version_diff import VersionDiff
 from .version_list import VersionList
 from .version_service import VersionService
 from .wait_for import WaitFor
@@ -57,6 +60,8 @@ __all__ = (
     "Error",
     "ErrorCode",
     "ErrorDetailsType0",
+    "FileChange",
+    "FileChangeChange",
     "Fork",
     "Health",
     "HealthStatus",
@@ -69,6 +74,7 @@ __all__ = (
     "SnapshotRequest",
     "StartMode",
     "Version",
+    "VersionDiff",
     "VersionList",
     "VersionService",
     "WaitFor",

@@ -41,10 +41,19 @@ class SandboxCreate:
         health_path (str | Unset): The HTTP path that answers 200 when the agent service is ready. Default: '/health'.
         pull (bool | Unset): Pull the image when the engine does not have it (otherwise 422 `image_not_found`). Default:
             False.
-        warm (int | Unset): Keep this many booted spares of this env's configuration ready for forks. Default: 0.
+        warm (int | Unset): Keep this many booted spares of this env's configuration ready, for
+            its forks and for later creates of the same image with the same
+            settings: with `warm_fork`, such a create takes a ready spare
+            (the env's `start` is `warm`) instead of booting.
+             Default: 0.
         warm_fork (bool | Unset): Declare that the agent service reads its volumes per session, not
-            at boot, so children may be started from booted spares.
+            at boot, so children and later creates of the same image may be
+            started from booted spares.
              Default: False.
+        count (int | Unset): Create this many envs of the image at once (at most 32). With
+            `count` the answer is an `EnvBatch`: every env in it carries its
+            own status, so one that failed (`failed`, with its `error`) leaves
+            the others running. Without it the answer is one `Env`.
     """
 
     image: str
@@ -61,6 +70,7 @@ class SandboxCreate:
     pull: bool | Unset = False
     warm: int | Unset = 0
     warm_fork: bool | Unset = False
+    count: int | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         image = self.image
@@ -110,6 +120,8 @@ class SandboxCreate:
 
         warm_fork = self.warm_fork
 
+        count = self.count
+
         field_dict: dict[str, Any] = {}
 
         field_dict.update(
@@ -143,6 +155,8 @@ class SandboxCreate:
             field_dict["warm"] = warm
         if warm_fork is not UNSET:
             field_dict["warm_fork"] = warm_fork
+        if count is not UNSET:
+            field_dict["count"] = count
 
         return field_dict
 
@@ -215,6 +229,8 @@ class SandboxCreate:
 
         warm_fork = d.pop("warm_fork", UNSET)
 
+        count = d.pop("count", UNSET)
+
         sandbox_create = cls(
             image=image,
             command=command,
@@ -230,6 +246,7 @@ class SandboxCreate:
             pull=pull,
             warm=warm,
             warm_fork=warm_fork,
+            count=count,
         )
 
         return sandbox_create

@@ -22,6 +22,10 @@ class Version:
         id (str): A version's id, `ver_` followed by a ULID.
         project (None | str):
         parent_env_id (None | str): The env this version was snapshotted from.
+        parent_version_id (None | str): The version its parent env ran when it was snapshotted: with
+            `Env.version_id` and `parent_env_id`, the chain from any env or
+            version to its root (a sandbox's implicit version or a deployed
+            one, whose parents are null).
         agent_service (str): A service's name, as in a compose file.
         services (list[VersionService]):
         layer_depth (int): The deepest layer stack among its volumes.
@@ -33,6 +37,7 @@ class Version:
     id: str
     project: None | str
     parent_env_id: None | str
+    parent_version_id: None | str
     agent_service: str
     services: list[VersionService]
     layer_depth: int
@@ -49,6 +54,9 @@ class Version:
 
         parent_env_id: None | str
         parent_env_id = self.parent_env_id
+
+        parent_version_id: None | str
+        parent_version_id = self.parent_version_id
 
         agent_service = self.agent_service
 
@@ -72,6 +80,7 @@ class Version:
                 "id": id,
                 "project": project,
                 "parent_env_id": parent_env_id,
+                "parent_version_id": parent_version_id,
                 "agent_service": agent_service,
                 "services": services,
                 "layer_depth": layer_depth,
@@ -105,6 +114,13 @@ class Version:
 
         parent_env_id = _parse_parent_env_id(d.pop("parent_env_id"))
 
+        def _parse_parent_version_id(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        parent_version_id = _parse_parent_version_id(d.pop("parent_version_id"))
+
         agent_service = d.pop("agent_service")
 
         services = []
@@ -126,6 +142,7 @@ class Version:
             id=id,
             project=project,
             parent_env_id=parent_env_id,
+            parent_version_id=parent_version_id,
             agent_service=agent_service,
             services=services,
             layer_depth=layer_depth,

@@ -15,6 +15,7 @@ def _get_kwargs(
     limit: int | Unset = 50,
     cursor: str | Unset = UNSET,
     status: EnvStatus | Unset = UNSET,
+    include_deleted: bool | Unset = False,
     version_id: str | Unset = UNSET,
 ) -> dict[str, Any]:
     params: dict[str, Any] = {}
@@ -28,6 +29,8 @@ def _get_kwargs(
         json_status = status.value
 
     params["status"] = json_status
+
+    params["include_deleted"] = include_deleted
 
     params["version_id"] = version_id
 
@@ -82,9 +85,14 @@ def sync_detailed(
     limit: int | Unset = 50,
     cursor: str | Unset = UNSET,
     status: EnvStatus | Unset = UNSET,
+    include_deleted: bool | Unset = False,
     version_id: str | Unset = UNSET,
 ) -> Response[EnvList | Error]:
     """List the caller's envs, newest first.
+
+     Lists the envs that are not deleted. A deleted env keeps its record
+    (its lineage and labels), and `include_deleted=true` lists those
+    too; `status=deleted` lists only them.
 
     Args:
         limit (int | Unset):  Default: 50.
@@ -94,6 +102,7 @@ def sync_detailed(
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
+        include_deleted (bool | Unset):  Default: False.
         version_id (str | Unset): A version's id, `ver_` followed by a ULID.
 
     Raises:
@@ -108,6 +117,7 @@ def sync_detailed(
         limit=limit,
         cursor=cursor,
         status=status,
+        include_deleted=include_deleted,
         version_id=version_id,
     )
 
@@ -124,9 +134,14 @@ def sync(
     limit: int | Unset = 50,
     cursor: str | Unset = UNSET,
     status: EnvStatus | Unset = UNSET,
+    include_deleted: bool | Unset = False,
     version_id: str | Unset = UNSET,
 ) -> EnvList | Error | None:
     """List the caller's envs, newest first.
+
+     Lists the envs that are not deleted. A deleted env keeps its record
+    (its lineage and labels), and `include_deleted=true` lists those
+    too; `status=deleted` lists only them.
 
     Args:
         limit (int | Unset):  Default: 50.
@@ -136,6 +151,7 @@ def sync(
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
+        include_deleted (bool | Unset):  Default: False.
         version_id (str | Unset): A version's id, `ver_` followed by a ULID.
 
     Raises:
@@ -151,6 +167,7 @@ def sync(
         limit=limit,
         cursor=cursor,
         status=status,
+        include_deleted=include_deleted,
         version_id=version_id,
     ).parsed
 
@@ -161,9 +178,14 @@ async def asyncio_detailed(
     limit: int | Unset = 50,
     cursor: str | Unset = UNSET,
     status: EnvStatus | Unset = UNSET,
+    include_deleted: bool | Unset = False,
     version_id: str | Unset = UNSET,
 ) -> Response[EnvList | Error]:
     """List the caller's envs, newest first.
+
+     Lists the envs that are not deleted. A deleted env keeps its record
+    (its lineage and labels), and `include_deleted=true` lists those
+    too; `status=deleted` lists only them.
 
     Args:
         limit (int | Unset):  Default: 50.
@@ -173,6 +195,7 @@ async def asyncio_detailed(
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
+        include_deleted (bool | Unset):  Default: False.
         version_id (str | Unset): A version's id, `ver_` followed by a ULID.
 
     Raises:
@@ -187,6 +210,7 @@ async def asyncio_detailed(
         limit=limit,
         cursor=cursor,
         status=status,
+        include_deleted=include_deleted,
         version_id=version_id,
     )
 
@@ -201,9 +225,14 @@ async def asyncio(
     limit: int | Unset = 50,
     cursor: str | Unset = UNSET,
     status: EnvStatus | Unset = UNSET,
+    include_deleted: bool | Unset = False,
     version_id: str | Unset = UNSET,
 ) -> EnvList | Error | None:
     """List the caller's envs, newest first.
+
+     Lists the envs that are not deleted. A deleted env keeps its record
+    (its lineage and labels), and `include_deleted=true` lists those
+    too; `status=deleted` lists only them.
 
     Args:
         limit (int | Unset):  Default: 50.
@@ -213,6 +242,7 @@ async def asyncio(
             healthy), `running` (containers run; no health check was asked for),
             `healthy` (the agent service answers its health path), `failed`
             (see `error`), `deleted`.
+        include_deleted (bool | Unset):  Default: False.
         version_id (str | Unset): A version's id, `ver_` followed by a ULID.
 
     Raises:
@@ -229,6 +259,7 @@ async def asyncio(
             limit=limit,
             cursor=cursor,
             status=status,
+            include_deleted=include_deleted,
             version_id=version_id,
         )
     ).parsed

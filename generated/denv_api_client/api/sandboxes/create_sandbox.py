@@ -5,6 +5,7 @@ import httpx
 
 from ...client import AuthenticatedClient, Client
 from ...models.env import Env
+from ...models.env_batch import EnvBatch
 from ...models.error import Error
 from ...models.sandbox_create import SandboxCreate
 from ...types import UNSET, Response, Unset
@@ -34,9 +35,25 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Env | Error:
+) -> Env | EnvBatch | Error:
     if response.status_code == 201:
-        response_201 = Env.from_dict(response.json())
+
+        def _parse_response_201(data: object) -> Env | EnvBatch:
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                response_201_type_0 = Env.from_dict(data)
+
+                return response_201_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            if not isinstance(data, dict):
+                raise TypeError()
+            response_201_type_1 = EnvBatch.from_dict(data)
+
+            return response_201_type_1
+
+        response_201 = _parse_response_201(response.json())
 
         return response_201
 
@@ -72,7 +89,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[Env | Error]:
+) -> Response[Env | EnvBatch | Error]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -86,13 +103,19 @@ def sync_detailed(
     client: AuthenticatedClient | Client,
     body: SandboxCreate,
     idempotency_key: str | Unset = UNSET,
-) -> Response[Env | Error]:
-    """Run one image as a new env.
+) -> Response[Env | EnvBatch | Error]:
+    """Run one image as a new env (or `count` of them).
 
      Creates an implicit one-service version from `image` and starts an env
     from it. With `wait: healthy` the call returns once the service
     answers `health_path` with 200, or returns the env as `failed` with its
     last log lines when the container exits or `wait_timeout_s` passes.
+
+    A ready warm spare of the same configuration (kept for an env created
+    with `warm` and `warm_fork`) is taken instead of a boot: the env's
+    `start` is `warm`. With `count`, `count` envs are created and the
+    answer is an `EnvBatch` reporting each env's success or failure on its
+    own.
 
     Args:
         idempotency_key (str | Unset):
@@ -103,7 +126,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Env | Error]
+        Response[Env | EnvBatch | Error]
     """
 
     kwargs = _get_kwargs(
@@ -123,13 +146,19 @@ def sync(
     client: AuthenticatedClient | Client,
     body: SandboxCreate,
     idempotency_key: str | Unset = UNSET,
-) -> Env | Error | None:
-    """Run one image as a new env.
+) -> Env | EnvBatch | Error | None:
+    """Run one image as a new env (or `count` of them).
 
      Creates an implicit one-service version from `image` and starts an env
     from it. With `wait: healthy` the call returns once the service
     answers `health_path` with 200, or returns the env as `failed` with its
     last log lines when the container exits or `wait_timeout_s` passes.
+
+    A ready warm spare of the same configuration (kept for an env created
+    with `warm` and `warm_fork`) is taken instead of a boot: the env's
+    `start` is `warm`. With `count`, `count` envs are created and the
+    answer is an `EnvBatch` reporting each env's success or failure on its
+    own.
 
     Args:
         idempotency_key (str | Unset):
@@ -140,7 +169,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Env | Error
+        Env | EnvBatch | Error
     """
 
     return sync_detailed(
@@ -155,13 +184,19 @@ async def asyncio_detailed(
     client: AuthenticatedClient | Client,
     body: SandboxCreate,
     idempotency_key: str | Unset = UNSET,
-) -> Response[Env | Error]:
-    """Run one image as a new env.
+) -> Response[Env | EnvBatch | Error]:
+    """Run one image as a new env (or `count` of them).
 
      Creates an implicit one-service version from `image` and starts an env
     from it. With `wait: healthy` the call returns once the service
     answers `health_path` with 200, or returns the env as `failed` with its
     last log lines when the container exits or `wait_timeout_s` passes.
+
+    A ready warm spare of the same configuration (kept for an env created
+    with `warm` and `warm_fork`) is taken instead of a boot: the env's
+    `start` is `warm`. With `count`, `count` envs are created and the
+    answer is an `EnvBatch` reporting each env's success or failure on its
+    own.
 
     Args:
         idempotency_key (str | Unset):
@@ -172,7 +207,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Env | Error]
+        Response[Env | EnvBatch | Error]
     """
 
     kwargs = _get_kwargs(
@@ -190,13 +225,19 @@ async def asyncio(
     client: AuthenticatedClient | Client,
     body: SandboxCreate,
     idempotency_key: str | Unset = UNSET,
-) -> Env | Error | None:
-    """Run one image as a new env.
+) -> Env | EnvBatch | Error | None:
+    """Run one image as a new env (or `count` of them).
 
      Creates an implicit one-service version from `image` and starts an env
     from it. With `wait: healthy` the call returns once the service
     answers `health_path` with 200, or returns the env as `failed` with its
     last log lines when the container exits or `wait_timeout_s` passes.
+
+    A ready warm spare of the same configuration (kept for an env created
+    with `warm` and `warm_fork`) is taken instead of a boot: the env's
+    `start` is `warm`. With `count`, `count` envs are created and the
+    answer is an `EnvBatch` reporting each env's success or failure on its
+    own.
 
     Args:
         idempotency_key (str | Unset):
@@ -207,7 +248,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Env | Error
+        Env | EnvBatch | Error
     """
 
     return (
