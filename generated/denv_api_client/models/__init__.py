@@ -15,6 +15,7 @@ from .env_service_status import EnvServiceStatus
 from .env_status import EnvStatus
 from .env_vars import EnvVars
 from .envs_create import EnvsCreate
+from .envs_create_kind import EnvsCreateKind
 from .error import Error
 from .error_code import ErrorCode
 from .error_details_type_0 import ErrorDetailsType0
@@ -53,6 +54,7 @@ __all__ = (
     "EnvList",
     "EnvLogs",
     "EnvsCreate",
+    "EnvsCreateKind",
     "EnvService",
     "EnvServiceStatus",
     "EnvStatus",

@@ -10,6 +10,7 @@ from attrs import field as _attrs_field
 from ..models.egress import Egress
 from ..models.env_status import EnvStatus
 from ..models.start_mode import StartMode
+from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
     from ..models.endpoint import Endpoint
@@ -44,10 +45,18 @@ class Env:
         labels (Labels): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
         services (list[EnvService]):
         endpoints (list[Endpoint]):
-        start (StartMode): How the env's agent service was started.
+        start (StartMode): How the env's agent service was started: `cold` (a boot), `warm` (a
+            booted spare took the env's volumes) or `live` (a live fork: a copy of
+            the parent's running server process, memory included; see
+            `POST /v1/envs/{env_id}/fork` with `kind: live`).
         created_at (datetime.datetime):
         expires_at (datetime.datetime):
         error (EnvError | None):
+        live (bool | Unset): The env can be forked with `kind: live`: it was created with
+            `live: true`, or it is itself a live child. Its live children
+            share its container (and so its network namespace and limits);
+            see docs/live-forks.md for what separates them.
+             Default: False.
     """
 
     id: str
@@ -64,6 +73,7 @@ class Env:
     created_at: datetime.datetime
     expires_at: datetime.datetime
     error: EnvError | None
+    live: bool | Unset = False
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +119,8 @@ class Env:
         else:
             error = self.error
 
+        live = self.live
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -129,6 +141,8 @@ class Env:
                 "error": error,
             }
         )
+        if live is not UNSET:
+            field_dict["live"] = live
 
         return field_dict
 
@@ -201,6 +215,8 @@ class Env:
 
         error = _parse_error(d.pop("error"))
 
+        live = d.pop("live", UNSET)
+
         env = cls(
             id=id,
             status=status,
@@ -216,6 +232,7 @@ class Env:
             created_at=created_at,
             expires_at=expires_at,
             error=error,
+            live=live,
         )
 
         env.additional_properties = d

@@ -21,7 +21,10 @@ class EnvService:
         image (str): The image as named when the version was made.
         image_digest (str): The image's id (`sha256:...`), which pins it.
         status (EnvServiceStatus):
-        start (StartMode | Unset): How the env's agent service was started.
+        start (StartMode | Unset): How the env's agent service was started: `cold` (a boot), `warm` (a
+            booted spare took the env's volumes) or `live` (a live fork: a copy of
+            the parent's running server process, memory included; see
+            `POST /v1/envs/{env_id}/fork` with `kind: live`).
     """
 
     name: str

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from attrs import define as _attrs_define
 
 from ..models.egress import Egress
+from ..models.envs_create_kind import EnvsCreateKind
 from ..models.wait_for import WaitFor
 from ..types import UNSET, Unset
 
@@ -21,6 +22,15 @@ T = TypeVar("T", bound="EnvsCreate")
 class EnvsCreate:
     """
     Attributes:
+        kind (EnvsCreateKind | Unset): Fork only: `volume` (default) snapshots the parent's volumes and
+            starts children from the new version (cold or warm: the server
+            process boots again, its memory is not kept); `live` copies the
+            parent's running server process into each child, memory and
+            OpenEnv sessions included, each child with its own copy-on-write
+            `/work` (requires an env created with `live: true`; 409
+            `live_unsupported` otherwise, naming the reason). `auto` is live
+            where the env allows it, else volume.
+             Default: EnvsCreateKind.VOLUME.
         count (int | Unset): How many envs to start. Default: 1.
         egress (Egress | None | Unset): Overrides the parent's egress.
         env (EnvVars | Unset): Environment variables for the service; names are letters, digits and `_`, not starting
@@ -33,6 +43,7 @@ class EnvsCreate:
         warm (int | Unset): Keep this many booted spares ready for later forks. Default: 0.
     """
 
+    kind: EnvsCreateKind | Unset = EnvsCreateKind.VOLUME
     count: int | Unset = 1
     egress: Egress | None | Unset = UNSET
     env: EnvVars | Unset = UNSET
@@ -43,6 +54,10 @@ class EnvsCreate:
     warm: int | Unset = 0
 
     def to_dict(self) -> dict[str, Any]:
+        kind: str | Unset = UNSET
+        if not isinstance(self.kind, Unset):
+            kind = self.kind.value
+
         count = self.count
 
         egress: None | str | Unset
@@ -74,6 +89,8 @@ class EnvsCreate:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if kind is not UNSET:
+            field_dict["kind"] = kind
         if count is not UNSET:
             field_dict["count"] = count
         if egress is not UNSET:
@@ -99,6 +116,13 @@ class EnvsCreate:
         from ..models.labels import Labels  # noqa: PLC0415
 
         d = dict(src_dict)
+        _kind = d.pop("kind", UNSET)
+        kind: EnvsCreateKind | Unset
+        if isinstance(_kind, Unset):
+            kind = UNSET
+        else:
+            kind = EnvsCreateKind(_kind)
+
         count = d.pop("count", UNSET)
 
         def _parse_egress(data: object) -> Egress | None | Unset:
@@ -146,6 +170,7 @@ class EnvsCreate:
         warm = d.pop("warm", UNSET)
 
         envs_create = cls(
+            kind=kind,
             count=count,
             egress=egress,
             env=env,

@@ -50,6 +50,14 @@ class SandboxCreate:
             at boot, so children and later creates of the same image may be
             started from booted spares.
              Default: False.
+        live (bool | Unset): Start the agent service ready for live forks (`kind: live` on
+            fork): denv runs the image's own server command under a launcher
+            it mounts into the container, so a fork copies the running server
+            process, memory included, in milliseconds. The image is not
+            changed. Refused with 409 `live_unsupported` when the command is
+            not a Python ASGI server started by `uvicorn MODULE:APP`; fork with
+            `kind: volume` (or leave `live` off) instead.
+             Default: False.
         count (int | Unset): Create this many envs of the image at once (at most 32). With
             `count` the answer is an `EnvBatch`: every env in it carries its
             own status, so one that failed (`failed`, with its `error`) leaves
@@ -70,6 +78,7 @@ class SandboxCreate:
     pull: bool | Unset = False
     warm: int | Unset = 0
     warm_fork: bool | Unset = False
+    live: bool | Unset = False
     count: int | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +129,8 @@ class SandboxCreate:
 
         warm_fork = self.warm_fork
 
+        live = self.live
+
         count = self.count
 
         field_dict: dict[str, Any] = {}
@@ -155,6 +166,8 @@ class SandboxCreate:
             field_dict["warm"] = warm
         if warm_fork is not UNSET:
             field_dict["warm_fork"] = warm_fork
+        if live is not UNSET:
+            field_dict["live"] = live
         if count is not UNSET:
             field_dict["count"] = count
 
@@ -229,6 +242,8 @@ class SandboxCreate:
 
         warm_fork = d.pop("warm_fork", UNSET)
 
+        live = d.pop("live", UNSET)
+
         count = d.pop("count", UNSET)
 
         sandbox_create = cls(
@@ -246,6 +261,7 @@ class SandboxCreate:
             pull=pull,
             warm=warm,
             warm_fork=warm_fork,
+            live=live,
             count=count,
         )
 

@@ -3,6 +3,7 @@ from enum import StrEnum
 
 class StartMode(StrEnum):
     COLD = "cold"
+    LIVE = "live"
     WARM = "warm"
 
     def __str__(self) -> str:
