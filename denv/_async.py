@@ -13,8 +13,9 @@ from . import _config
 from . import _operations as ops
 from ._base import AsyncClientBase
 from ._client import Denv
+from ._lineage import lineage as lineage_plan
 from ._requests import EgressArg, StatusArg, UntilArg, WaitArg
-from .types import Env, Fork, Health, Project, Version, WarmPool
+from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
 
 __all__ = ["AsyncDenv"]
 
@@ -78,6 +79,47 @@ class AsyncDenv(AsyncClientBase):
         return await self._call(
             ops.create_sandbox(
                 image,
+                ports=ports,
+                env=env,
+                egress=egress,
+                command=command,
+                volumes=volumes,
+                labels=labels,
+                ttl_s=ttl_s,
+                wait=wait,
+                wait_timeout_s=wait_timeout_s,
+                health_path=health_path,
+                pull=pull,
+                warm=warm,
+                warm_fork=warm_fork,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def create_sandboxes(
+        self,
+        image: str,
+        count: int,
+        *,
+        ports: Sequence[int] | None = None,
+        env: Mapping[str, str] | None = None,
+        egress: EgressArg = "deny",
+        command: Sequence[str] | None = None,
+        volumes: Sequence[str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_s: int | None = None,
+        wait: WaitArg = "healthy",
+        wait_timeout_s: float | None = None,
+        health_path: str | None = None,
+        pull: bool = False,
+        warm: int = 0,
+        warm_fork: bool = False,
+        idempotency_key: str | None = None,
+    ) -> list[Env]:
+        return await self._call(
+            ops.create_sandboxes(
+                image,
+                count,
                 ports=ports,
                 env=env,
                 egress=egress,
@@ -191,6 +233,12 @@ class AsyncDenv(AsyncClientBase):
 
     async def delete_version(self, version_id: str) -> None:
         return await self._call(ops.delete_version(version_id))
+
+    async def lineage(self, id: str) -> list[Env | Version]:
+        return await self._run(lineage_plan(id))
+
+    async def diff(self, version_a: str, version_b: str) -> VersionDiff:
+        return await self._call(ops.diff(version_a, version_b))
 
     # -- projects
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 import httpx
 from denv_api_client.client import AuthenticatedClient
@@ -24,6 +24,7 @@ from ._http import api_client, build_async_http_client, build_http_client
 from ._operations import Call, Listing
 from ._requests import Secret, paginate
 from ._retry import call_options
+from .errors import DenvError
 from .local import resolve_server
 
 T = TypeVar("T")
@@ -131,6 +132,23 @@ class ClientBase(_Settings):
             res = call.operation.sync_detailed(*call.args, client=self._api, **call.kwargs)
         return call.result(res)
 
+    def _run(self, plan: Generator[Call[Any], Any, T]) -> T:
+        """Run a plan of several calls (see `denv._lineage`): send each its value or error."""
+        step = next(plan)
+        while True:
+            try:
+                value = self._call(step)
+            except DenvError as exc:
+                try:
+                    step = plan.throw(exc)
+                except StopIteration as done:
+                    return cast(T, done.value)
+                continue
+            try:
+                step = plan.send(value)
+            except StopIteration as done:
+                return cast(T, done.value)
+
     def _list(self, listing: Listing[T]) -> Iterator[T]:
         return paginate(
             lambda cursor: self._call(listing.page(cursor, self._page_size)), listing.convert
@@ -218,6 +236,23 @@ class AsyncClientBase(_Settings):
         with self._options(call):
             res = await call.operation.asyncio_detailed(*call.args, client=client, **call.kwargs)
         return call.result(res)
+
+    async def _run(self, plan: Generator[Call[Any], Any, T]) -> T:
+        """`ClientBase._run`, each call awaited."""
+        step = next(plan)
+        while True:
+            try:
+                value = await self._call(step)
+            except DenvError as exc:
+                try:
+                    step = plan.throw(exc)
+                except StopIteration as done:
+                    return cast(T, done.value)
+                continue
+            try:
+                step = plan.send(value)
+            except StopIteration as done:
+                return cast(T, done.value)
 
     async def _list(self, listing: Listing[T]) -> AsyncIterator[T]:
         cursor: str | Unset = UNSET

@@ -11,8 +11,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from . import _config
 from . import _operations as ops
 from ._base import ClientBase
+from ._lineage import lineage as lineage_plan
 from ._requests import EgressArg, StatusArg, UntilArg, WaitArg
-from .types import Env, Fork, Health, Project, Version, WarmPool
+from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
 
 __all__ = ["Denv"]
 
@@ -67,6 +68,56 @@ class Denv(ClientBase):
         return self._call(
             ops.create_sandbox(
                 image,
+                ports=ports,
+                env=env,
+                egress=egress,
+                command=command,
+                volumes=volumes,
+                labels=labels,
+                ttl_s=ttl_s,
+                wait=wait,
+                wait_timeout_s=wait_timeout_s,
+                health_path=health_path,
+                pull=pull,
+                warm=warm,
+                warm_fork=warm_fork,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def create_sandboxes(
+        self,
+        image: str,
+        count: int,
+        *,
+        ports: Sequence[int] | None = None,
+        env: Mapping[str, str] | None = None,
+        egress: EgressArg = "deny",
+        command: Sequence[str] | None = None,
+        volumes: Sequence[str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_s: int | None = None,
+        wait: WaitArg = "healthy",
+        wait_timeout_s: float | None = None,
+        health_path: str | None = None,
+        pull: bool = False,
+        warm: int = 0,
+        warm_fork: bool = False,
+        idempotency_key: str | None = None,
+    ) -> list[Env]:
+        """Run `count` envs of `image` in one request (at most 32); the same options as
+        `create_sandbox`, each env in the list on its own.
+
+        Each env succeeds or fails on its own: a failed one has `status == "failed"` and its
+        `error`, the others run. Ready warm spares of the image (see `warm`) are taken first.
+
+        >>> envs = denv.create_sandboxes("denv-echo-env:latest", 16)
+        >>> ready = [e for e in envs if e.status == "healthy"]
+        """
+        return self._call(
+            ops.create_sandboxes(
+                image,
+                count,
                 ports=ports,
                 env=env,
                 egress=egress,
@@ -207,6 +258,30 @@ class Denv(ClientBase):
     def delete_version(self, version_id: str) -> None:
         """Delete a version and the layers only it used; `Conflict` while envs run from it."""
         return self._call(ops.delete_version(version_id))
+
+    def lineage(self, id: str) -> list[Env | Version]:
+        """The chain from an env or a version to its root, nearest first.
+
+        Env → its version → the env that version was snapshotted from → its version → … →
+        the root version (a sandbox's implicit one, or a deployed one). A version deleted
+        since ends the chain early.
+
+        >>> [x.id for x in denv.lineage(child.id)]
+        ['env_...child', 'ver_...fork', 'env_...root', 'ver_...implicit']
+        """
+        return self._run(lineage_plan(id))
+
+    def diff(self, version_a: str, version_b: str) -> VersionDiff:
+        """The files that differ in the volumes from `version_a` to `version_b`.
+
+        Computed by the server from the versions' layers, without starting an env; its cost
+        follows what changed, not the volume's size. Each `FileChange` has the file's
+        `path` (`/work/...`), `change` (added, modified, deleted) and `size` in bytes.
+
+        >>> for c in denv.diff(before.id, after.id).changes:
+        ...     print(c.change, c.path, c.size)
+        """
+        return self._call(ops.diff(version_a, version_b))
 
     # -- projects
 

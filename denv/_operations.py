@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import attrs
 from denv_api_client.api.envs import delete_env as delete_env_op
 from denv_api_client.api.envs import fork_env as fork_env_op
 from denv_api_client.api.envs import get_env as get_env_op
@@ -26,6 +27,7 @@ from denv_api_client.api.projects import list_projects as list_projects_op
 from denv_api_client.api.sandboxes import create_sandbox as create_sandbox_op
 from denv_api_client.api.versions import create_envs_from_version as envs_from_version_op
 from denv_api_client.api.versions import delete_version as delete_version_op
+from denv_api_client.api.versions import diff_versions as diff_versions_op
 from denv_api_client.api.versions import get_version as get_version_op
 from denv_api_client.api.versions import list_versions as list_versions_op
 from denv_api_client.models import (
@@ -54,7 +56,7 @@ from ._requests import (
     opt,
     wait_body,
 )
-from .types import Env, Fork, Health, Project, Version, WarmPool
+from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
 
 T = TypeVar("T")
 
@@ -160,6 +162,17 @@ def create_sandbox(
     )
 
 
+def create_sandboxes(image: str, count: int, **options: Any) -> Call[list[Env]]:
+    """`create_sandbox`'s call with `count`: the answer is an EnvBatch, each env on its own."""
+    one = create_sandbox(image, **options)
+    body = attrs.evolve(one.kwargs["body"], count=count)
+    return Call(create_sandbox_op, _envs, kwargs={**one.kwargs, "body": body}, wait_s=one.wait_s)
+
+
+def _envs(res: Response[Any]) -> list[Env]:
+    return [Env.from_api(env) for env in unwrap(res).envs]
+
+
 def get_env(env_id: str) -> Call[Env]:
     return Call(get_env_op, _value(Env.from_api), (env_id,))
 
@@ -256,13 +269,9 @@ def envs_from_version(
     warm: int,
 ) -> Call[list[Env]]:
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
-
-    def envs(res: Response[Any]) -> list[Env]:
-        return [Env.from_api(env) for env in unwrap(res).envs]
-
     return Call(
         envs_from_version_op,
-        envs,
+        _envs,
         (version_id,),
         {"body": body, "idempotency_key": new_idempotency_key()},
         wait_s=_create_wait_s(wait, wait_timeout_s),
@@ -283,6 +292,10 @@ def list_versions(project: str | None) -> Listing[Version]:
 
 def delete_version(version_id: str) -> Call[None]:
     return Call(delete_version_op, unwrap_empty, (version_id,))
+
+
+def diff(version_a: str, version_b: str) -> Call[VersionDiff]:
+    return Call(diff_versions_op, _value(VersionDiff.from_api), (version_b,), {"base": version_a})
 
 
 # -- projects

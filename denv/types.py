@@ -34,6 +34,8 @@ __all__ = [
     "EnvServiceStatus",
     "EnvStatus",
     "ErrorCode",
+    "FileChange",
+    "FileChangeKind",
     "Fork",
     "Health",
     "HealthStatus",
@@ -41,6 +43,7 @@ __all__ = [
     "Project",
     "StartMode",
     "Version",
+    "VersionDiff",
     "VersionService",
     "WaitFor",
     "WarmPool",
@@ -301,6 +304,7 @@ class Version(_Record):
     id: str
     project: str | None
     parent_env_id: str | None
+    parent_version_id: str | None  # the version its parent env ran; None for a root
     agent_service: str
     services: list[VersionService]
     layer_depth: int
@@ -314,12 +318,60 @@ class Version(_Record):
             id=m.id,
             project=m.project,
             parent_env_id=m.parent_env_id,
+            parent_version_id=m.parent_version_id,
             agent_service=m.agent_service,
             services=[VersionService.from_api(s) for s in m.services],
             layer_depth=m.layer_depth,
             warm_fork=m.warm_fork,
             labels=_dict(m.labels),
             created_at=m.created_at,
+        )
+
+
+class FileChangeKind(enum.StrEnum):
+    """How a file differs between two versions."""
+
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileChange(_Record):
+    """One file that differs: its path in the container, how, its size in bytes (in the
+    newer version; in the base when deleted) and the service whose volume holds it."""
+
+    path: str
+    change: FileChangeKind
+    size: int
+    service: str
+
+    @classmethod
+    def from_api(cls, m: api.FileChange) -> FileChange:
+        return cls(
+            path=m.path, change=FileChangeKind(m.change.value), size=m.size, service=m.service
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionDiff(_Record):
+    """What changed in the volumes from `base_version_id` to `version_id` (`Denv.diff`).
+
+    `truncated`: more files differ than `changes` holds (at most 10000).
+    """
+
+    base_version_id: str
+    version_id: str
+    changes: list[FileChange]
+    truncated: bool
+
+    @classmethod
+    def from_api(cls, m: api.VersionDiff) -> VersionDiff:
+        return cls(
+            base_version_id=m.base_version_id,
+            version_id=m.version_id,
+            changes=[FileChange.from_api(c) for c in m.changes],
+            truncated=m.truncated,
         )
 
 

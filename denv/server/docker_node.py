@@ -16,10 +16,12 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from . import boot, cgroups
 from .config import CPU_SHARES, WARM_CPU_SHARES
 from .engine import MIB, Engine, container_name
+from .layerdiff import diff_stacks
 from .netpolicy import network_name
 from .node import Booted, BootSpec, Cancelled, Owned
 from .records import Limits, VolumeSlot
@@ -146,6 +148,15 @@ class DockerNode:
             disk_usage(self.volumes.upper(env_id, slot.service, slot.n), stop_after)
             for slot in volumes
         ]
+
+    def diff_layers(
+        self, base: list[str], layers: list[str], limit: int
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        def stack(ids: list[str]) -> list[Path]:
+            return [self.volumes.layer_path(x) for x in ids]
+
+        changes, truncated = diff_stacks(stack(base), stack(layers), limit)
+        return [(c.path, c.change, c.size) for c in changes], truncated
 
     def cancel(self, env_id: str) -> None:
         now = time.monotonic()

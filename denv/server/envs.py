@@ -74,7 +74,7 @@ class Envs:
     ) -> list[EnvRecord]:
         """Record ``count`` envs of ``version`` and start them on worker threads.
 
-        With ``use_spares`` (fork, create-from-version) children take booted spares of the
+        With ``use_spares`` (create, fork, create-from-version) envs take booted spares of the
         version's warm pool while there are some; ``warm`` sets that pool's size.
         """
         store, limit = self.ctx.store, self.ctx.config.max_envs_per_key

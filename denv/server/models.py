@@ -67,6 +67,8 @@ class SandboxCreate(_Body):
     pull: bool = False
     warm: Warm = 0
     warm_fork: bool = False
+    count: Annotated[Int, Field(ge=1)] | None = None  # set: the answer is an EnvBatch
+    live: bool = False  # run the image's server under the live-fork launcher
 
 
 class EnvsCreate(_Body):

@@ -158,6 +158,14 @@ class Node(Protocol):
         """Disk each volume's changes use; counting stops past ``stop_after``."""
         ...
 
+    def diff_layers(
+        self, base: list[str], layers: list[str], limit: int
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        """Files that differ from one layer stack (newest first) to another, read from the
+        layers: (path in the volume, added/modified/deleted, bytes), at most ``limit``, and
+        whether more differ."""
+        ...
+
     def cancel(self, env_id: str) -> None:
         """Stop a boot of ``env_id`` in flight or to come (Cancelled)."""
         ...

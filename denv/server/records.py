@@ -151,6 +151,7 @@ class VersionRecord:
     labels: dict[str, str]
     created_at: str
     deleted: bool = False
+    parent_version_id: str | None = None  # the version its parent env ran (a snapshot's)
 
     def service(self, name: str) -> ServiceSpec:
         return next(s for s in self.services if s.name == name)

@@ -69,6 +69,7 @@ def version_json(rec: VersionRecord) -> dict[str, Any]:
         "id": rec.id,
         "project": rec.project,
         "parent_env_id": rec.parent_env_id,
+        "parent_version_id": rec.parent_version_id,
         "agent_service": rec.agent_service,
         "services": [s.model_dump(include=_VERSION_SERVICE_KEYS) for s in rec.services],
         "layer_depth": max((len(v.layers) for v in rec.volumes), default=0),

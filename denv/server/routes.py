@@ -171,6 +171,16 @@ async def delete_version(s: Dep, owner: Owner, version_id: str) -> Response:
     return Response(status_code=204)
 
 
+@router.get("/v1/versions/{version_id}/diff")
+async def diff_versions(
+    s: Dep,
+    owner: Owner,
+    version_id: str,
+    base: Annotated[str, Query(pattern=r"^ver_[0-9A-HJKMNP-TV-Z]{26}$")],
+) -> dict[str, Any]:
+    return await asyncio.to_thread(s.diff_versions, owner, base, version_id)
+
+
 @router.post("/v1/versions/{version_id}/envs")
 async def create_envs_from_version(
     request: Request,

@@ -246,6 +246,12 @@ class Service:
     def delete_version(self, owner: str, version_id: str) -> None:
         self.versions.delete(owner, version_id)
 
+    def diff_versions(self, owner: str, base_id: str, version_id: str) -> dict[str, Any]:
+        """``GET /v1/versions/{id}/diff?base=``: the files that differ, from the layers."""
+        return self.versions.diff(
+            self.versions.get_owned(owner, base_id), self.versions.get_owned(owner, version_id)
+        )
+
     def list_projects(
         self, owner: str, limit: int, cursor: str | None
     ) -> tuple[list[dict[str, Any]], str | None]:

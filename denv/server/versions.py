@@ -9,6 +9,7 @@ database image's initial files are there, and children copy-on-write over them.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from . import ids
 from .compose import ComposeSpec, parse_compose
@@ -29,6 +30,7 @@ from .store import iso, now
 log = logging.getLogger(__name__)
 
 SANDBOX_SERVICE = "agent"
+DIFF_LIMIT = 10_000  # files a diff lists (VersionDiff.changes)
 FORK_LABEL = "ai.denv.fork"  # an image's declaration: "warm" when it reads volumes per session
 
 
@@ -126,12 +128,14 @@ class Versions:
         volumes: list[Volume],
         warm_fork: bool,
         labels: dict[str, str],
+        parent_version_id: str | None = None,
     ) -> VersionRecord:
         rec = VersionRecord(
             id=ids.new_id("ver"),
             owner=owner,
             project=project,
             parent_env_id=parent_env_id,
+            parent_version_id=parent_version_id,
             agent_service=agent,
             services=services,
             volumes=volumes,
@@ -173,6 +177,7 @@ class Versions:
             volumes,
             parent.warm_fork,
             labels,
+            parent.id,
         )
 
     def get_owned(self, owner: str, version_id: str) -> VersionRecord:
@@ -193,6 +198,36 @@ class Versions:
             )
         self.ctx.store.mark_version_deleted(rec.id)
         self.collect_layers({x for v in rec.volumes for x in v.layers})
+
+    def diff(self, base: VersionRecord, version: VersionRecord) -> dict[str, Any]:
+        """The contract's VersionDiff: every volume of either version, matched by service
+        and path (a volume only one has counts as empty in the other)."""
+
+        def stacks(rec: VersionRecord) -> dict[tuple[str, str], list[str]]:
+            return {(v.service, v.path): v.layers for v in rec.volumes}
+
+        before, after = stacks(base), stacks(version)
+        changes: list[dict[str, Any]] = []
+        truncated = False
+        for service, path in sorted(before.keys() | after.keys()):
+            left = DIFF_LIMIT - len(changes)
+            found, more = self.ctx.node.diff_layers(
+                before.get((service, path), []), after.get((service, path), []), left
+            )
+            root = path.rstrip("/")
+            changes += [
+                {"path": f"{root}/{rel}", "change": change, "size": size, "service": service}
+                for rel, change, size in found
+            ]
+            if more or len(changes) >= DIFF_LIMIT:
+                truncated = more or len(changes) > DIFF_LIMIT
+                break
+        return {
+            "base_version_id": base.id,
+            "version_id": version.id,
+            "changes": changes[:DIFF_LIMIT],
+            "truncated": truncated,
+        }
 
     def collect_layers(self, candidates: set[str]) -> None:
         used = {x for v in self.ctx.store.all_versions() for vol in v.volumes for x in vol.layers}
