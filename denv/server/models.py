@@ -26,7 +26,7 @@ EnvVars = Annotated[
     ],
     Field(max_length=256),
 ]
-Egress = Literal["deny", "allow"]
+EgressMode = Literal["deny", "allow"]
 WaitFor = Literal["none", "running", "healthy"]
 
 
@@ -45,6 +45,15 @@ Warm = Annotated[Int, Field(ge=0, le=32)]
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class EgressAllowlist(_Body):
+    """``{"allow": ["name-or-cidr[:port]", ...]}``; entries are checked by ``egress.allowlist``."""
+
+    allow: Annotated[list[Annotated[str, StringConstraints(max_length=300)]], Field(max_length=64)]
+
+
+Egress = EgressMode | EgressAllowlist
 
 
 class SandboxCreate(_Body):
@@ -80,6 +89,7 @@ class EnvsCreate(_Body):
     wait: WaitFor = "healthy"
     wait_timeout_s: WaitTimeout = 120.0
     warm: Warm = 0
+    kind: Literal["volume", "live", "auto"] = "volume"  # fork only
 
 
 class SnapshotRequest(_Body):

@@ -1,0 +1,281 @@
+"""Live forks, the node's side: a running server process copied, memory included.
+
+An env created with ``live: true`` runs the image's own command under denv's launcher
+(``livefork/launcher.py``, mounted read-only at ``/.denv/bin``). The launcher serves the app
+and a control socket; a fork copies the server process at a quiescent point into children
+that run in the same container, each in user, mount and pid namespaces of its own (see
+docs/live-forks.md for what separates them). This module is what the node does from the
+host, as root:
+
+- tell whether an image's command can run under the launcher (:func:`unsupported_reason`);
+- the launcher's container settings (:func:`container_settings`);
+- find the server process of a booted env (:func:`root_process`);
+- gate, fork, and plumb each child: its uid/gid maps (which the child cannot write itself),
+  then ``setup``, after which it serves (:func:`fork`);
+- whether a live process still runs, and kill it (:func:`alive`, :func:`kill`).
+
+Every process is named by its host pid and its start time (``/proc/PID/stat`` field 22), so
+a reused pid is never taken for a live env.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LAUNCHER_DIR = Path(__file__).parent / "livefork"
+BIN = "/.denv/bin"
+CTL_DIR = "/.denv/ctl"
+WORK_DIR = "/.denv/work"
+CTL_TIMEOUT_S = 10.0
+CHILD_PORT_BASE = 20000
+# Find the Python that runs the image's uvicorn (its script's shebang) and run the launcher
+# with it; the image's own command follows as arguments.
+_SH = r"""
+p=$(command -v "$1") || { echo "denv-live: $1 is not in PATH" >&2; exit 127; }
+case "$(basename "$1")" in
+  python*) py=$p ;;
+  *) read -r line < "$p"; line=${line#"#!"}; line=${line# }; interp=${line%% *}
+     if [ "$(basename "$interp")" = env ]; then arg=${line#"$interp"}; arg=${arg# }
+       py=$(command -v "${arg%% *}"); else py=$interp; fi ;;
+esac
+[ -n "$py" ] || { echo "denv-live: no Python found for $p" >&2; exit 3; }
+exec "$py" /.denv/bin/launcher.py "$@"
+"""
+
+
+class LiveError(Exception):
+    """A live fork could not be made; ``code`` is the API's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def unsupported_reason(argv: list[str] | None, services: int) -> str | None:
+    """Why an env of this command cannot be live-forked, or None when it can."""
+    if services != 1:
+        return "it is a compose project of several services (live forks copy one process)"
+    if not argv:
+        return "its image has no command"
+    name = os.path.basename(argv[0])
+    if name == "uvicorn" or (name.startswith("python") and argv[1:3] == ["-m", "uvicorn"]):
+        if any(a == "--reload" or a.startswith("--workers") or a == "--uds" for a in argv):
+            return "its uvicorn runs with --reload, --workers or --uds"
+        return None
+    return (
+        f"its command ({' '.join(argv[:3])}...) is not a Python ASGI server started by "
+        "`uvicorn MODULE:APP` or `python -m uvicorn MODULE:APP`"
+    )
+
+
+def launcher_command(argv: list[str]) -> list[str]:
+    return ["/bin/sh", "-c", _SH, "denv-live", *argv]
+
+
+def container_settings(live_dir: Path) -> dict[str, Any]:
+    """What the agent's container needs for live forks (merged into its create call)."""
+    return {
+        "binds": [(str(LAUNCHER_DIR), BIN, "ro"), (str(live_dir), WORK_DIR, "rslave")],
+        "tmpfs": {CTL_DIR: "size=64k,mode=700"},
+        # Only so that Docker's default seccomp profile lets unshare(2) through: the
+        # launcher's pid 1 removes it from every set before the server starts.
+        "cap_add": ["SYS_ADMIN"],
+    }
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    start: int  # /proc/PID/stat starttime: the pid is this process, not a later one
+
+
+def start_time(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])
+
+
+def alive(proc: Proc) -> bool:
+    return start_time(proc.pid) == proc.start
+
+
+def kill(proc: Proc) -> None:
+    """SIGKILL a live process (pid 1 of its pid namespace: its descendants go with it)."""
+    if alive(proc):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+def ctl_path(pid: int, name: str = "ctl.sock") -> str:
+    return f"/proc/{pid}/root{CTL_DIR}/{name}"
+
+
+@contextmanager
+def _connect(path: str, timeout_s: float = CTL_TIMEOUT_S) -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect(path)
+        yield sock
+    finally:
+        sock.close()
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, _, _ = struct.unpack("3i", raw)
+    return int(pid)
+
+
+def _ask(sock: socket.socket, req: dict[str, Any], reader: Any) -> dict[str, Any]:
+    sock.sendall(json.dumps(req).encode() + b"\n")
+    line = reader.readline()
+    if not line:
+        raise LiveError("live_fork_failed", f"the env's launcher closed the connection on {req}")
+    out: dict[str, Any] = json.loads(line)
+    return out
+
+
+def root_process(container_pid: int, deadline_s: float = 10.0) -> Proc:
+    """The server process of a live env: the child of the container's pid 1 (the launcher)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            kids = Path(f"/proc/{container_pid}/task/{container_pid}/children").read_text()
+        except OSError as exc:
+            raise LiveError("live_fork_failed", f"the env's container ended ({exc})") from exc
+        for pid in map(int, kids.split()):
+            if os.path.exists(ctl_path(pid)):
+                st = start_time(pid)
+                if st is not None:
+                    return Proc(pid, st)
+        if time.monotonic() > end:
+            raise LiveError("live_fork_failed", "the env's launcher never opened its socket")
+        time.sleep(0.02)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    env_id: str
+    port: int
+    work: list[tuple[str, str]]  # (slot inside the container, the volume's path)
+
+
+def fork(
+    parent: Proc,
+    children: list[ChildSpec],
+    snapshot: Any,
+    depth: int,
+    timeout_s: float = CTL_TIMEOUT_S,
+) -> tuple[list[Proc | LiveError], dict[str, float]]:
+    """Gate ``parent``, call ``snapshot()`` (the node captures /work and mounts each child's
+    slot), fork the children, plumb each: a Proc, or the LiveError of that child."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if not alive(parent):
+        raise LiveError("env_not_running", "the env's server process has ended")
+    with _connect(ctl_path(parent.pid), timeout_s) as sock:
+        reader = sock.makefile("rb")
+        out = _ask(sock, {"op": "gate", "timeout_s": timeout_s}, reader)
+        if "error" in out:
+            raise LiveError(str(out["error"]), str(out.get("message", "")))
+        timings["gate_ms"] = (time.perf_counter() - t0) * 1e3
+        try:
+            snapshot()
+        except BaseException:
+            _ask(sock, {"op": "ungate"}, reader)
+            raise
+        t1 = time.perf_counter()
+        timings["snapshot_ms"] = (t1 - t0) * 1e3 - timings["gate_ms"]
+        specs = [{"env": c.env_id, "port": c.port, "work": c.work} for c in children]
+        out = _ask(sock, {"op": "fork", "children": specs}, reader)
+        if "error" in out:
+            raise LiveError("live_fork_failed", str(out.get("message", out["error"])))
+        timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
+    t2 = time.perf_counter()
+    results: list[Proc | LiveError] = []
+    pending = {c.env_id: c for c in children}
+    found: dict[str, Proc | LiveError] = {}
+    deadline = time.monotonic() + timeout_s
+    # Each child binds its bootstrap socket in its forker's control dir, then waits.
+    while pending and time.monotonic() < deadline:
+        for env_id in list(pending):
+            path = ctl_path(parent.pid, f"{env_id}.sock")
+            if not os.path.exists(path):
+                continue
+            del pending[env_id]
+            found[env_id] = _plumb(parent, path, depth, timeout_s)
+        if pending:
+            time.sleep(0.0005)
+    for env_id in pending:
+        found[env_id] = LiveError("live_fork_failed", "the child did not come up")
+    results = [found[c.env_id] for c in children]
+    timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
+    return results, timings
+
+
+def _plumb(parent: Proc, path: str, depth: int, timeout_s: float) -> Proc | LiveError:
+    try:
+        with _connect(path, timeout_s) as sock:
+            pid = _peer_pid(sock)
+            st = start_time(pid)
+            if st is None:
+                return LiveError("live_fork_failed", "the child ended before its set-up")
+            write_id_maps(pid, parent.pid if depth > 0 else None)
+            out = _ask(sock, {"op": "setup"}, sock.makefile("rb"))
+            if "error" in out:
+                return LiveError("live_fork_failed", str(out.get("message")))
+            return Proc(pid, st)
+    except (OSError, ValueError) as exc:
+        return LiveError("live_fork_failed", f"setting up the child failed: {exc}")
+
+
+def write_id_maps(pid: int, forker: int | None) -> None:
+    """``0 0 1`` for the child's uid and gid maps: root in its namespace is its forker's root.
+
+    Only a process in the parent user namespace with CAP_SETFCAP there may map uid 0, so a
+    child of a live child (whose forker is in a user namespace of its own) is mapped from
+    inside the forker's namespace (``nsenter``).
+    """
+    if forker is None:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write("0 0 1\n")
+        return
+    script = f"echo '0 0 1' > /proc/{pid}/uid_map && echo '0 0 1' > /proc/{pid}/gid_map"
+    proc = subprocess.run(
+        ["nsenter", f"--user=/proc/{forker}/ns/user", "--", "/bin/sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise OSError(f"writing the uid/gid maps of {pid} failed: {proc.stderr.strip()}")
+
+
+def hello(proc: Proc) -> dict[str, Any]:
+    with _connect(ctl_path(proc.pid)) as sock:
+        return _ask(sock, {"op": "hello"}, sock.makefile("rb"))
+
+
+def private_bytes(proc: Proc) -> int:
+    """Private (not shared copy-on-write) memory of a live process, from smaps_rollup."""
+    total = 0
+    for line in Path(f"/proc/{proc.pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            total += int(line.split()[1]) * 1024
+    return total

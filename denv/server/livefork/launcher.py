@@ -1,0 +1,661 @@
+"""denv's live-fork launcher: runs INSIDE an env's container, under the image's own Python.
+
+denv mounts this directory read-only at ``/.denv/bin`` in a container created with
+``live: true`` and starts ``python /.denv/bin/launcher.py <the image's command>``. Nothing
+of denv is imported here (the image has only its own packages); the standard library,
+uvicorn and, when present, openenv are enough.
+
+Process tree in the container::
+
+    pid 1   supervisor: drops CAP_SYS_ADMIN for good, forks the server, reaps every orphan,
+            exits with the server's status once nothing is left
+    server  the image's ASGI app under uvicorn, plus a control socket (/.denv/ctl/ctl.sock)
+    child   one per live fork: a copy of the server process (memory, sessions), in user,
+            mount and pid namespaces of its own, serving the same app on its own port
+
+Why the container is created with CAP_SYS_ADMIN: only so that Docker's default seccomp
+profile lets ``unshare`` through. pid 1 removes the capability from its bounding set before
+anything else runs, so neither the server nor anything it starts can ever hold it; what a
+child can do in its own user namespace is bounded by the kernel's rules for unprivileged
+user namespaces, and a child drops even those capabilities before env code runs again.
+
+Control protocol: one JSON object per line on a unix socket, answered by one line.
+
+``{"op": "hello"}``
+    ``{"pid": ..., "threads": [...], "sessions": n}``
+``{"op": "gate", "timeout_s": s}``
+    close admission (new HTTP requests and each new WebSocket message wait), wait until no
+    request and no worker job is in flight, answer ``{"ok": true, "wait_ms": ...}``; or
+    ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
+    closed until ``fork``/``ungate`` on the same connection, or the connection ends.
+``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path], ...]}]}``
+    fork once per child at the gated point, reopen the gate, answer ``{"ok": true}``.
+    Each child binds ``/.denv/ctl/<env>.sock`` and waits there for the node's ``setup``.
+``{"op": "setup"}`` (on a child's bootstrap socket, after the node wrote its uid/gid maps)
+    bind each work slot onto its path, hide the other slots and the parent's control socket,
+    drop every capability, serve on the child's port and control socket, answer
+    ``{"ok": true}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+CTL_DIR = "/.denv/ctl"
+WORK_DIR = "/.denv/work"
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+MS_BIND = 4096
+MS_REC = 16384
+MS_NOSUID = 2
+MS_NODEV = 4
+PR_CAPBSET_DROP = 24
+CAP_SYS_ADMIN = 21
+LAST_CAP = 63
+BAD_COMMAND = 3  # exit status: the image's command is not one this launcher can run
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _log(msg: str) -> None:
+    print(f"denv-live[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+
+
+def drop_caps(keep: set[int] | None = None) -> None:
+    """Remove capabilities from the bounding set and from every set of this process."""
+    keep = keep or set()
+    for cap in range(LAST_CAP + 1):
+        if cap not in keep:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capget(hdr, data), "capget")
+    for cap in range(LAST_CAP + 1):
+        if cap in keep:
+            continue
+        word, bit = divmod(cap, 32)
+        for field in range(3):  # effective, permitted, inheritable
+            data[word * 3 + field] &= ~(1 << bit) & 0xFFFFFFFF
+    _check(libc.capset(hdr, data), "capset")
+
+
+# --- what a fork must know: jobs in flight, executors, OpenEnv servers -----------------------
+
+
+class Jobs:
+    """Sync jobs in flight in any ThreadPoolExecutor (OpenEnv runs each step in one)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.changed: asyncio.Event | None = None
+
+    def inc(self) -> None:
+        with self.lock:
+            self.n += 1
+
+    def dec(self, _fut: Any) -> None:
+        with self.lock:
+            self.n -= 1
+        loop, changed = self.loop, self.changed
+        if loop is not None and changed is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(changed.set)
+
+
+JOBS = Jobs()
+EXECUTORS: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
+OPENENV_SERVERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_submit = ThreadPoolExecutor.submit
+_executor_init = ThreadPoolExecutor.__init__
+
+
+def _counted_submit(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    JOBS.inc()
+    try:
+        fut = _submit(self, fn, *args, **kwargs)
+    except BaseException:
+        JOBS.dec(None)
+        raise
+    fut.add_done_callback(JOBS.dec)
+    return fut
+
+
+def _tracked_init(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> None:
+    _executor_init(self, *args, **kwargs)
+    EXECUTORS.add(self)
+
+
+def patch_runtime() -> None:
+    """Before the app is imported: count executor jobs, track executors and OpenEnv servers."""
+    ThreadPoolExecutor.submit = _counted_submit  # type: ignore[method-assign,assignment]
+    ThreadPoolExecutor.__init__ = _tracked_init  # type: ignore[method-assign]
+    try:
+        from openenv.core.env_server import http_server
+    except Exception:  # not an OpenEnv server: live forks keep memory, sessions are its own
+        return
+    cls: Any = http_server.HTTPEnvServer
+    init = cls.__init__
+    create = cls._create_session
+
+    def tracked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        OPENENV_SERVERS.add(self)
+
+    async def adopting_create(self: Any) -> Any:
+        """A child's first new session takes over the session it was forked with."""
+        adopt = getattr(self, "_denv_adopt", None)
+        if not adopt:
+            return await create(self)
+        env = adopt.pop(0)
+        factory = self._env_factory
+        self._env_factory = lambda: env
+        try:
+            return await create(self)
+        finally:
+            self._env_factory = factory
+
+    cls.__init__ = tracked_init
+    cls._create_session = adopting_create
+
+
+def adopt_sessions() -> int:
+    """In a child: forget the parent's sessions (their sockets are the parent's) and hand the
+    most recently active one's Environment to the child's first new session."""
+    n = 0
+    for server in list(OPENENV_SERVERS):
+        sessions = getattr(server, "_sessions", {})
+        info = getattr(server, "_session_info", {})
+        live = [(sid, env) for sid, env in sessions.items() if env is not None]
+        live.sort(key=lambda x: getattr(info.get(x[0]), "last_activity_at", 0.0), reverse=True)
+        for attr in ("_sessions", "_session_executors", "_session_stacks", "_session_info"):
+            with contextlib.suppress(AttributeError):
+                getattr(server, attr).clear()
+        for attr in ("_session_websocket_attachments", "_session_pending_closes"):
+            with contextlib.suppress(AttributeError):
+                getattr(server, attr).clear()
+        server._denv_adopt = [env for _, env in live[:1]]
+        n += len(server._denv_adopt)
+    return n
+
+
+def known_threads() -> set[int]:
+    """Threads a fork may leave behind: idle pool workers (ThreadPoolExecutor, anyio)."""
+    idents = {threading.main_thread().ident or 0}
+    for ex in list(EXECUTORS):
+        idents.update(t.ident or 0 for t in list(getattr(ex, "_threads", ())))
+    for t in threading.enumerate():
+        if type(t).__name__ == "WorkerThread" and type(t).__module__.startswith("anyio"):
+            idents.add(t.ident or 0)
+    return idents
+
+
+def unknown_threads() -> list[str]:
+    known = known_threads()
+    return [t.name for t in threading.enumerate() if (t.ident or 0) not in known]
+
+
+def reset_thread_pools(loop: asyncio.AbstractEventLoop) -> None:
+    """After fork(): pools believe the parent's idle workers still exist; forget them."""
+    for ex in list(EXECUTORS):
+        ex._threads.clear()  # type: ignore[attr-defined]
+        ex._idle_semaphore = threading.Semaphore(0)
+        ex._shutdown_lock = threading.Lock()
+    with contextlib.suppress(Exception):
+        from collections import deque
+
+        from anyio._backends import _asyncio as anyio_asyncio
+
+        anyio_asyncio._threadpool_idle_workers.set(deque())
+        anyio_asyncio._threadpool_workers.set(set())
+    loop._default_executor = None  # type: ignore[attr-defined]
+    JOBS.n = 0
+    JOBS.lock = threading.Lock()
+
+
+def own_selector_and_self_pipe(loop: Any) -> None:
+    """The child shares the parent's epoll instance and the loop's self-pipe (inherited file
+    descriptions): give it its own, re-registering what it keeps."""
+    old = loop._selector
+    new = selectors.DefaultSelector()
+    ssock = loop._ssock.fileno()
+    for key in list(old.get_map().values()):
+        if key.fd != ssock:
+            new.register(key.fileobj, key.events, key.data)
+    loop._selector = new
+    old.close()
+    loop._close_self_pipe()
+    loop._make_self_pipe()
+
+
+# --- the ASGI gate ----------------------------------------------------------------------------
+
+
+class Gate:
+    """ASGI wrapper: counts HTTP requests in flight; a closed gate holds new requests and each
+    new WebSocket message (not whole sessions: a long session would never be quiescent)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.inflight = 0
+        self.idle: asyncio.Event | None = None
+        self.open: asyncio.Event | None = None
+
+    def bind(self) -> None:
+        """Events of the running loop (made again in a child: they hold loop futures)."""
+        self.inflight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.open = asyncio.Event()
+        self.open.set()
+        JOBS.changed = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await self.inner(scope, self._gated(receive), send)
+            return
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        assert self.open is not None and self.idle is not None
+        await self.open.wait()
+        self.inflight += 1
+        self.idle.clear()
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self.idle.set()
+
+    def _gated(self, receive: Any) -> Any:
+        async def gated() -> Any:
+            message = await receive()
+            assert self.open is not None
+            await self.open.wait()
+            return message
+
+        return gated
+
+    async def quiescent(self) -> None:
+        """Until no HTTP request is in flight and no job runs in a worker thread."""
+        assert self.idle is not None and JOBS.changed is not None
+        while self.inflight or JOBS.n:
+            JOBS.changed.clear()
+            if self.inflight:
+                await self.idle.wait()
+            elif JOBS.n:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(JOBS.changed.wait(), 0.05)
+
+
+# --- the live process: server, control socket, forks -----------------------------------------
+
+
+class Live:
+    def __init__(self, config: Any, gate: Gate, env_id: str) -> None:
+        self.config = config
+        self.gate = gate
+        self.env_id = env_id
+        self.server: Any = None
+        self.ctl: asyncio.AbstractServer | None = None
+        self.forked: list[int] = []  # pids of intermediate processes still to reap
+        self.serving: asyncio.Task[None] | None = None
+        self.setting_up: asyncio.Task[None] | None = None
+
+    # serving
+    async def serve(self, sock: socket.socket | None) -> None:
+        import uvicorn
+
+        JOBS.loop = asyncio.get_running_loop()
+        self.gate.bind()
+        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+        self.server = uvicorn.Server(self.config)
+        await self.server.serve(sockets=[sock] if sock else None)
+
+    async def _listen_ctl(self, path: str) -> asyncio.AbstractServer:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        srv = await asyncio.start_unix_server(self._handle, path)
+        os.chmod(path, 0o600)
+        return srv
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        gated = False
+        assert self.gate.open is not None
+        try:
+            while line := await reader.readline():
+                req = json.loads(line)
+                op = req.get("op")
+                if op == "hello":
+                    out: dict[str, Any] = {
+                        "pid": os.getpid(),
+                        "env": self.env_id,
+                        "threads": [t.name for t in threading.enumerate()],
+                        "unknown_threads": unknown_threads(),
+                    }
+                elif op == "gate":
+                    self.gate.open.clear()
+                    gated = True
+                    out = await self._gate(float(req.get("timeout_s", 10.0)))
+                    if "error" in out:
+                        self.gate.open.set()
+                        gated = False
+                elif op == "fork":
+                    if not gated:
+                        out = {"error": "not_gated", "message": "send gate first"}
+                    else:
+                        forked = self._fork(req["children"], writer)
+                        if forked is None:  # this is a new child: the connection is not ours
+                            gated = False
+                            return
+                        out = forked
+                        self.gate.open.set()
+                        gated = False
+                elif op == "ungate":
+                    self.gate.open.set()
+                    gated = False
+                    out = {"ok": True}
+                else:
+                    out = {"error": "bad_request", "message": f"unknown op {op!r}"}
+                writer.write(json.dumps(out).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, json.JSONDecodeError):
+            pass
+        finally:
+            if gated:
+                self.gate.open.set()
+            writer.close()
+
+    async def _gate(self, timeout_s: float) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.gate.quiescent(), timeout_s)
+        except TimeoutError:
+            return {
+                "error": "busy",
+                "message": f"a step was still running after {timeout_s:g} s",
+            }
+        strangers = unknown_threads()
+        if strangers:
+            return {
+                "error": "fork_unsafe",
+                "message": "the server runs threads of its own ("
+                + ", ".join(sorted(strangers)[:8])
+                + "): a fork would copy their locks mid-use",
+            }
+        return {"ok": True, "wait_ms": (time.perf_counter() - t0) * 1e3}
+
+    def _fork(
+        self, children: list[dict[str, Any]], writer: asyncio.StreamWriter
+    ) -> dict[str, Any] | None:
+        """The parent's answer; None in a new child, which then leaves the handler."""
+        gc.freeze()  # a child's collections then leave the parent's objects' pages shared
+        t0 = time.perf_counter()
+        try:
+            for spec in children:
+                pid = os.fork()
+                if pid == 0:
+                    self._intermediate(spec, writer)  # returns only in the new live child
+                    return None
+                self.forked.append(pid)
+        finally:
+            gc.unfreeze()
+        asyncio.get_running_loop().call_later(0.02, self._reap)
+        return {"ok": True, "fork_ms": (time.perf_counter() - t0) * 1e3}
+
+    def _reap(self) -> None:
+        left = []
+        for pid in self.forked:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if done == 0:
+                left.append(pid)
+        self.forked = left
+        if left:
+            asyncio.get_running_loop().call_later(0.05, self._reap)
+
+    def _intermediate(self, spec: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        """Forked child: new user, mount and pid namespaces; its own child is the live env."""
+        try:
+            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+            if os.fork() == 0:
+                try:
+                    self._child(spec, writer)
+                except BaseException:
+                    traceback.print_exc()
+                    os._exit(1)
+                return  # the child's loop goes on running (it is the server's loop)
+        except BaseException:
+            traceback.print_exc()
+        os._exit(0)
+
+    def _child(self, spec: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        """pid 1 of its own pid namespace, on the server's event-loop thread, mid-callback."""
+        loop = JOBS.loop
+        assert loop is not None
+        asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
+        own_selector_and_self_pipe(loop)
+        if self.server is not None:
+            for srv in self.server.servers:
+                srv.close()
+            for conn in list(self.server.server_state.connections):
+                conn.transport.abort()  # our copy only: the parent keeps its own
+        if self.ctl is not None:
+            self.ctl.close()
+        writer.transport.abort()
+        reset_thread_pools(loop)
+        adopt_sessions()
+        self.gate.bind()
+        self.env_id = spec["env"]
+        self.forked = []
+        path = os.path.join(CTL_DIR, f"{self.env_id}.sock")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        boot = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        boot.bind(path)
+        os.chmod(path, 0o600)
+        boot.listen(1)
+        boot.setblocking(False)
+
+        async def setup() -> None:
+            try:
+                conn, _ = await loop.sock_accept(boot)
+                with conn:
+                    line = b""
+                    while not line.endswith(b"\n"):
+                        chunk = await loop.sock_recv(conn, 65536)
+                        if not chunk:
+                            os._exit(1)
+                        line += chunk
+                    req = json.loads(line)
+                    if req.get("op") != "setup":
+                        os._exit(1)
+                    try:
+                        sock = self._become(spec, boot, path)
+                        await self._start_serving(sock)
+                        out: dict[str, Any] = {"ok": True, "pid": os.getpid()}
+                    except Exception as exc:
+                        out = {"error": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}
+                    await loop.sock_sendall(conn, json.dumps(out).encode() + b"\n")
+                    if "error" in out:
+                        os._exit(1)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+
+        self.setting_up = loop.create_task(setup())
+
+    def _become(self, spec: dict[str, Any], boot: socket.socket, path: str) -> socket.socket:
+        """The node wrote our uid/gid maps: take our /work, hide the rest, drop every cap."""
+        for slot, target in spec["work"]:
+            _mount(slot, target, None, MS_BIND | MS_REC, None)
+        # Hide the other children's slots and the parent's control socket.
+        _mount("tmpfs", WORK_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=000")
+        boot.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        _mount("tmpfs", CTL_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=700")
+        drop_caps()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", int(spec["port"])))
+        sock.listen(2048)
+        return sock
+
+    async def _start_serving(self, sock: socket.socket) -> None:
+        import uvicorn
+
+        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+        self.config.lifespan = "off"  # the app's startup ran in the parent: its state is ours
+        self.server = uvicorn.Server(self.config)
+        self.serving = asyncio.get_running_loop().create_task(self._serve_child(sock))
+
+    async def _serve_child(self, sock: socket.socket) -> None:
+        assert self.server is not None
+        try:
+            await self.server.serve(sockets=[sock])
+        finally:
+            os._exit(0)
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    rc = libc.mount(
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    _check(rc, f"mount {source} on {target}")
+
+
+# --- start-up: pid 1 and the server -------------------------------------------------------------
+
+
+def uvicorn_config(argv: list[str]) -> tuple[Any, str, str | None]:
+    """uvicorn's own command-line parsing of the image's command: (Config, app, why not)."""
+    args = list(argv)
+    if args and os.path.basename(args[0]).startswith("python"):
+        if args[1:3] != ["-m", "uvicorn"]:
+            return None, "", "the command runs Python, but not `python -m uvicorn`"
+        args = args[3:]
+    elif args and os.path.basename(args[0]) == "uvicorn":
+        args = args[1:]
+    else:
+        return None, "", "the command does not start uvicorn"
+    import inspect
+
+    import uvicorn
+
+    main: Any = uvicorn.main
+    ctx = main.make_context("uvicorn", args)
+    params = dict(ctx.params)
+    app = str(params.pop("app"))
+    if int(params.get("workers") or 1) > 1:
+        return None, app, "uvicorn runs several worker processes (--workers)"
+    if params.get("reload"):
+        return None, app, "uvicorn runs with --reload"
+    if params.get("uds") or params.get("fd"):
+        return None, app, "uvicorn listens on a unix socket or an inherited fd"
+    accepted = set(inspect.signature(uvicorn.Config.__init__).parameters) - {"self", "app"}
+    app_dir = params.pop("app_dir", ".") or "."
+    sys.path.insert(0, os.path.abspath(app_dir))
+    if params.get("headers"):
+        params["headers"] = [tuple(h.split(":", 1)) for h in params["headers"]]
+    kwargs = {k: v for k, v in params.items() if k in accepted and v is not None}
+    kwargs.pop("workers", None)
+    return kwargs, app, None
+
+
+def run_server(argv: list[str]) -> None:
+    kwargs, app_path, why = uvicorn_config(argv)
+    if why is not None:
+        _log(f"cannot run {argv!r} for live forks: {why}")
+        sys.exit(BAD_COMMAND)
+    patch_runtime()
+    import uvicorn
+    from uvicorn.importer import import_from_string
+
+    app = import_from_string(app_path)
+    if kwargs.pop("factory", False):
+        app = app()
+    gate = Gate(app)
+    config = uvicorn.Config(gate, **kwargs)
+    live = Live(config, gate, os.environ.get("DENV_ENV_ID", ""))
+    asyncio.run(live.serve(None))
+
+
+def supervise(argv: list[str]) -> int:
+    """pid 1: the server runs as a child; orphans (live children whose forker ended) are
+    reaped here; the container ends with the server's status once no process is left."""
+    drop_caps(keep=_current_caps() - {CAP_SYS_ADMIN})
+    server = os.fork()
+    if server == 0:
+        try:
+            run_server(argv)
+        except SystemExit as exc:
+            os._exit(exc.code if isinstance(exc.code, int) else 1)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+
+    def stop(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)  # every process of the container but pid 1
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    status = 0
+    while True:
+        try:
+            pid, raw = os.wait()
+        except ChildProcessError:
+            return status
+        except InterruptedError:
+            continue
+        if pid == server:
+            status = os.waitstatus_to_exitcode(raw)
+            status = status if status >= 0 else 128 - status
+
+
+def _current_caps() -> set[int]:
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capget(hdr, data), "capget")
+    caps = set()
+    for cap in range(LAST_CAP + 1):
+        word, bit = divmod(cap, 32)
+        if data[word * 3 + 1] & (1 << bit):  # permitted
+            caps.add(cap)
+    return caps
+
+
+if __name__ == "__main__":
+    sys.exit(supervise(sys.argv[1:]))
