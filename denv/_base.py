@@ -8,6 +8,7 @@ way: `Denv` with the generated `sync_detailed`, `AsyncDenv` awaiting `asyncio_de
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
@@ -20,7 +21,7 @@ from denv_api_client.client import AuthenticatedClient
 from denv_api_client.types import UNSET, Unset
 
 from . import _config
-from ._http import api_client, build_async_http_client, build_http_client
+from ._http import api_client, build_async_http_client, build_http_client, tls_verify
 from ._operations import Call, Listing
 from ._requests import Secret, paginate
 from ._retry import call_options
@@ -34,7 +35,13 @@ class _Settings:
     """What both clients are given: where the server is, the key, timeouts and retries."""
 
     def __init__(
-        self, server: str | None, api_key: str | None, *, timeout_s: float, max_retries: int
+        self,
+        server: str | None,
+        api_key: str | None,
+        *,
+        timeout_s: float,
+        max_retries: int,
+        ca_bundle: str | os.PathLike[str] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
@@ -42,6 +49,7 @@ class _Settings:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self._ca_bundle = ca_bundle  # read on first use: tls_verify
         self._page_size = _config.LIST_PAGE_SIZE
         # The server is found on first use, so constructing a client does no I/O.
         self._server_arg = server
@@ -72,10 +80,13 @@ class ClientBase(_Settings):
         *,
         timeout_s: float = _config.DEFAULT_TIMEOUT_S,
         max_retries: int = _config.DEFAULT_MAX_RETRIES,
+        ca_bundle: str | os.PathLike[str] | None = None,
         _transport: httpx.BaseTransport | None = None,
         _sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        super().__init__(server, api_key, timeout_s=timeout_s, max_retries=max_retries)
+        super().__init__(
+            server, api_key, timeout_s=timeout_s, max_retries=max_retries, ca_bundle=ca_bundle
+        )
         self._transport = _transport
         self._sleep = _sleep
         self._lock = threading.Lock()
@@ -122,6 +133,7 @@ class ClientBase(_Settings):
                     max_retries=self.max_retries,
                     transport=self._transport,
                     sleep=self._sleep,
+                    verify=tls_verify(self._ca_bundle),
                 )
                 self._client = api_client(server, Secret(key)).set_httpx_client(http)
                 self._server = server
@@ -184,10 +196,13 @@ class AsyncClientBase(_Settings):
         *,
         timeout_s: float = _config.DEFAULT_TIMEOUT_S,
         max_retries: int = _config.DEFAULT_MAX_RETRIES,
+        ca_bundle: str | os.PathLike[str] | None = None,
         _transport: httpx.AsyncBaseTransport | None = None,
         _sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        super().__init__(server, api_key, timeout_s=timeout_s, max_retries=max_retries)
+        super().__init__(
+            server, api_key, timeout_s=timeout_s, max_retries=max_retries, ca_bundle=ca_bundle
+        )
         self._transport = _transport
         self._sleep = _sleep
         self._lock = asyncio.Lock()
@@ -226,6 +241,7 @@ class AsyncClientBase(_Settings):
                     max_retries=self.max_retries,
                     transport=self._transport,
                     sleep=self._sleep,
+                    verify=tls_verify(self._ca_bundle),
                 )
                 self._client = api_client(server, Secret(key)).set_async_httpx_client(http)
                 self._server = server

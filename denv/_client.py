@@ -31,6 +31,8 @@ class Denv(ClientBase):
     repeat work the server already did. Creates carry an Idempotency-Key made per call.
     Constructing a client does no I/O: the server is found on its first call (or at once
     with `Denv.from_environment()`).
+    A server with TLS (`denv serve --tls-cert`) whose certificate the system does not trust
+    is checked against `ca_bundle`, a PEM file (default $DENV_CA_BUNDLE).
     (`_transport` and `_sleep` replace the network and the retry pause in tests.)
     """
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 # Where the client looks for its server and key (argument first, then these; see denv.local).
 ENV_SERVER = "DENV_SERVER"
 ENV_API_KEY = "DENV_API_KEY"
+# A PEM file of the CAs that signed a TLS server's certificate (`denv serve --tls-cert`), when
+# it is not one the system trusts; `Denv(ca_bundle=...)` takes precedence.
+ENV_CA_BUNDLE = "DENV_CA_BUNDLE"
 
 # The local server (`denv serve`) listens here unless told otherwise.
 DEFAULT_SERVER_URL = "http://127.0.0.1:7711"

@@ -13,6 +13,8 @@ The generated client sends every request through one `httpx.Client` (`AsyncClien
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -29,7 +31,7 @@ from denv_api_client.types import Response
 from . import _config
 from ._errors import error_from_response
 from ._retry import AsyncRetryTransport, RetryTransport, where
-from .errors import DenvError
+from .errors import DenvConfigError, DenvError
 
 T = TypeVar("T")
 
@@ -119,6 +121,22 @@ def _user_agent() -> str:
     return f"denv-python/{version}"
 
 
+def tls_verify(ca_bundle: str | os.PathLike[str] | None = None) -> ssl.SSLContext | bool:
+    """How a client checks a TLS server's certificate: against `ca_bundle` (a PEM file),
+    else $DENV_CA_BUNDLE, else the CAs httpx trusts by default (True)."""
+    path = ca_bundle if ca_bundle is not None else os.environ.get(_config.ENV_CA_BUNDLE) or None
+    if path is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=os.fspath(path))
+    except (OSError, ssl.SSLError) as exc:
+        raise DenvConfigError(
+            f"cannot load the CA bundle {os.fspath(path)!r} (ca_bundle or "
+            f"{_config.ENV_CA_BUNDLE}): {exc}; give a PEM file of the CA certificates that "
+            "signed the server's certificate (for a self-signed one, the certificate itself)"
+        ) from exc
+
+
 def _client_settings(server: str, api_key: str, timeout_s: float) -> dict[str, Any]:
     """What the sync and the async httpx client of a `Denv` share."""
     return {
@@ -139,9 +157,11 @@ def build_http_client(
     max_retries: int,
     transport: httpx.BaseTransport | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.Client:
-    """The one httpx client a `Denv` sends through. `transport` replaces the network (tests)."""
-    inner = transport or httpx.HTTPTransport(proxy=_proxy_for(server))
+    """The one httpx client a `Denv` sends through. `transport` replaces the network (tests);
+    `verify` checks a TLS server's certificate (`tls_verify`)."""
+    inner = transport or httpx.HTTPTransport(proxy=_proxy_for(server), verify=verify)
     return httpx.Client(
         **_client_settings(server, api_key, timeout_s),
         transport=RetryTransport(inner, max_retries=max_retries, sleep=sleep),
@@ -157,9 +177,10 @@ def build_async_http_client(
     max_retries: int,
     sleep: Callable[[float], Awaitable[None]],
     transport: httpx.AsyncBaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
     """`build_http_client` for an `AsyncDenv`."""
-    inner = transport or httpx.AsyncHTTPTransport(proxy=_proxy_for(server))
+    inner = transport or httpx.AsyncHTTPTransport(proxy=_proxy_for(server), verify=verify)
     return httpx.AsyncClient(
         **_client_settings(server, api_key, timeout_s),
         transport=AsyncRetryTransport(inner, max_retries=max_retries, sleep=sleep),

@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 
 from ._config import ENV_API_KEY, ENV_SERVER
+from ._http import tls_verify
 from .errors import DenvConfigError, LocalServerError
 
 __all__ = [
@@ -92,7 +93,9 @@ def read_local_server(state_dir: PathArg = None) -> LocalServer | None:
     if not key:
         return None
     try:
-        res = httpx.get(f"{url}/v1/health", timeout=HEALTH_TIMEOUT_S, trust_env=False)
+        res = httpx.get(
+            f"{url}/v1/health", timeout=HEALTH_TIMEOUT_S, trust_env=False, verify=tls_verify()
+        )
         if res.status_code != 200 or res.json().get("status") != "ok":
             return None
     except (httpx.HTTPError, ValueError):

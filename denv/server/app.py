@@ -20,7 +20,9 @@ from .context import Context
 from .docker_node import DockerNode
 from .engine import Engine
 from .errors import install_error_handlers
+from .guard import HostGuardWatch
 from .ingress import IngressTable, mount_ingress
+from .json_limits import BoundedJson
 from .reconcile import reap_forever
 from .routes import router
 from .service import Service
@@ -153,6 +155,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.keyring = KeyRing(store)
     install_error_handlers(app)
     app.include_router(router)
-    mount_ingress(app, table)
+    mount_ingress(app, table, ctx.fair, config.ingress_read_timeout_s)
+    app.add_middleware(BoundedJson)  # inside RequestContext: its request id and 1 MiB cap
     app.add_middleware(RequestContext)
     return app

@@ -25,6 +25,7 @@ from pathlib import Path
 from denv.local import ENV_API_KEY, read_local_server
 from denv.local import state_dir as default_state_dir
 
+from . import fairness, tls
 from .config import (
     DEFAULT_HOST,
     DEFAULT_LIMITS,
@@ -201,6 +202,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PREFIX",
         help="prefix length of each env network's subnet (default /%(default)s: 30 addresses)",
     )
+    fairness.add_arguments(parser)
+    tls.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", help="default %(default)s")
 
 
@@ -243,6 +246,15 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         parse_pool(args.subnet_pool, args.subnet_size)
+    except ValueError as exc:
+        print(f"denv serve: {exc}", file=sys.stderr)
+        return 2
+    problem = tls.check(args)
+    if problem is not None:
+        print(f"denv serve: {problem}", file=sys.stderr)
+        return 2
+    try:
+        fair = fairness.config_fields(args)
     except ValueError as exc:
         print(f"denv serve: {exc}", file=sys.stderr)
         return 2
@@ -310,8 +322,15 @@ def main(args: argparse.Namespace) -> int:
         warm_idle_s=args.warm_idle_minutes * 60,
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,
+        scheme="https" if args.tls_cert else "http",
+        **fair,
+        allow_private_egress=args.allow_private_egress,
     )
-    app = create_app(config)
+    try:
+        app = create_app(config)
+    except OSError as exc:
+        print(f"denv serve: {exc}", file=sys.stderr)
+        return 1
     print(f"denv serve: listening at {config.public_url()}; API key in {key_path}", flush=True)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -320,6 +339,8 @@ def main(args: argparse.Namespace) -> int:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=5,
+            ssl_certfile=args.tls_cert,
+            ssl_keyfile=args.tls_key,
         )
     )
     server.run(sockets=[sock])

@@ -15,6 +15,12 @@ DEFAULT_MAX_VOLUME_MB = 10240  # what a volume may have changed when it is snaps
 
 MAX_COUNT = 32  # envs per fork / create-from-version request
 MAX_BODY_BYTES = 1024 * 1024
+# Every JSON body of the API is checked against these before it is parsed (json_limits):
+# the contract's largest body nests 3 deep and holds a few hundred values.
+MAX_JSON_DEPTH = 32
+MAX_JSON_VALUES = 10000  # arrays, objects, keys and scalars together
+MAX_JSON_STRING_CHARS = 262144  # a compose file, the contract's longest string
+MAX_JSON_NUMBER_CHARS = 64
 LAYER_DEPTH_LIMIT = 8  # past this many layers a volume's stack is merged into one
 HEALTH_POLL_S = 0.02  # how often the agent's health path is polled while starting
 EXIT_CHECK_EVERY = 10  # check that the container still runs every N health polls
@@ -24,6 +30,15 @@ HOST_GUARD_CHECK_S = 5.0  # a firewall reload removes the guard: put it back thi
 IDEMPOTENCY_TTL_S = 24 * 3600
 DOCKER_TIMEOUT_S = 120
 START_WORKERS = 64  # threads that start envs (fork(n) starts its children in parallel)
+
+# Fairness per API key (fairness.py); each is a `denv serve` flag, 0: no cap.
+DEFAULT_MAX_STARTING_PER_KEY = 16  # envs being created or started at once
+DEFAULT_MAX_CREATES_PER_KEY = 8  # create, fork, snapshot and deploy requests in flight
+DEFAULT_MAX_WAITS_PER_KEY = 32  # open POST /v1/envs/{id}/wait calls
+DEFAULT_MAX_VERSIONS_PER_KEY = 10000  # versions not deleted
+DEFAULT_MAX_SPARES_PER_KEY = 16  # warm spares the key's envs asked for, all pools together
+DEFAULT_MAX_INGRESS_PER_KEY = 256  # open ingress connections (HTTP requests, WebSockets)
+DEFAULT_INGRESS_READ_TIMEOUT_S = 600.0  # the longest an env may go silent mid-response
 
 # Warm pools (booted spares for forks); the DEFAULT_* ones are `denv serve` flags.
 DEFAULT_WARM_MAX_SPARES = 32  # spares of all pools together, booting ones included
@@ -56,8 +71,21 @@ class ServerConfig:
     warm_idle_s: float = DEFAULT_WARM_IDLE_S
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
+    # egress allow envs may reach the host, link-local and private networks, and allowlists
+    # may name them (`denv serve --allow-private-egress`); refused by default
+    allow_private_egress: bool = False
     max_volume_mb: int = DEFAULT_MAX_VOLUME_MB
     limits: Limits = DEFAULT_LIMITS  # every container of every env (spares too)
+    allow_images: tuple[str, ...] = ()  # --allow-image patterns (images.py); (): every image
+    pull_credentials: bool = False  # pull with the operator's registry credentials
+    max_starting_per_key: int = DEFAULT_MAX_STARTING_PER_KEY
+    max_creates_per_key: int = DEFAULT_MAX_CREATES_PER_KEY
+    max_waits_per_key: int = DEFAULT_MAX_WAITS_PER_KEY
+    max_versions_per_key: int = DEFAULT_MAX_VERSIONS_PER_KEY
+    max_spares_per_key: int = DEFAULT_MAX_SPARES_PER_KEY
+    max_ingress_per_key: int = DEFAULT_MAX_INGRESS_PER_KEY
+    ingress_read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S  # 0: none
+    scheme: str = "http"  # "https" when `denv serve` has --tls-cert
 
     @property
     def db_path(self) -> Path:
@@ -77,4 +105,4 @@ class ServerConfig:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .config import START_WORKERS, ServerConfig
+from .fairness import Fairness
 from .guard import HostGuardWatch
 from .node import Node
 from .store import Store
@@ -17,7 +18,7 @@ from .store import Store
 class IngressRoutes(Protocol):
     """The part of ``denv.server.ingress.IngressTable`` the server calls."""
 
-    def register(self, token: str, host: str, port: int) -> None: ...
+    def register(self, token: str, host: str, port: int, owner: str = "") -> None: ...
 
     def unregister(self, token: str) -> None: ...
 
@@ -41,6 +42,10 @@ class Context:
         default_factory=lambda: defaultdict(threading.Lock)
     )
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+    fair: Fairness = field(init=False)  # what each API key holds at once
+
+    def __post_init__(self) -> None:
+        self.fair = Fairness(self.config)
 
     def env_lock(self, env_id: str) -> threading.Lock:
         """Serialises the making and the removing of one env's resources (never global)."""

@@ -19,6 +19,7 @@ from . import ids
 from .config import LOG_TAIL_LINES
 from .context import Context
 from .errors import ApiError
+from .fairness import throttled
 from .ingress import new_token
 from .node import Booted, BootFailed, BootSpec, Cancelled
 from .records import (
@@ -106,6 +107,7 @@ class Envs:
                     f"this API key has {live} live env(s); {count} more would pass "
                     f"the limit of {limit}: delete envs you no longer need",
                 )
+            self.check_fair(owner, version, egress, env, count, warm)
             spares = self.warm.take(version, egress, env, count) if use_spares else []
             for i, rec in enumerate(records):
                 rec.id = spares[i][0] if i < len(spares) else ids.new_id("env")
@@ -115,13 +117,33 @@ class Envs:
             except BaseException:
                 self.warm.give_back(version, egress, env, spares)
                 raise
-        self.warm.ask([r.id for r in records], version, egress, env, warm)
+        self.warm.ask([r.id for r in records], version, egress, env, warm, owner)
         for i, rec in enumerate(records):
             if i < len(spares):
                 self.ctx.pool.submit(self._adopt, rec.id, version, spares[i][1])
             else:
                 self.ctx.pool.submit(self._start, rec.id)
         return records
+
+    def check_fair(
+        self,
+        owner: str,
+        version: VersionRecord,
+        egress: str,
+        env: dict[str, str],
+        count: int,
+        warm: int,
+    ) -> None:
+        """Envs starting and warm spares of ``owner`` within their caps (``fairness``), or 429.
+
+        A request larger than the starting cap is let through when none of the key's envs
+        is starting, so a fork of up to ``MAX_COUNT`` still runs on a quiet key."""
+        cap = self.ctx.config.max_starting_per_key
+        starting = self.ctx.store.count_starting(owner) if cap else 0
+        if starting and starting + count > cap:
+            raise throttled("starting", starting, cap)
+        if warm:
+            self.warm.check_spares(owner, version, egress, env, warm)
 
     def wait(self, env_id: str, until: frozenset[EnvStatus], timeout_s: float) -> EnvRecord:
         """Block until the env's status is in ``until`` (or final) or the timeout passes."""
@@ -189,7 +211,7 @@ class Envs:
                 healthy = agent.health_path and agent.ports
                 status = EnvStatus.HEALTHY if healthy else EnvStatus.RUNNING
                 for token, _, port, host in routes:  # routable before anyone sees it ready
-                    ctx.ingress.register(token, host, port)
+                    ctx.ingress.register(token, host, port, rec.owner)
                 runtime = self._runtime(spare.booted, endpoints)
                 if not ctx.store.adopt(env_id, runtime, status, routes):
                     for token, *_ in routes:
@@ -251,7 +273,7 @@ class Envs:
             endpoints, routes = self._endpoints(rec, agent, booted)
             for token, service, port, host in routes:
                 ctx.store.add_ingress(token, env_id, service, port, host)
-                ctx.ingress.register(token, host, port)
+                ctx.ingress.register(token, host, port, rec.owner)
             ctx.store.set_runtime(env_id, self._runtime(booted, endpoints))
         if ctx.store.set_status(env_id, EnvStatus.STARTING, only_from={EnvStatus.CREATING}):
             ctx.notify()

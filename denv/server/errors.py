@@ -17,6 +17,9 @@ from starlette.routing import Match, Route
 
 log = logging.getLogger(__name__)
 
+RETRY_AFTER_S = 1  # Retry-After of a 429 for a busy key (fairness): it frees on its own
+QUOTA_RETRY_AFTER_S = 30  # ... for a quota (live envs, versions, spares): freed by deletes
+
 
 class ApiError(Exception):
     """An error the API reports as-is: HTTP status, machine code, human message."""
@@ -60,6 +63,14 @@ class EngineUnavailable(ApiError):
         )
 
 
+def retry_after_s(exc: ApiError) -> int:
+    """Seconds a 429's ``Retry-After`` asks for: its ``details``, else by its kind."""
+    given = (exc.details or {}).get("retry_after_s")
+    if isinstance(given, int):
+        return given
+    return QUOTA_RETRY_AFTER_S if exc.code == "quota_exceeded" else RETRY_AFTER_S
+
+
 def request_id(request: Request) -> str:
     rid = getattr(request.state, "request_id", None)
     return rid if isinstance(rid, str) else "req_unknown"
@@ -94,7 +105,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(request, exc.status, exc.code, exc.message, exc.details)
+        res = error_response(request, exc.status, exc.code, exc.message, exc.details)
+        if exc.status == 429:  # every cap says when to come back (fairness)
+            res.headers["Retry-After"] = str(retry_after_s(exc))
+        return res
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -35,11 +35,15 @@ import fastapi
 import httpx
 from starlette.routing import Route, WebSocketRoute
 
+from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S
+from denv.server.errors import RETRY_AFTER_S
+from denv.server.fairness import Fairness, throttled
 from denv.server.ingress_wire import (
     NOT_FOUND_MESSAGE,
     Receive,
     Scope,
     Send,
+    error_body,
     forward_headers,
     header,
     install_log_redaction,
@@ -48,26 +52,19 @@ from denv.server.ingress_wire import (
     split_target,
     upstream_down_message,
 )
-from denv.server.ingress_ws import proxy_websocket
+from denv.server.ingress_ws import proxy_websocket, reject_websocket
 
 log = logging.getLogger(__name__)
 
 TOKEN_BYTES = 24  # 192 bits; the contract asks for at least 128
 MIN_TOKEN_CHARS = 22  # token_urlsafe(16) is 22 characters: 128 bits
 CONNECT_TIMEOUT_S = 10.0
-# No read timeout: an env's step may legitimately take long and MCP keeps idle SSE streams
-# open. The client's own timeout governs: when it disconnects, the upstream request is
-# cancelled (see _watch_disconnect), so nothing waits on behalf of a client that left.
-READ_TIMEOUT_S: float | None = None
+# Every read from the env has a timeout (the server's --ingress-read-timeout, default
+# DEFAULT_INGRESS_READ_TIMEOUT_S): generous, since an env's step may legitimately take long
+# and MCP keeps SSE streams open, but an env that goes silent mid-response no longer holds
+# the connection for ever. A client that disconnects cancels the upstream request at once
+# (see _watch_disconnect), so nothing waits on behalf of a client that left.
 WRITE_TIMEOUT_S = 300.0  # an env that stops reading an upload
-_TIMEOUTS = {
-    "timeout": {
-        "connect": CONNECT_TIMEOUT_S,
-        "read": READ_TIMEOUT_S,
-        "write": WRITE_TIMEOUT_S,
-        "pool": None,
-    }
-}
 KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive, so pooled connections are live
 MAX_KEEPALIVE_CONNECTIONS = 256
 BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
@@ -90,8 +87,9 @@ class IngressTable:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._targets: dict[bytes, tuple[str, int]] = {}
+        self._owners: dict[bytes, str] = {}  # the API key (owner id) of each route
 
-    def register(self, token: str, host: str, port: int) -> None:
+    def register(self, token: str, host: str, port: int, owner: str = "") -> None:
         """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target)."""
         if len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token):
             raise ValueError(
@@ -103,16 +101,23 @@ class IngressTable:
         key = _digest(token)
         with self._lock:
             self._targets[key] = (host, port)
+            self._owners[key] = owner
 
     def unregister(self, token: str) -> None:
         """Forget a token; an unknown token is ignored (delete is idempotent)."""
         with self._lock:
             self._targets.pop(_digest(token), None)
+            self._owners.pop(_digest(token), None)
 
     def resolve(self, token: str) -> tuple[str, int] | None:
         """The (host, port) a token reaches, or None."""
         with self._lock:
             return self._targets.get(_digest(token))
+
+    def owner(self, token: str) -> str:
+        """The API key (owner id) whose env a token reaches; "" when unknown."""
+        with self._lock:
+            return self._owners.get(_digest(token), "")
 
     def __len__(self) -> int:
         with self._lock:
@@ -130,8 +135,22 @@ class _ClientDisconnected(Exception):
 class IngressProxy:
     """The raw ASGI endpoint behind the ingress routes (HTTP here, WebSocket in ingress_ws)."""
 
-    def __init__(self, table: IngressTable) -> None:
+    def __init__(
+        self,
+        table: IngressTable,
+        fair: Fairness | None = None,
+        read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
+    ) -> None:
         self.table = table
+        self.fair = fair  # caps each key's open connections
+        self._timeouts = {
+            "timeout": {
+                "connect": CONNECT_TIMEOUT_S,
+                "read": read_timeout_s or None,  # 0: none
+                "write": WRITE_TIMEOUT_S,
+                "pool": None,
+            }
+        }
         self._transport: httpx.AsyncHTTPTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -162,10 +181,20 @@ class IngressProxy:
             await transport.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            await proxy_websocket(self.table.resolve, scope, receive, send)
-        elif scope["type"] == "http":
-            await self._http(scope, receive, send)
+        if scope["type"] not in ("http", "websocket"):
+            return
+        owner = self.table.owner(split_target(scope)[0])
+        if self.fair is not None and owner and not self.fair.try_acquire(owner, "ingress"):
+            await _refuse_busy(scope, receive, send, self.fair.held(owner, "ingress"))
+            return
+        try:
+            if scope["type"] == "websocket":
+                await proxy_websocket(self.table.resolve, scope, receive, send)
+            else:
+                await self._http(scope, receive, send)
+        finally:
+            if self.fair is not None and owner:
+                self.fair.release(owner, "ingress")
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         token, path = split_target(scope)
@@ -231,6 +260,12 @@ class IngressProxy:
             try:
                 async for chunk in response.aiter_raw():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.ReadTimeout:
+                raise IngressUpstreamBroke(
+                    f"the env's service on port {port} sent nothing for "
+                    f"{self._timeouts['timeout']['read']} s mid-response (the server's "
+                    "--ingress-read-timeout)"
+                ) from None
             except httpx.TransportError as exc:
                 # Too late for a 502: abort, so the client sees a broken response, not a short one.
                 raise IngressUpstreamBroke(
@@ -258,7 +293,7 @@ class IngressProxy:
         retries = 1 if method in _IDEMPOTENT and not isinstance(content, AsyncIterator) else 0
         while True:
             request = httpx.Request(
-                method, url, headers=headers, content=content, extensions=_TIMEOUTS
+                method, url, headers=headers, content=content, extensions=self._timeouts
             )
             try:
                 return await transport.handle_async_request(request)
@@ -274,6 +309,19 @@ class IngressProxy:
             log.info("ingress: env's port %d not answering (%s)", port, type(failure).__name__)
             await send_error(send, scope, 502, "internal", upstream_down_message(port))
             return None
+
+
+async def _refuse_busy(scope: Scope, receive: Receive, send: Send, held: int) -> None:
+    """429 with Retry-After: the env's key holds as many ingress connections as it may."""
+    err = throttled("ingress", held, held)
+    headers, body = error_body(scope, err.code, err.message)
+    headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    if scope["type"] == "websocket":
+        if (await receive())["type"] == "websocket.connect":
+            await reject_websocket(send, scope, 429, headers, body)
+        return
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -311,7 +359,12 @@ async def _watch_disconnect(
             return
 
 
-def mount_ingress(app: fastapi.FastAPI, table: IngressTable) -> None:
+def mount_ingress(
+    app: fastapi.FastAPI,
+    table: IngressTable,
+    fair: Fairness | None = None,
+    read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
+) -> None:
     """Add the ingress routes to ``app``: HTTP (every method) and WebSocket.
 
     Routes ``/ingress/{token}`` and ``/ingress/{token}/{path:path}`` are raw ASGI endpoints
@@ -319,7 +372,7 @@ def mount_ingress(app: fastapi.FastAPI, table: IngressTable) -> None:
     the OpenAPI schema. The pooled upstream connections close with the app's lifespan. An auth
     middleware must let ``/ingress/`` through: the token is the credential.
     """
-    proxy = IngressProxy(table)
+    proxy = IngressProxy(table, fair, read_timeout_s)
     app.router.routes[0:0] = [
         Route("/ingress/{token}", proxy, include_in_schema=False),
         Route("/ingress/{token}/{path:path}", proxy, include_in_schema=False),

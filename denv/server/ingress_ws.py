@@ -65,6 +65,9 @@ async def _reject(send: Send, scope: Scope, status: int, headers: Headers, body:
         await send({"type": "websocket.close", "code": 1008})
 
 
+reject_websocket = _reject  # for the proxy's own refusals (ingress: too many connections)
+
+
 async def _reject_error(send: Send, scope: Scope, status: int, code: str, message: str) -> None:
     headers, body = error_body(scope, code, message)
     await _reject(send, scope, status, headers, body)

@@ -47,10 +47,10 @@ def reconcile(ctx: Context, envs: Envs) -> None:
             error = EnvError(code="lost", message=f"{problem}; delete this env")
             store.set_status(rec.id, EnvStatus.FAILED, error)
             envs.teardown(rec.id)
-    live_ids = {r.id for r in store.live_envs() if r.status != EnvStatus.FAILED}
+    owners = {r.id: r.owner for r in store.live_envs() if r.status != EnvStatus.FAILED}
     for token, env_id, host, port in store.ingress_routes():
-        if env_id in live_ids:
-            ctx.ingress.register(token, host, port)
+        if env_id in owners:
+            ctx.ingress.register(token, host, port, owners[env_id])
     referenced = {x for v in store.all_versions() for vol in v.volumes for x in vol.layers}
     node.delete_layers(sorted(node.layer_ids() - referenced))
     for rec in store.live_envs():  # warm pools live in memory: ask for them again
@@ -58,7 +58,7 @@ def reconcile(ctx: Context, envs: Envs) -> None:
         failed = rec.status == EnvStatus.FAILED
         version = store.get_version(rec.version_id) if warm and not failed else None
         if version is not None:
-            envs.warm.ask([rec.id], version, rec.egress, rec.spec.env, warm)
+            envs.warm.ask([rec.id], version, rec.egress, rec.spec.env, warm, rec.owner)
 
 
 def _problem(ctx: Context, env_id: str, states: dict[str, str]) -> str | None:

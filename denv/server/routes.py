@@ -61,7 +61,7 @@ async def create_sandbox(
     request: Request, s: Dep, owner: Owner, body: SandboxCreate, idem: IdemKey = None
 ) -> Response:
     async def run() -> dict[str, Any]:
-        return await asyncio.to_thread(s.create_sandbox, owner, body)
+        return await s.ctx.fair.hold(owner, "creates", s.create_sandbox, owner, body)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -95,7 +95,9 @@ async def delete_env(s: Dep, owner: Owner, env_id: str) -> Response:
 
 @router.post("/v1/envs/{env_id}/wait")
 async def wait_env(s: Dep, owner: Owner, env_id: str, body: WaitRequest) -> dict[str, Any]:
-    return await asyncio.to_thread(s.wait_env, owner, env_id, body.until, body.timeout_s)
+    return await s.ctx.fair.hold(
+        owner, "waits", s.wait_env, owner, env_id, body.until, body.timeout_s
+    )
 
 
 @router.get("/v1/envs/{env_id}/warm")
@@ -126,7 +128,7 @@ async def snapshot_env(
     labels = body.labels if body else {}
 
     async def run() -> dict[str, Any]:
-        return await asyncio.to_thread(s.snapshot, owner, env_id, labels)
+        return await s.ctx.fair.hold(owner, "creates", s.snapshot, owner, env_id, labels)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -143,7 +145,7 @@ async def fork_env(
     opts = body or EnvsCreate()
 
     async def run() -> dict[str, Any]:
-        return await asyncio.to_thread(s.fork, owner, env_id, opts)
+        return await s.ctx.fair.hold(owner, "creates", s.fork, owner, env_id, opts)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -193,7 +195,9 @@ async def create_envs_from_version(
     opts = body or EnvsCreate()
 
     async def run() -> dict[str, Any]:
-        return await asyncio.to_thread(s.create_from_version, owner, version_id, opts)
+        return await s.ctx.fair.hold(
+            owner, "creates", s.create_from_version, owner, version_id, opts
+        )
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -222,6 +226,8 @@ async def deploy_project(
         )
 
     async def run() -> dict[str, Any]:
-        return await asyncio.to_thread(s.deploy, owner, name, body.compose, body.labels)
+        return await s.ctx.fair.hold(
+            owner, "creates", s.deploy, owner, name, body.compose, body.labels
+        )
 
     return await idempotent(request, s.ctx.store, owner, idem, run)

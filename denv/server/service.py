@@ -18,10 +18,14 @@ from typing import Any
 from . import ids
 from .config import MAX_COUNT
 from .context import Context
+from .egress import from_request as egress_from_request
 from .envs import Envs
 from .errors import ApiError, invalid, not_found
+from .fairness import over_quota
 from .limits import check_volume_sizes
-from .models import EnvsCreate, SandboxCreate, WaitFor
+from .live import unsupported_reason as live_reason
+from .liveforks import LiveForks
+from .models import Egress, EnvsCreate, SandboxCreate, WaitFor
 from .reconcile import reconcile
 from .records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
 from .render import env_json, version_json
@@ -148,6 +152,19 @@ class Service:
                 f"limit of {limit}: delete envs you no longer need",
             )
 
+    def _check_versions(self, owner: str) -> None:
+        """429 ``quota_exceeded`` when one more version would pass --max-versions-per-key."""
+        cap = self.ctx.config.max_versions_per_key
+        held = self.ctx.store.count_versions(owner) if cap else 0
+        if cap and held >= cap:
+            raise over_quota(
+                "versions",
+                f"this API key has {held} versions, the server's limit is {cap} "
+                "(--max-versions-per-key): delete versions you no longer need "
+                "(DELETE /v1/versions/{id})",
+                cap,
+            )
+
     # create, fork, snapshot, deploy
     def create_sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
         """``POST /v1/sandboxes``: an implicit one-service version and ``count`` envs from it.
@@ -157,7 +174,19 @@ class Service:
         """
         count = body.count or 1
         self._check_count(owner, count)
+        self._check_versions(owner)
         version = self.versions.implicit(owner, body)
+        if body.live:
+            svc = version.services[0]
+            argv = svc.command or self.ctx.node.image_command(svc.image_digest)
+            reason = live_reason(argv, len(version.services))
+            if reason is not None:
+                raise ApiError(
+                    409,
+                    "live_unsupported",
+                    f"{body.image} cannot run for live forks: {reason}. Create it without "
+                    "live (its forks then boot from a snapshot of /work: kind volume)",
+                )
         recs = self.envs.create(
             owner,
             version,
@@ -175,6 +204,7 @@ class Service:
 
     def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)
+        self._check_versions(owner)
         check_volume_sizes(self.ctx, rec)
         return version_json(self.versions.snapshot(rec, labels))
 
@@ -182,6 +212,18 @@ class Service:
         """One snapshot of the env, ``opts.count`` children started from it."""
         rec = self.owned_env(owner, env_id)
         self._check_count(owner, opts.count)
+        self._check_versions(owner)
+        if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
+            same = rec.egress if opts.egress is None else self._egress(opts.egress)
+            out = self.live.fork(owner, rec, opts, same)
+            states = self.states()
+            children = [self.ctx.store.get_env(i) for i in out["envs"]]
+            views = [self.env_view(r, states) for r in children if r is not None]
+            return {"version": out["version"], "envs": views}
+        parent = self.ctx.store.get_version(rec.version_id)
+        if parent is not None:  # the children's caps, before the snapshot is made
+            egress = opts.egress or rec.egress
+            self.envs.check_fair(owner, parent, egress, opts.env, opts.count, opts.warm)
         check_volume_sizes(self.ctx, rec)
         t0 = time.perf_counter()
         version = self.versions.snapshot(rec, {})
@@ -230,6 +272,7 @@ class Service:
         return parent.egress if parent else "deny"
 
     def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
+        self._check_versions(owner)
         return version_json(self.versions.deploy(owner, name, compose, labels))
 
     # versions and projects

@@ -325,6 +325,14 @@ class Store:
         rows = self._all("SELECT COUNT(*) FROM envs WHERE owner=? AND status!='deleted'", (owner,))
         return int(rows[0][0])
 
+    def count_starting(self, owner: str) -> int:
+        q = "SELECT COUNT(*) FROM envs WHERE owner=? AND status IN ('creating','starting')"
+        return int(self._all(q, (owner,))[0][0])
+
+    def count_versions(self, owner: str) -> int:
+        rows = self._all("SELECT COUNT(*) FROM versions WHERE owner=? AND deleted=0", (owner,))
+        return int(rows[0][0])
+
     def expired_envs(self, at: str) -> list[str]:
         q = "SELECT id FROM envs WHERE status!='deleted' AND expires_at<?"
         return [str(r[0]) for r in self._all(q, (at,))]

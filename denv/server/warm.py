@@ -32,6 +32,7 @@ from .config import (
     WARM_REFILL_DELAY_S,
 )
 from .context import Context
+from .fairness import over_quota
 from .node import BootSpec, Cancelled
 from .records import VersionRecord
 from .spares import Spare, blueprint, boot_spare, pool_key
@@ -46,6 +47,7 @@ class Pool:
     key: str
     blueprint: BootSpec
     owners: dict[str, int] = field(default_factory=dict)  # env id -> spares it asked for
+    keys: dict[str, str] = field(default_factory=dict)  # env id -> its API key (owner id)
     idle: deque[Spare] = field(default_factory=deque)
     booting: dict[str, float] = field(default_factory=dict)  # env id -> start, oldest first
     claims: dict[str, Future[Spare | None]] = field(default_factory=dict)  # booting, promised
@@ -102,7 +104,13 @@ class WarmPools:
 
     # what envs ask for and take
     def ask(
-        self, env_ids: list[str], version: VersionRecord, egress: str, env: dict[str, str], n: int
+        self,
+        env_ids: list[str],
+        version: VersionRecord,
+        egress: str,
+        env: dict[str, str],
+        n: int,
+        owner: str = "",
     ) -> None:
         """Keep ``n`` spares of this configuration while any of ``env_ids`` lives."""
         if n <= 0 or not version.warm_fork:
@@ -114,9 +122,35 @@ class WarmPools:
             pool = self._pools.setdefault(pool_key(bp), Pool(pool_key(bp), bp))
             for env_id in env_ids:
                 pool.owners[env_id] = n
+                pool.keys[env_id] = owner
             pool.last_used = time.monotonic()
             pool.failures = 0
             self._refill()
+
+    def check_spares(
+        self, owner: str, version: VersionRecord, egress: str, env: dict[str, str], n: int
+    ) -> None:
+        """429 ``quota_exceeded`` when asking ``n`` spares of this configuration would take
+        ``owner`` past ``--max-spares-per-key``; a key counts, in each pool, the most spares
+        one of its envs asked for."""
+        cap = self.ctx.config.max_spares_per_key
+        if not cap or n <= 0 or not version.warm_fork:
+            return
+        key = pool_key(blueprint(version, egress, env))
+        with self._lock:
+            asked = {
+                k: max((m for e, m in p.owners.items() if p.keys.get(e) == owner), default=0)
+                for k, p in self._pools.items()
+            }
+        total = sum(asked.values()) - asked.get(key, 0) + max(asked.get(key, 0), n)
+        if total > cap:
+            raise over_quota(
+                "spares",
+                f"this API key's envs would ask for {total} warm spares, the server's limit "
+                f"is {cap} (--max-spares-per-key): ask for fewer (warm), or delete envs "
+                "whose pools you no longer need",
+                cap,
+            )
 
     def take(
         self, version: VersionRecord, egress: str, env: dict[str, str], count: int
@@ -192,6 +226,7 @@ class WarmPools:
         gone: list[str] = []
         with self._lock:
             for key, pool in list(self._pools.items()):
+                pool.keys.pop(env_id, None)
                 if pool.owners.pop(env_id, None) is not None and not pool.owners:
                     gone += self._drop(key)
         if gone:

@@ -48,7 +48,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
-    with start_server(tmp_path_factory.mktemp("denv-egress"), "--host", "0.0.0.0") as srv:
+    # Beyond loopback (so envs can reach the host's address); plain HTTP needs --insecure.
+    state = tmp_path_factory.mktemp("denv-egress")
+    with start_server(state, "--host", "0.0.0.0", "--insecure") as srv:
         yield srv
 
 

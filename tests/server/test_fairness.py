@@ -1,0 +1,153 @@
+"""The server's parts for issue 17's fairness, JSON bounds and TLS options, without Docker.
+
+End-to-end checks through a real server are in tests/reliability (test_fairness.py,
+test_json_bombs.py, test_flood.py, test_tls.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from denv.server import fairness, tls
+from denv.server.config import (
+    MAX_JSON_DEPTH,
+    MAX_JSON_NUMBER_CHARS,
+    MAX_JSON_STRING_CHARS,
+    MAX_JSON_VALUES,
+    ServerConfig,
+)
+from denv.server.errors import ApiError
+from denv.server.fairness import Fairness
+from denv.server.json_limits import check_json
+
+
+def test_every_body_the_contract_allows_passes_the_json_bounds() -> None:
+    largest = {
+        "image": "x" * 512,
+        "command": ["y" * 100] * 256,
+        "env": {f"V{i}": "z" * 100 for i in range(256)},
+        "labels": {f"l{i}": "v" for i in range(32)},
+        "ports": list(range(1, 17)),
+        "volumes": [f"/v{i}" for i in range(8)],
+    }
+    assert check_json(json.dumps(largest).encode()) is None
+    compose = {"compose": "a: b\n" * (MAX_JSON_STRING_CHARS // 5), "labels": {}}
+    assert check_json(json.dumps(compose).encode()) is None
+    assert check_json(b"") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b"[" * (MAX_JSON_DEPTH + 1), f"nested deeper than {MAX_JSON_DEPTH}"),
+        (b'{"a":' * (MAX_JSON_DEPTH + 1), f"nested deeper than {MAX_JSON_DEPTH}"),
+        (b"[" + b"[]," * MAX_JSON_VALUES + b"[]]", f"more than {MAX_JSON_VALUES} JSON values"),
+        (b'{"n": ' + b"9" * 5000 + b"}", f"longer than {MAX_JSON_NUMBER_CHARS} characters"),
+        (
+            json.dumps({"compose": "x" * (MAX_JSON_STRING_CHARS + 1)}).encode(),
+            f"longer than {MAX_JSON_STRING_CHARS} characters",
+        ),
+        (b'{"image": "abc', "not terminated"),
+    ],
+)
+def test_json_bombs_are_named(body: bytes, named: str) -> None:
+    problem = check_json(body)
+    assert problem is not None and named in problem, problem
+
+
+def test_escapes_count_as_the_characters_they_stand_for() -> None:
+    # 6 bytes per character on the wire, one character once decoded: within the bound.
+    body = json.dumps({"compose": "\x01" * 100000}).encode()
+    assert len(body) > MAX_JSON_STRING_CHARS
+    assert check_json(body) is None
+
+
+def config(tmp_path: Path, **caps: int) -> ServerConfig:
+    return ServerConfig(state_dir=tmp_path, api_key="dak_x", **caps)  # type: ignore[arg-type]
+
+
+def test_a_cap_is_per_key_and_says_when_to_come_back(tmp_path: Path) -> None:
+    fair = Fairness(config(tmp_path, max_waits_per_key=2))
+    fair.acquire("a", "waits")
+    fair.acquire("a", "waits")
+    with pytest.raises(ApiError) as caught:
+        fair.acquire("a", "waits")
+    err = caught.value
+    assert (err.status, err.code) == (429, "rate_limited")
+    assert "--max-waits-per-key" in err.message and "retry after" in err.message
+    assert err.details is not None and err.details["retry_after_s"] >= 1
+    fair.acquire("b", "waits")  # another key is not held back
+    fair.release("a", "waits")
+    fair.acquire("a", "waits")
+
+
+def test_zero_is_no_cap(tmp_path: Path) -> None:
+    fair = Fairness(config(tmp_path, max_creates_per_key=0))
+    for _ in range(1000):
+        fair.acquire("a", "creates")
+    assert fair.held("a", "creates") == 1000
+
+
+def test_a_slot_is_held_until_the_work_ends_not_until_the_caller_leaves(tmp_path: Path) -> None:
+    fair = Fairness(config(tmp_path, max_waits_per_key=1))
+    release = threading.Event()
+
+    async def main() -> None:
+        task = asyncio.create_task(fair.hold("a", "waits", release.wait, 10))
+        await asyncio.sleep(0.1)
+        task.cancel()  # the HTTP client disconnected: its thread still waits
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert fair.held("a", "waits") == 1
+        with pytest.raises(ApiError):
+            fair.acquire("a", "waits")
+        release.set()
+        for _ in range(100):
+            if not fair.held("a", "waits"):
+                break
+            await asyncio.sleep(0.02)
+        assert fair.held("a", "waits") == 0
+
+    asyncio.run(main())
+
+
+def serve_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    tls.add_arguments(parser)
+    fairness.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
+def test_loopback_needs_no_tls(host: str) -> None:
+    assert tls.check(serve_args("--host", host)) is None
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "myhost.example"])
+def test_beyond_loopback_needs_tls_or_insecure(host: str) -> None:
+    problem = tls.check(serve_args("--host", host))
+    assert problem is not None and "--tls-cert" in problem and "--insecure" in problem
+    assert tls.check(serve_args("--host", host, "--insecure")) is None
+
+
+def test_tls_options_go_together_and_must_load(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not a certificate")
+    problem = tls.check(serve_args("--tls-cert", str(cert)))
+    assert problem is not None and "go together" in problem
+    problem = tls.check(serve_args("--tls-cert", str(cert), "--tls-key", str(cert)))
+    assert problem is not None and "cannot load --tls-cert" in problem
+
+
+def test_negative_caps_are_refused() -> None:
+    with pytest.raises(ValueError, match="--max-waits-per-key"):
+        fairness.config_fields(serve_args("--max-waits-per-key", "-1"))
+    fields = fairness.config_fields(serve_args("--ingress-read-timeout", "0"))
+    assert fields["ingress_read_timeout_s"] == 0
