@@ -152,8 +152,8 @@ class Server:
     proc: subprocess.Popen[bytes]
 
 
-def start_server(state_dir: Path) -> Server:
-    """A fresh `denv serve --port 0` for `state_dir`, in a session of its own."""
+def start_server(state_dir: Path, extra_args: tuple[str, ...] = ()) -> Server:
+    """A fresh `denv serve --port 0` for `state_dir` (and `extra_args`), in a session of its own."""
     running = read_local_server(state_dir)
     if running is not None:
         raise RuntimeError(
@@ -175,6 +175,7 @@ def start_server(state_dir: Path) -> Server:
             *(sys.executable, "-m", "denv", "serve", "--port", "0"),
             *("--state-dir", str(state_dir), "--max-envs-per-key", "1024"),
             *("--log-level", "WARNING"),
+            *extra_args,
         ],
         stdout=out,
         stderr=out,

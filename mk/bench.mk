@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report
+.PHONY: bench bench-quick bench-report bench-limits
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -19,3 +19,7 @@ bench-quick: $(VENV_STAMP) docker images
 ## Rewrite bench/results/SUMMARY.md and the plots from the result files.
 bench-report: $(VENV_STAMP)
 	$(PY) -m bench --report-only
+
+## What the limits (memory, pids, CPUs, /work size) cost a cold start, a warm fork(8), a snapshot.
+bench-limits: $(VENV_STAMP) docker images
+	$(PY) -m bench.bench_limits --state-dir $(BENCH_STATE_DIR)-limits

@@ -48,8 +48,9 @@ class Guard(Protocol):
         """The CPU weight of the next container the boot creates (None: Docker's default)."""
         ...
 
-    def limits(self, spec: BootSpec) -> Limits:
-        """Memory, pids and CPUs of each container the boot creates."""
+    def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
+        """Memory, pids and CPUs of a container the boot creates (a service's own or the
+        server's)."""
         ...
 
 
@@ -89,7 +90,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     publish=agent and spec.egress == "allow",
                     extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
                     cpu_shares=guard.cpu_shares(spec),
-                    limits=guard.limits(spec),
+                    limits=guard.limits(spec, svc),
                     deny=spec.egress == "deny",
                 )
                 made[svc.name] = cid

@@ -3,6 +3,7 @@
     denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key-file PATH]
                [--max-envs-per-key 64] [--max-volume-mb 10240]
                [--env-memory MIB] [--env-pids N] [--env-cpus N] [--env-cap-add CAP]
+               [--allow-image PATTERN ...] [--pull-credentials]
                [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
@@ -129,8 +130,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_VOLUME_MB,
         metavar="MIB",
-        help="changes a volume may hold when it is snapshotted or forked; 0: no limit "
-        "(default %(default)s)",
+        help="what an env may write to each of its volumes (a filesystem of this size: past "
+        "it, writes fail with ENOSPC inside the env); 0: no limit (default %(default)s)",
     )
     parser.add_argument(
         "--env-memory",
@@ -161,6 +162,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CAP",
         help="a Linux capability to grant env containers besides DAC_OVERRIDE (every other is "
         "dropped), e.g. SETUID for an entrypoint that switches user; repeatable",
+    )
+    parser.add_argument(
+        "--allow-image",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="run only images matching one of these globs (e.g. 'denv-*', "
+        "'ghcr.io/acme/**'; * stops at '/'); repeatable; default: every image",
+    )
+    parser.add_argument(
+        "--pull-credentials",
+        action="store_true",
+        help="let pull: true use this machine's registry credentials (~/.docker/config.json); "
+        "by default pulls are anonymous",
     )
     parser.add_argument(
         "--warm-max-spares",
@@ -261,6 +276,9 @@ def main(args: argparse.Namespace) -> int:
     if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
         print("denv serve: --env-memory, --env-pids and --env-cpus are >= 0", file=sys.stderr)
         return 2
+    if any(not p.strip() for p in args.allow_image):
+        print("denv serve: --allow-image needs a pattern, e.g. 'denv-*'", file=sys.stderr)
+        return 2
     extra_caps = [c.upper().removeprefix("CAP_") for c in args.env_cap_add]
     unknown = [c for c in extra_caps if c not in LINUX_CAPABILITIES]
     if unknown:
@@ -316,6 +334,8 @@ def main(args: argparse.Namespace) -> int:
             cpus=args.env_cpus,
             capabilities=tuple(dict.fromkeys([*DEFAULT_LIMITS.capabilities, *extra_caps])),
         ),
+        allow_images=tuple(args.allow_image),
+        pull_credentials=args.pull_credentials,
         warm_max_spares=args.warm_max_spares,
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,

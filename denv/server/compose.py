@@ -5,8 +5,10 @@ Supported: top-level ``services``, ``volumes``, ``name``, ``version``, ``x-*`` a
 ``x-denv.agent.fork``: ``warm`` when every service reads its volumes per session, so
 children may start from booted spares, ``cold`` when not). Per service:
 ``image`` (required), ``command``, ``environment``, ``ports``, ``volumes`` (named or anonymous,
-never host paths), ``depends_on`` and ``healthcheck``. Every error names the offending key,
-for example ``services.db.image: required``.
+never host paths), ``depends_on``, ``healthcheck``, and the service's own limits within the
+server's (``mem_limit``, ``pids_limit``, ``cpus``, or ``deploy.resources.limits`` with
+``memory``, ``pids``, ``cpus``). Every error names the offending key, for example
+``services.db.image: required``.
 
 YAML anchors and aliases are read, within bounds: PyYAML shares an anchored value between
 its aliases, but anything that walks or prints the value (``str()`` of an environment
@@ -31,7 +33,15 @@ from .errors import ApiError
 
 SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_SERVICE_KEYS = {"image", "command", "environment", "ports", "volumes", "depends_on", "healthcheck"}
+_SERVICE_KEYS = {
+    *("image", "command", "environment", "ports", "volumes", "depends_on", "healthcheck"),
+    *("mem_limit", "pids_limit", "cpus", "deploy"),
+}
+# A size: bytes, or a number with b, k, m or g (compose's units, kb/mb/gb spellings too).
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([bkmg]?)b?$", re.IGNORECASE)
+_UNIT = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+MIN_MEMORY_MB = 6  # Docker refuses a smaller memory limit
+MAX_CPUS = 1024.0
 _IGNORED_SERVICE_KEYS = {"restart", "stop_grace_period", "stop_signal"}
 _TOP_KEYS = {"services", "volumes", "name", "version"}
 _SHORT = reprlib.Repr()  # for values in messages: a shared structure is never written out
@@ -55,6 +65,10 @@ class ServiceSpec:
     depends_on: list[str] = field(default_factory=list)
     wait_healthy: list[str] = field(default_factory=list)  # dependencies to wait healthy for
     healthcheck: list[str] | None = None  # argv run with docker exec
+    # The service's own limits (None: the server's); checked against the server's at deploy.
+    memory_mb: int | None = None
+    pids: int | None = None
+    cpus: float | None = None
 
 
 @dataclass
@@ -161,7 +175,77 @@ def _service(name: str, raw: Any, named: dict[str, Any], owners: dict[str, str])
         raise ComposeError(f"{where}.volumes", "a container path is mounted twice")
     spec.depends_on, spec.wait_healthy = _depends(raw.get("depends_on"), f"{where}.depends_on")
     spec.healthcheck = _healthcheck(raw.get("healthcheck"), f"{where}.healthcheck")
+    _limits(spec, raw, where)
     return spec
+
+
+def _limits(spec: ServiceSpec, raw: dict[str, Any], where: str) -> None:
+    """``mem_limit``/``pids_limit``/``cpus``, or the same under ``deploy.resources.limits``."""
+    given: dict[str, tuple[str, Any]] = {}
+    for key, name in (("mem_limit", "memory"), ("pids_limit", "pids"), ("cpus", "cpus")):
+        if raw.get(key) is not None:
+            given[name] = (f"{where}.{key}", raw[key])
+    deploy = raw.get("deploy")
+    if deploy is not None:
+        here = f"{where}.deploy"
+        for key, value in _only(deploy, here, {"resources"}).items():
+            limits = _only(value, f"{here}.{key}", {"limits"}).get("limits")
+            here = f"{here}.resources.limits"
+            for name, v in _only(limits, here, {"memory", "pids", "cpus"}).items():
+                if name in given and v is not None:
+                    raise ComposeError(
+                        f"{here}.{name}", f"{name} is also set by {given[name][0]}: set it once"
+                    )
+                if v is not None:
+                    given[name] = (f"{here}.{name}", v)
+    if "memory" in given:
+        spec.memory_mb = _memory_mb(*given["memory"])
+    if "pids" in given:
+        path, v = given["pids"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ComposeError(
+                path, f"must be a whole number of processes >= 1, got {_SHORT.repr(v)}"
+            )
+        spec.pids = v
+    if "cpus" in given:
+        path, v = given["cpus"]
+        try:
+            cpus = float(v) if not isinstance(v, bool) and isinstance(v, int | float | str) else 0.0
+        except ValueError:
+            cpus = 0.0
+        if not 0.01 <= cpus <= MAX_CPUS:
+            raise ComposeError(
+                path, f"must be a number of CPUs such as 0.5 or 2, got {_SHORT.repr(v)}"
+            )
+        spec.cpus = cpus
+
+
+def _only(raw: Any, where: str, keys: set[str]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ComposeError(where, "must be a mapping")
+    for key in raw:
+        if key not in keys:
+            raise ComposeError(
+                f"{where}.{key}", f"not supported by denv (supported: {sorted(keys)})"
+            )
+    return raw
+
+
+def _memory_mb(where: str, raw: Any) -> int:
+    """A compose size ("512m", "1g", bytes) in MiB, rounded up."""
+    match = _SIZE.match(raw.strip()) if isinstance(raw, str) else None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        size = float(raw)
+    elif match:
+        size = float(match.group(1)) * _UNIT[match.group(2).lower()]
+    else:
+        raise ComposeError(where, f"must be a size such as 512m or 2g, got {_SHORT.repr(raw)}")
+    mb = -(-int(size) // (1024 * 1024))
+    if mb < MIN_MEMORY_MB:
+        raise ComposeError(where, f"must be at least {MIN_MEMORY_MB}m (Docker's minimum)")
+    return mb
 
 
 def _list(raw: dict[str, Any], key: str, where: str) -> list[Any]:

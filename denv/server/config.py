@@ -78,6 +78,8 @@ class ServerConfig:
     limits: Limits = DEFAULT_LIMITS  # every container of every env (spares too)
     allow_images: tuple[str, ...] = ()  # --allow-image patterns (images.py); (): every image
     pull_credentials: bool = False  # pull with the operator's registry credentials
+    allow_images: tuple[str, ...] = ()  # --allow-image patterns (images.py); (): every image
+    pull_credentials: bool = False  # pull with the operator's registry credentials
     max_starting_per_key: int = DEFAULT_MAX_STARTING_PER_KEY
     max_creates_per_key: int = DEFAULT_MAX_CREATES_PER_KEY
     max_waits_per_key: int = DEFAULT_MAX_WAITS_PER_KEY

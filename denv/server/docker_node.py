@@ -24,7 +24,7 @@ from .engine import MIB, Engine, container_name
 from .layerdiff import diff_stacks
 from .netpolicy import network_name
 from .node import Booted, BootSpec, Cancelled, Owned
-from .records import Limits, VolumeSlot
+from .records import Limits, ServiceSpec, VolumeSlot
 from .volumes import Volumes, disk_usage
 
 CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
@@ -65,8 +65,8 @@ class DockerNode:
         # this spare, it boots as fast as that env's own cold start would.
         return CPU_SHARES if spec.env_id in self._foreground else WARM_CPU_SHARES
 
-    def limits(self, spec: BootSpec) -> Limits:
-        return self._limits  # the same for cold starts and spares
+    def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
+        return self._limits.of(service.limits)  # the same for cold starts and spares
 
     # images and layers
     def engine_version(self) -> str:
@@ -231,7 +231,7 @@ class DockerNode:
             elif state != "running":
                 return f"the container of service '{service}' is {state}"
         for slot in volumes:
-            mnt = self.volumes.upper(env_id, slot.service, slot.n).parent / "mnt"
+            mnt = self.volumes.mnt(env_id, slot.service, slot.n)
             if not os.path.ismount(mnt):
                 return f"the volume {slot.path} of service '{slot.service}' is not mounted"
         return None

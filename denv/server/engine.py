@@ -69,6 +69,11 @@ def engine_errors() -> Iterator[None]:
 class Engine:
     """The Docker calls denv makes, with its labels applied."""
 
+    # Off: a pull sends an empty registry auth, whatever ~/.docker/config.json (or its
+    # credential helper) holds: a key's `pull: true` never borrows the operator's identity.
+    # `denv serve --pull-credentials` turns it on.
+    pull_credentials = False
+
     def __init__(self, instance_id: str, subnets: SubnetPool | None = None) -> None:
         self.instance_id = instance_id
         self.subnets = subnets or SubnetPool()
@@ -117,7 +122,9 @@ class Engine:
             if not pull:
                 raise _image_missing(image)
             try:
-                self.client.images.pull(image)
+                # None: the SDK reads the operator's config; {}: an empty registry auth
+                auth: dict[str, str] | None = None if self.pull_credentials else {}
+                self.client.images.pull(image, auth_config=auth)
                 return str(self.api.inspect_image(image)["Id"])
             except docker.errors.APIError as exc:
                 raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc

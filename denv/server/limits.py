@@ -1,17 +1,21 @@
-"""Limits checked outside the request models: the size of a volume that is snapshotted.
+"""Limits checked outside the request models: volume sizes at snapshot, compose services' own.
 
 A volume's size is what the env changed in it (its overlay upper dir), counted in disk
-blocks, because that is what a snapshot copies into a layer. It is checked when a snapshot
-(or a fork) is asked for; writes are not stopped while the env runs.
+blocks, because that is what a snapshot copies into a layer. Writes past ``--max-volume-mb``
+fail inside the env (each volume's changes live on a filesystem of that size, ``volfs``);
+the check at snapshot (or fork) covers a server run with that option larger than before.
 
     check_volume_sizes(ctx, env_record)   # 422 limit_exceeded past --max-volume-mb
+    service_limits(compose_service, config.limits)   # a service's own, within the server's
 """
 
 from __future__ import annotations
 
+from .compose import ComposeError
+from .compose import ServiceSpec as ComposeService
 from .context import Context
 from .errors import ApiError
-from .records import EnvRecord, volume_slots
+from .records import EnvRecord, Limits, ServiceLimits, volume_slots
 
 MIB = 1024 * 1024
 
@@ -34,3 +38,35 @@ def check_volume_sizes(ctx: Context, env: EnvRecord) -> None:
                 "from it first (or run denv serve with a larger --max-volume-mb)",
                 {"path": slot.path, "service": slot.service, "limit_mb": limit_mb},
             )
+
+
+def service_limits(svc: ComposeService, server: Limits) -> ServiceLimits | None:
+    """A compose service's own limits, each within the server's (422 ``invalid_compose``).
+
+    A service may ask for less than the server gives each container, or, where the server
+    sets no limit (0), any amount; never more than the server's.
+    """
+    asked: dict[str, float | None] = {
+        "memory_mb": svc.memory_mb,
+        "pids": svc.pids,
+        "cpus": svc.cpus,
+    }
+    if all(v is None for v in asked.values()):
+        return None
+    for name, value in asked.items():
+        top = getattr(server, name)
+        if value is not None and top > 0 and value > top:
+            key, option, unit = _SERVICE_KEYS[name]
+            raise ComposeError(
+                f"services.{svc.name}.{key}",
+                f"{value:g}{unit} is more than this server gives a container ({top:g}{unit}, "
+                f"denv serve {option}): ask for at most that",
+            )
+    return ServiceLimits(memory_mb=svc.memory_mb, pids=svc.pids, cpus=svc.cpus)
+
+
+_SERVICE_KEYS = {
+    "memory_mb": ("mem_limit", "--env-memory", " MiB"),
+    "pids": ("pids_limit", "--env-pids", " processes"),
+    "cpus": ("cpus", "--env-cpus", " CPUs"),
+}

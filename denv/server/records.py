@@ -43,6 +43,14 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class ServiceLimits(_Record):
+    """A compose service's own limits, within the server's (None: the server's)."""
+
+    memory_mb: int | None = None
+    pids: int | None = None
+    cpus: float | None = None
+
+
 class ServiceSpec(_Record):
     """One service of a version, as it is booted (the contract's VersionService + checks)."""
 
@@ -57,6 +65,7 @@ class ServiceSpec(_Record):
     health_path: str | None = None  # the agent's HTTP health path
     healthcheck: list[str] | None = None  # a dependency's exec test
     wait_healthy: list[str] = []  # dependencies whose healthcheck must pass first
+    limits: ServiceLimits | None = None  # compose's mem_limit, pids_limit, cpus
 
 
 class Volume(_Record):
@@ -127,6 +136,13 @@ class Limits(_Record):
     # Every other capability is dropped (engine.CAP_DROP); `denv serve --env-cap-add` grants
     # more to images that need them (an entrypoint that switches user needs SETUID/SETGID).
     capabilities: tuple[str, ...] = ("DAC_OVERRIDE",)
+
+    def of(self, service: ServiceLimits | None) -> Limits:
+        """These limits with a service's own in place of the server's."""
+        if service is None:
+            return self
+        mine = {k: v for k, v in service.model_dump().items() if v is not None}
+        return self.model_copy(update=mine)
 
 
 class EnvError(_Record):

@@ -15,6 +15,8 @@ from . import ids
 from .compose import ComposeSpec, parse_compose
 from .context import Context
 from .errors import ApiError, not_found
+from .images import check_allowed
+from .limits import service_limits
 from .models import SandboxCreate
 from .records import (
     UP,
@@ -57,6 +59,7 @@ class Versions:
 
     def implicit(self, owner: str, body: SandboxCreate) -> VersionRecord:
         """The one-service version behind ``POST /v1/sandboxes``."""
+        check_allowed(body.image, self.ctx.config.allow_images, "image")
         image_id = self.ctx.node.resolve_image(body.image, body.pull)
         paths = ["/work", *[p.rstrip("/") or "/" for p in body.volumes]]
         paths = list(dict.fromkeys(paths))
@@ -84,6 +87,8 @@ class Versions:
         services: list[ServiceSpec] = []
         vols: list[Volume] = []
         for s in spec.services:
+            check_allowed(s.image, self.ctx.config.allow_images, f"services.{s.name}.image")
+        for s in spec.services:
             try:
                 image_id = self.ctx.node.resolve_image(s.image, False)
             except ApiError as exc:
@@ -107,6 +112,7 @@ class Versions:
                     health_path=spec.health_path if agent else None,
                     healthcheck=s.healthcheck,
                     wait_healthy=s.wait_healthy or [],
+                    limits=service_limits(s, self.ctx.config.limits),
                 )
             )
             vols += self._volumes(s.name, image_id, paths)

@@ -1,19 +1,18 @@
 """Forkable volumes: overlayfs over immutable layers, mounted on the host, bind-mounted in.
 
 Layout under the state dir: ``layers/<layer_id>/`` (immutable) and
-``envs/<env_id>/<service>/<n>/{upper,work,mnt}``. ``mnt`` is first made a shared mount point
-of its own (bind onto itself, make-shared) so that the container's ``rslave`` bind sees mounts
-made on it later; the overlay is then mounted on it.
+``envs/<env_id>/<service>/<n>/{disk.img,fs/{upper,work},mnt}``. ``mnt`` is first made a shared
+mount point of its own (bind onto itself, make-shared) so that the container's ``rslave`` bind
+sees mounts made on it later; the overlay is then mounted on it. ``fs`` holds what the env
+changes: with a size (``--max-volume-mb``) it is an ext4 of that size in ``disk.img``
+(``volfs``), so writes past it fail with ENOSPC inside the env; without one, a plain dir.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +21,15 @@ from pathlib import Path
 
 from . import ids
 from .config import LAYER_DEPTH_LIMIT
+from .mounts import (
+    MS_BIND,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_SHARED,
+    mount,
+    unmount_all,
+)
+from .volfs import VolumeFs
 
 log = logging.getLogger(__name__)
 
@@ -34,81 +42,29 @@ def _run(*args: str) -> None:
         raise OSError(f"{' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}")
 
 
-_libc: ctypes.CDLL | None = None
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_BIND = 4096
-MS_SHARED = 1 << 20
-
-
-def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
-    """The mount(2) syscall: no ``mount`` process to start on the fork path."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    rc = _libc.mount(
-        source.encode(),
-        os.fsencode(target),
-        fstype.encode() if fstype else None,
-        ctypes.c_ulong(flags),
-        data.encode() if data else None,
-    )
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mounting {fstype or source} on {target} failed: {os.strerror(err)}")
-
-
 def mount_overlay(opts: str, target: Path) -> None:
     """``mount -t overlay overlay -o nosuid,nodev,opts target``.
 
     An env's volume is its own to write: a setuid binary or a device node it leaves there
     (or a layer seeded from an image carries) is inert on the host and in every fork.
     """
-    _mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts)
+    mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts)
 
 
 def make_shared_mount_point(path: Path) -> None:
     """``mount --bind path path; mount --make-shared path``."""
-    _mount(str(path), path, None, MS_BIND, None)
-    _mount("none", path, None, MS_SHARED, None)
-
-
-def _unescape(path: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
-
-
-def mount_points_under(root: Path) -> list[str]:
-    """Mount points at or below ``root``, deepest (and latest) first."""
-    prefix = str(root.resolve()).rstrip("/") + "/"
-    found: list[str] = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = _unescape(line.split()[4])
-            if point.startswith(prefix) or point == prefix.rstrip("/"):
-                found.append(point)
-    found.reverse()  # later (stacked) mounts are listed after the ones under them
-    return sorted(found, key=lambda p: p.count("/"), reverse=True)
-
-
-def unmount_all(root: Path) -> None:
-    """Unmount everything at or below ``root`` (stacked mounts included)."""
-    for _ in range(64):
-        points = mount_points_under(root)
-        if not points:
-            return
-        for point in points:
-            proc = subprocess.run(["umount", point], capture_output=True, check=False)
-            if proc.returncode != 0:
-                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-    log.warning("mounts left under %s after repeated umount", root)
+    mount(str(path), path, None, MS_BIND, None)
+    mount("none", path, None, MS_SHARED, None)
 
 
 class Volumes:
     """Makes, mounts, snapshots and merges volume layers under one state dir."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, size_mb: int = 0) -> None:
         self.layers_dir = state_dir / "layers"
         self.envs_dir = state_dir / "envs"
+        # What each volume may change, enforced by a filesystem of its own; 0: unlimited.
+        self.fs = VolumeFs(state_dir / "volfs", size_mb) if size_mb > 0 else None
         self.layers_dir.mkdir(parents=True, exist_ok=True)
         self.envs_dir.mkdir(parents=True, exist_ok=True)
         (self.layers_dir / EMPTY_LAYER).mkdir(exist_ok=True)
@@ -143,7 +99,10 @@ class Volumes:
         """
         base = self.envs_dir / env_id / service / str(n)
         mnt = base / "mnt"
-        for d in (base / "upper", base / "work", mnt):
+        mnt.mkdir(parents=True, exist_ok=True)
+        if self.fs is not None:
+            self.fs.make(base / "disk.img", base / "fs")
+        for d in (base / "fs" / "upper", base / "fs" / "work"):
             d.mkdir(parents=True, exist_ok=True)
         make_shared_mount_point(mnt)
         return mnt
@@ -152,11 +111,17 @@ class Volumes:
         """Mount the overlay of ``layers`` (newest first) and a fresh upper dir on ``mnt``."""
         base = self.envs_dir / env_id / service / str(n)
         lowers = [str(self.layer_path(x)) for x in layers] or [str(self.layer_path(EMPTY_LAYER))]
-        opts = f"lowerdir={':'.join(lowers)},upperdir={base / 'upper'},workdir={base / 'work'}"
+        fs = base / "fs"
+        opts = f"lowerdir={':'.join(lowers)},upperdir={fs / 'upper'},workdir={fs / 'work'}"
         mount_overlay(opts, base / "mnt")
 
     def upper(self, env_id: str, service: str, n: int) -> Path:
-        return self.envs_dir / env_id / service / str(n) / "upper"
+        """The dir holding what the env changed in a volume (the overlay's upper dir)."""
+        return self.envs_dir / env_id / service / str(n) / "fs" / "upper"
+
+    def mnt(self, env_id: str, service: str, n: int) -> Path:
+        """The volume's mount point, bound into the service's container."""
+        return self.envs_dir / env_id / service / str(n) / "mnt"
 
     def remove_env(self, env_id: str) -> None:
         """Unmount and delete everything an env's volumes had."""

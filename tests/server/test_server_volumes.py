@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from denv.server.config import LAYER_DEPTH_LIMIT
-from denv.server.volumes import Volumes, mount_points_under
+from denv.server.mounts import mount_points_under
+from denv.server.volumes import Volumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting overlays needs root")
 
@@ -35,3 +36,43 @@ def test_snapshot_chain_merges_past_the_depth_limit(tmp_path: Path) -> None:
         vols.remove_env("env_last")
     assert mount_points_under(tmp_path) == []
     assert vols.capture(tmp_path / "nothing") is None
+
+
+def _loop_devices_of(root: Path) -> list[str]:
+    """Loop devices whose backing file is under ``root``."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        if backing.read_text().strip().startswith(str(root)):
+            found.append(backing.parent.parent.name)
+    return found
+
+
+def test_a_sized_volume_refuses_writes_past_its_size_and_leaves_nothing(tmp_path: Path) -> None:
+    vols = Volumes(tmp_path, size_mb=16)
+    assert vols.fs is not None
+    vols.fs.check()
+    try:
+        mnt = vols.mount("env_a", "agent", 0, [])
+        other = vols.mount("env_b", "agent", 0, [])
+        written = 0
+        with pytest.raises(OSError) as err, open(mnt / "filler", "wb") as f:
+            while True:
+                f.write(b"x" * 65536)
+                f.flush()
+                os.fsync(f.fileno())
+                written += 65536
+        assert err.value.errno == 28  # ENOSPC
+        assert 12 * 2**20 <= written <= 16 * 2**20
+        # the other volume, and the host's copy of this one, are untouched
+        (other / "f").write_bytes(b"y" * 2**20)
+        assert (other / "f").stat().st_size == 2**20
+        image = tmp_path / "envs" / "env_a" / "agent" / "0" / "disk.img"
+        assert image.stat().st_blocks * 512 <= 17 * 2**20
+        assert vols.capture(vols.upper("env_a", "agent", 0)) is not None
+        print(f"sized volume: {written / 2**20:.1f} MiB written of 16 MiB, then ENOSPC")
+        assert len(_loop_devices_of(tmp_path)) == 2
+    finally:
+        vols.remove_env("env_a")
+        vols.remove_env("env_b")
+    assert mount_points_under(tmp_path / "envs") == []
+    assert _loop_devices_of(tmp_path) == []

@@ -1,0 +1,71 @@
+"""Mount primitives of the host: mount(2) without a process, and unmounting a whole tree.
+
+mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, "lowerdir=...")
+unmount_all(root)      # every mount at or below root, stacked ones included
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import re
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_BIND = 4096
+MS_SHARED = 1 << 20
+
+_libc: ctypes.CDLL | None = None
+
+
+def mount(source: str, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
+    """The mount(2) syscall: no ``mount`` process to start on the fork path."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    rc = _libc.mount(
+        source.encode(),
+        os.fsencode(target),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mounting {fstype or source} on {target} failed: {os.strerror(err)}")
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def mount_points_under(root: Path) -> list[str]:
+    """Mount points at or below ``root``, deepest (and latest) first."""
+    prefix = str(root.resolve()).rstrip("/") + "/"
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = _unescape(line.split()[4])
+            if point.startswith(prefix) or point == prefix.rstrip("/"):
+                found.append(point)
+    found.reverse()  # later (stacked) mounts are listed after the ones under them
+    return sorted(found, key=lambda p: p.count("/"), reverse=True)
+
+
+def unmount_all(root: Path) -> None:
+    """Unmount everything at or below ``root`` (stacked mounts included)."""
+    for _ in range(64):
+        points = mount_points_under(root)
+        if not points:
+            return
+        for point in points:
+            proc = subprocess.run(["umount", point], capture_output=True, check=False)
+            if proc.returncode != 0:
+                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    log.warning("mounts left under %s after repeated umount", root)
