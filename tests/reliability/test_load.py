@@ -43,7 +43,9 @@ SERVE_WORK = (
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
     state = tmp_path_factory.mktemp("denv-load")
-    with start_server(state, "--max-envs-per-key", "200") as srv:
+    # The server's capacity, not fairness: no per-key caps on requests or starts in flight.
+    caps = ("--max-creates-per-key", "0", "--max-starting-per-key", "0")
+    with start_server(state, "--max-envs-per-key", "200", *caps) as srv:
         yield srv
 
 
