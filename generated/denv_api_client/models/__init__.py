@@ -2,6 +2,7 @@
 
 from .deploy_request import DeployRequest
 from .egress import Egress
+from .egress_allowlist import EgressAllowlist
 from .endpoint import Endpoint
 from .endpoint_via import EndpointVia
 from .env import Env
@@ -45,6 +46,7 @@ from .warm_pool_state import WarmPoolState
 __all__ = (
     "DeployRequest",
     "Egress",
+    "EgressAllowlist",
     "Endpoint",
     "EndpointVia",
     "Env",

@@ -13,6 +13,7 @@ from ..models.start_mode import StartMode
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.egress_allowlist import EgressAllowlist
     from ..models.endpoint import Endpoint
     from ..models.env_error import EnvError
     from ..models.env_service import EnvService
@@ -36,12 +37,8 @@ class Env:
         parent_id (None | str): The env this one was forked from.
         project (None | str): The project of its version, if any.
         agent_service (str): A service's name, as in a compose file.
-        egress (Egress): `deny`: the env reaches nothing outside its own network (not the host,
-            not another env, not the internet) and has no resolver for names
-            beyond its own services; its ports are served through the ingress
-            proxy. The host guard keeping it off the host is reported by
-            `GET /v1/health` (`host_guard`). `allow`: the env may open outward connections and its
-            ports are published on the server's host.
+        egress (Egress | EgressAllowlist): `deny` (the default), `allow`, or an allowlist: `{"allow": ["name-or-
+            cidr[:port]", ...]}`.
         labels (Labels): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
         services (list[EnvService]):
         endpoints (list[Endpoint]):
@@ -65,7 +62,7 @@ class Env:
     parent_id: None | str
     project: None | str
     agent_service: str
-    egress: Egress
+    egress: Egress | EgressAllowlist
     labels: Labels
     services: list[EnvService]
     endpoints: list[Endpoint]
@@ -93,7 +90,11 @@ class Env:
 
         agent_service = self.agent_service
 
-        egress = self.egress.value
+        egress: dict[str, Any] | str
+        if isinstance(self.egress, Egress):
+            egress = self.egress.value
+        else:
+            egress = self.egress.to_dict()
 
         labels = self.labels.to_dict()
 
@@ -148,6 +149,7 @@ class Env:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.egress_allowlist import EgressAllowlist  # noqa: PLC0415
         from ..models.endpoint import Endpoint  # noqa: PLC0415
         from ..models.env_error import EnvError  # noqa: PLC0415
         from ..models.env_service import EnvService  # noqa: PLC0415
@@ -176,7 +178,22 @@ class Env:
 
         agent_service = d.pop("agent_service")
 
-        egress = Egress(d.pop("egress"))
+        def _parse_egress(data: object) -> Egress | EgressAllowlist:
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                componentsschemas_egress_policy_type_0 = Egress(data)
+
+                return componentsschemas_egress_policy_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            if not isinstance(data, dict):
+                raise TypeError()
+            componentsschemas_egress_policy_type_1 = EgressAllowlist.from_dict(data)
+
+            return componentsschemas_egress_policy_type_1
+
+        egress = _parse_egress(d.pop("egress"))
 
         labels = Labels.from_dict(d.pop("labels"))
 

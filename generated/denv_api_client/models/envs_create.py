@@ -11,6 +11,7 @@ from ..models.wait_for import WaitFor
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.egress_allowlist import EgressAllowlist
     from ..models.env_vars import EnvVars
     from ..models.labels import Labels
 
@@ -32,7 +33,7 @@ class EnvsCreate:
             where the env allows it, else volume.
              Default: EnvsCreateKind.VOLUME.
         count (int | Unset): How many envs to start. Default: 1.
-        egress (Egress | None | Unset): Overrides the parent's egress.
+        egress (Egress | EgressAllowlist | None | Unset): Overrides the parent's egress.
         env (EnvVars | Unset): Environment variables for the service; names are letters, digits and `_`, not starting
             with a digit.
         labels (Labels | Unset): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
@@ -45,7 +46,7 @@ class EnvsCreate:
 
     kind: EnvsCreateKind | Unset = EnvsCreateKind.VOLUME
     count: int | Unset = 1
-    egress: Egress | None | Unset = UNSET
+    egress: Egress | EgressAllowlist | None | Unset = UNSET
     env: EnvVars | Unset = UNSET
     labels: Labels | Unset = UNSET
     ttl_s: int | Unset = 3600
@@ -54,17 +55,21 @@ class EnvsCreate:
     warm: int | Unset = 0
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.egress_allowlist import EgressAllowlist  # noqa: PLC0415
+
         kind: str | Unset = UNSET
         if not isinstance(self.kind, Unset):
             kind = self.kind.value
 
         count = self.count
 
-        egress: None | str | Unset
+        egress: dict[str, Any] | None | str | Unset
         if isinstance(self.egress, Unset):
             egress = UNSET
         elif isinstance(self.egress, Egress):
             egress = self.egress.value
+        elif isinstance(self.egress, EgressAllowlist):
+            egress = self.egress.to_dict()
         else:
             egress = self.egress
 
@@ -112,6 +117,7 @@ class EnvsCreate:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.egress_allowlist import EgressAllowlist  # noqa: PLC0415
         from ..models.env_vars import EnvVars  # noqa: PLC0415
         from ..models.labels import Labels  # noqa: PLC0415
 
@@ -125,7 +131,7 @@ class EnvsCreate:
 
         count = d.pop("count", UNSET)
 
-        def _parse_egress(data: object) -> Egress | None | Unset:
+        def _parse_egress(data: object) -> Egress | EgressAllowlist | None | Unset:
             if data is None:
                 return data
             if isinstance(data, Unset):
@@ -138,7 +144,15 @@ class EnvsCreate:
                 return egress_type_0
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
-            return cast(Egress | None | Unset, data)
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                egress_type_1 = EgressAllowlist.from_dict(data)
+
+                return egress_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(Egress | EgressAllowlist | None | Unset, data)
 
         egress = _parse_egress(d.pop("egress", UNSET))
 

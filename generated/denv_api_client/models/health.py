@@ -23,9 +23,12 @@ class Health:
         status (HealthStatus):
         version (str): The server's version.
         engine (str): The container engine's version, or `unavailable`.
-        host_guard (HostGuard | Unset): The host guard: the firewall rule (iptables and ip6tables INPUT) that drops new
-            connections from egress-deny envs to the server's host. The server checks it every few seconds and puts it back
-            when it is missing. While a family is `missing`, deny envs may reach the host over it.
+        host_guard (HostGuard | Unset): The host guard: the firewall rules of egress, per IP family (iptables and
+            ip6tables): the rule that drops new connections from egress-deny envs to the server's host, and the chains that
+            keep egress-allow envs off the host, link-local and private networks and allowlist envs on their allowlist. The
+            server checks them every few seconds and puts them back when they are missing. While a family is `missing`, deny
+            envs may reach the host over it, and creating an env with any other egress is refused (503
+            `engine_unavailable`), so IPv6 never lets through what IPv4 refuses.
     """
 
     status: HealthStatus

@@ -10,6 +10,7 @@ from ..models.wait_for import WaitFor
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.egress_allowlist import EgressAllowlist
     from ..models.env_vars import EnvVars
     from ..models.labels import Labels
 
@@ -26,12 +27,8 @@ class SandboxCreate:
         env (EnvVars | Unset): Environment variables for the service; names are letters, digits and `_`, not starting
             with a digit.
         ports (list[int] | Unset): Container ports to expose; the first is the agent port.
-        egress (Egress | Unset): `deny`: the env reaches nothing outside its own network (not the host,
-            not another env, not the internet) and has no resolver for names
-            beyond its own services; its ports are served through the ingress
-            proxy. The host guard keeping it off the host is reported by
-            `GET /v1/health` (`host_guard`). `allow`: the env may open outward connections and its
-            ports are published on the server's host.
+        egress (Egress | EgressAllowlist | Unset): `deny` (the default), `allow`, or an allowlist: `{"allow": ["name-or-
+            cidr[:port]", ...]}`.
         volumes (list[str] | Unset): Absolute container paths that get a forkable volume, besides `/work`.
         labels (Labels | Unset): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
         ttl_s (int | Unset): Seconds until the env is deleted by the server. Default: 3600.
@@ -68,7 +65,7 @@ class SandboxCreate:
     command: list[str] | None | Unset = UNSET
     env: EnvVars | Unset = UNSET
     ports: list[int] | Unset = UNSET
-    egress: Egress | Unset = UNSET
+    egress: Egress | EgressAllowlist | Unset = UNSET
     volumes: list[str] | Unset = UNSET
     labels: Labels | Unset = UNSET
     ttl_s: int | Unset = 3600
@@ -101,9 +98,13 @@ class SandboxCreate:
         if not isinstance(self.ports, Unset):
             ports = self.ports
 
-        egress: str | Unset = UNSET
-        if not isinstance(self.egress, Unset):
+        egress: dict[str, Any] | str | Unset
+        if isinstance(self.egress, Unset):
+            egress = UNSET
+        elif isinstance(self.egress, Egress):
             egress = self.egress.value
+        else:
+            egress = self.egress.to_dict()
 
         volumes: list[str] | Unset = UNSET
         if not isinstance(self.volumes, Unset):
@@ -175,6 +176,7 @@ class SandboxCreate:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.egress_allowlist import EgressAllowlist  # noqa: PLC0415
         from ..models.env_vars import EnvVars  # noqa: PLC0415
         from ..models.labels import Labels  # noqa: PLC0415
 
@@ -207,12 +209,24 @@ class SandboxCreate:
 
         ports = cast(list[int], d.pop("ports", UNSET))
 
-        _egress = d.pop("egress", UNSET)
-        egress: Egress | Unset
-        if isinstance(_egress, Unset):
-            egress = UNSET
-        else:
-            egress = Egress(_egress)
+        def _parse_egress(data: object) -> Egress | EgressAllowlist | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                componentsschemas_egress_policy_type_0 = Egress(data)
+
+                return componentsschemas_egress_policy_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            if not isinstance(data, dict):
+                raise TypeError()
+            componentsschemas_egress_policy_type_1 = EgressAllowlist.from_dict(data)
+
+            return componentsschemas_egress_policy_type_1
+
+        egress = _parse_egress(d.pop("egress", UNSET))
 
         volumes = cast(list[str], d.pop("volumes", UNSET))
 

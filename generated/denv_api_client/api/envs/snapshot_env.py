@@ -65,6 +65,11 @@ def _parse_response(
 
         return response_422
 
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+        return response_429
+
     response_default = Error.from_dict(response.json())
 
     return response_default
