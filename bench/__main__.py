@@ -22,7 +22,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import bench_density, bench_fork, bench_latency, bench_snapshot, bench_start, report
+from . import (
+    bench_density,
+    bench_fork,
+    bench_latency,
+    bench_snapshot,
+    bench_start,
+    bench_trainer,
+    report,
+)
 from .harness import IMAGE, Bench, start_server, write_json
 from .measure import ROOT, conditions, machine, sh
 
@@ -49,6 +57,12 @@ class Profile:
     snapshot_reps: int
     latency_steps: int
     density_cap: int
+    trainer_envs: int  # envs of one image started at once (warm16)
+    trainer_rounds: int
+    trainer_gets: int  # get_env calls gathered / one after another (async_get_env)
+    trainer_get_rounds: int
+    diff_files: int  # 1 MB files in the diffed volume
+    diff_reps: int
 
 
 FULL = Profile(
@@ -66,6 +80,12 @@ FULL = Profile(
     snapshot_reps=3,
     latency_steps=2000,
     density_cap=24,
+    trainer_envs=16,
+    trainer_rounds=3,
+    trainer_gets=64,
+    trainer_get_rounds=10,
+    diff_files=1024,
+    diff_reps=20,
 )
 
 QUICK = Profile(
@@ -83,6 +103,12 @@ QUICK = Profile(
     snapshot_reps=1,
     latency_steps=500,
     density_cap=4,
+    trainer_envs=4,
+    trainer_rounds=1,
+    trainer_gets=64,
+    trainer_get_rounds=3,
+    diff_files=64,
+    diff_reps=5,
 )
 
 Runner = Callable[[Bench], dict[str, dict[str, Any]]]
@@ -92,6 +118,7 @@ BENCHMARKS: dict[str, Runner] = {
     "snapshot": bench_snapshot.run,
     "latency": bench_latency.run,
     "density": bench_density.run,
+    "trainer": bench_trainer.run,
 }
 
 

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from . import report_trainer
+
 log = logging.getLogger("bench.report")
 
 Result = dict[str, Any]
@@ -230,6 +232,7 @@ SECTIONS = [
     ("snapshot", "Snapshot cost: follows the change, not the volume", _snapshot),
     ("latency", "Per-step latency: published port against the ingress proxy", _latency),
     ("density", "Density", _density),
+    *report_trainer.SECTIONS,
 ]
 
 

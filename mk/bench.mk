@@ -8,13 +8,18 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
 
 bench-quick: $(VENV_STAMP) docker images
 	$(PY) -m bench --quick --out .cache/bench-quick --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
+
+## Issue 15's targets alone: 16 warm starts against LocalDockerProvider, AsyncDenv gather
+## against sequential Denv calls, Denv.diff of a 1 GB volume (bench/bench_trainer.py).
+bench-trainer: $(VENV_STAMP) docker images
+	$(PY) -m bench --only trainer --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
 
 ## Rewrite bench/results/SUMMARY.md and the plots from the result files.
 bench-report: $(VENV_STAMP)

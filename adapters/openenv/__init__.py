@@ -18,7 +18,7 @@ from typing import Any
 
 from denv.errors import EnvReadyTimeout, EnvStartError, WarmPoolStalled, WarmPoolTimeout
 
-from ._clients import fork_client, fork_clients
+from ._clients import fork_client, fork_client_async, fork_clients, fork_clients_async
 from ._provider import DenvProvider
 from ._version import from_denv_version, install
 
@@ -36,7 +36,9 @@ __all__ = [
     "WarmPoolStalled",
     "WarmPoolTimeout",
     "fork_client",
+    "fork_client_async",
     "fork_clients",
+    "fork_clients_async",
     "forkable",
     "from_denv_version",
     "restore_state",

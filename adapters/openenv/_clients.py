@@ -6,6 +6,7 @@ Each child's env belongs to its client: closing the client deletes the env
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any, TypeVar
 
@@ -36,10 +37,43 @@ def fork_clients(client: ClientT, n: int) -> list[ClientT]:
     """n new clients like `client`, on n children forked from ONE snapshot of its env.
 
     The children start in parallel and are ready (health and WebSocket) when
-    this returns. It blocks; in async code run it in a thread
-    (`await asyncio.to_thread(fork_clients, client, n)`).
+    this returns. It blocks; in async code use `await fork_clients_async(client, n)`.
     """
     async_client, is_sync = _unwrap(client)
+    children = _provider_of(client, async_client).fork(n)
+    return _clients_on(async_client, is_sync, children)
+
+
+async def fork_client_async(client: ClientT) -> ClientT:
+    """`fork_client`, awaited: nothing in it blocks the event loop."""
+    return (await fork_clients_async(client, 1))[0]
+
+
+async def fork_clients_async(client: ClientT, n: int) -> list[ClientT]:
+    """`fork_clients`, awaited: n async clients (of the same class) on n children of ONE
+    snapshot, each connected, without blocking the event loop.
+
+    Example::
+
+        root = await from_denv_version(GenericEnvClient, "ver_...")
+        await root.reset()
+        branches = await fork_clients_async(root, 8)
+        results = await asyncio.gather(*(b.step(action) for b in branches))
+        await asyncio.gather(*(b.close() for b in branches))
+    """
+    async_client, is_sync = _unwrap(client)
+    children = await _provider_of(client, async_client).fork_async(n)
+    clients = _clients_on(async_client, is_sync, children)
+    if not is_sync:
+        try:
+            await asyncio.gather(*(c.connect() for c in clients))
+        except BaseException:
+            await asyncio.gather(*(c.stop_container_async() for c in children))
+            raise
+    return clients
+
+
+def _provider_of(client: Any, async_client: Any) -> DenvProvider:
     provider = getattr(async_client, "_provider", None)
     if not isinstance(provider, DenvProvider):
         raise TypeError(
@@ -47,8 +81,11 @@ def fork_clients(client: ClientT, n: int) -> list[ClientT]:
             "forked: create it with from_docker_image(image, provider=DenvProvider()) or "
             "from_denv_version(...)"
         )
-    children = provider.fork(n)
-    clients: list[ClientT] = []
+    return provider
+
+
+def _clients_on(async_client: Any, is_sync: bool, children: list[DenvProvider]) -> list[Any]:
+    clients: list[Any] = []
     try:
         for child in children:
             forked = _client_on(async_client, child)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, overload
 from denv.errors import EnvReadyTimeout, EnvStartError, NotFound
 from openenv.core.containers.runtime import ContainerProvider
 
-from . import _waits
+from . import _async, _waits
+from ._async import delete_on_a_thread, in_event_loop
 from ._config import DEFAULT_PORT, Egress, ProviderConfig, check_start_options, command_list
 from ._connection import Connection, open_connection
 from ._readiness import WebSocketProbe, no_websocket, probe_websocket
@@ -101,6 +102,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         self._origin = ""  # what the env was started from, for messages
         self._start: str | None = None  # "warm" or "cold": how the server started the env
         self._healthy_at_bind = False
+        self._async = False  # bound by an *_async call: stop_container never blocks a loop
         self._lock = threading.RLock()
         #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
         #: (which cannot hold a WebSocket) replace it. Forks inherit it.
@@ -245,6 +247,11 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         """
         with self._lock:
             env_id, connection = self._env_id, self._connection
+            if env_id is not None and connection is not None and self._async and in_event_loop():
+                # OpenEnv's async close() calls this from a coroutine: delete on a thread.
+                self._env_id = self._base_url = self._start = self._connection = None
+                delete_on_a_thread(connection, env_id)
+                return
             if env_id is not None and connection is not None:
                 with contextlib.suppress(NotFound):  # already gone: what stop wants
                     connection.denv.delete_env(env_id)
@@ -331,7 +338,68 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             raise RuntimeError("wait_warm() needs a running env: start one first")
         return _waits.wait_warm_pool(self._conn().denv, env_id, timeout_s, progress)
 
+    # -- asyncio ---------------------------------------------------------------------------------
+
+    async def start_container_async(
+        self,
+        image: str | None = None,
+        port: int | None = None,
+        env_vars: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """`start_container`, awaited on the running loop (nothing in it blocks the loop).
+
+        >>> provider = DenvProvider()
+        >>> url = await provider.start_container_async("denv-echo-env:latest")
+        >>> await provider.wait_for_ready_async(url)
+        >>> client = GenericEnvClient(base_url=url, provider=provider)
+        """
+        return await _async.start_container(self, image, port, env_vars, kwargs)
+
+    async def start_version_async(
+        self,
+        version_id: str,
+        env_vars: Mapping[str, str] | None = None,
+        *,
+        wait_timeout: float | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """`start_version`, awaited."""
+        return await _async.start_version(self, version_id, env_vars, wait_timeout, labels)
+
+    async def wait_for_ready_async(self, base_url: str, timeout_s: float | None = None) -> None:
+        """`wait_for_ready`, awaited: the server's long-poll, then /health and a WebSocket."""
+        await _async.ready(self, base_url, timeout_s)
+
+    @overload
+    async def fork_async(self) -> DenvProvider: ...
+    @overload
+    async def fork_async(self, n: int) -> list[DenvProvider]: ...
+
+    async def fork_async(self, n: int | None = None) -> DenvProvider | list[DenvProvider]:
+        """`fork`, awaited: one snapshot, `n` children ready, all deleted if any fails.
+
+        >>> branches = await root.provider.fork_async(8)
+        """
+        count = 1 if n is None else n
+        if not 1 <= count <= MAX_FORK_COUNT:
+            raise ValueError(f"fork count must be between 1 and {MAX_FORK_COUNT}, not {count!r}")
+        children = await _async.fork(self, count)
+        return children[0] if n is None else children
+
+    async def stop_container_async(self) -> None:
+        """`stop_container`, awaited: the env is deleted when it returns."""
+        await _async.stop(self)
+
     # -- internals -------------------------------------------------------------------------------
+
+    def _blank_child(self, connection: Connection) -> DenvProvider:
+        """A provider with this one's settings, sharing its connection, bound to nothing yet."""
+        child = DenvProvider.__new__(DenvProvider)
+        child._setup(self._config)
+        child.ws_probe = self.ws_probe
+        child._connection = connection.share()
+        return child
 
     def _conn(self) -> Connection:
         with self._lock:

@@ -12,6 +12,7 @@ Importing `denv.openenv` installs two things on OpenEnv's clients:
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 from openenv.core.env_client import EnvClient
@@ -30,6 +31,8 @@ def from_denv_version(
     started when the handle is resolved, on `provider` (default: a new
     `DenvProvider()`), and deleted when the client closes. `kwargs`
     (`env_vars`, `wait_timeout`, `labels`) go to `DenvProvider.start_version`.
+    Awaited, nothing blocks the event loop (`DenvProvider.start_version_async`,
+    `wait_for_ready_async`), so many can start at once with `asyncio.gather`.
 
     Example::
 
@@ -51,21 +54,44 @@ def from_denv_version(
             owned.stop_container()
             raise
 
-    return _bootstrap_handle(bootstrap)
+    async def bootstrap_async() -> Any:
+        owned = provider if provider is not None else DenvProvider()
+        try:
+            base_url = await owned.start_version_async(version_id, **kwargs)
+            await owned.wait_for_ready_async(base_url)
+            client = client_cls(base_url=base_url, provider=owned)
+            await client.connect()
+            return client
+        except BaseException:
+            with suppress(Exception):
+                await owned.stop_container_async()
+            raise
+
+    return _bootstrap_handle(bootstrap, bootstrap_async)
 
 
-def _bootstrap_handle(bootstrap: Any) -> Any:
+def _bootstrap_handle(bootstrap: Any, bootstrap_async: Any) -> Any:
     try:
         from openenv.core.env_client import _BootstrapResult
     except ImportError:  # an OpenEnv without bootstrap handles: a plain coroutine
-        return _connect(bootstrap)
-    return _BootstrapResult(bootstrap)
+        return bootstrap_async()
 
+    class _Handle(_BootstrapResult):  # type: ignore[misc]  # openenv ships no type hints
+        """OpenEnv's handle (`await` it, or `.sync()`), whose await never blocks the loop."""
 
-async def _connect(bootstrap: Any) -> Any:
-    client = bootstrap()
-    await client.connect()
-    return client
+        async def _resolve_async(self) -> Any:
+            self._consume_async()
+            return await bootstrap_async()
+
+        def _consume_async(self) -> None:
+            if getattr(self, "_used", False):
+                raise RuntimeError(
+                    "This bootstrap handle has already been resolved; call "
+                    "from_denv_version again to start a new environment."
+                )
+            self._used = True
+
+    return _Handle(bootstrap)
 
 
 def _from_denv_version(

@@ -107,7 +107,13 @@ class ReadyWait:
             delay = min(delay * 2, PROBE_BACKOFF_S[1])
 
 
-def start_error(denv: Denv, env: Env, origin: str) -> EnvStartError | EnvReadyTimeout:
+class LogSource(Protocol):
+    """Where an error's log tail comes from: a `Denv`, or lines already read."""
+
+    def logs(self, env_id: str, *, service: str | None = None, tail: int = 100) -> list[str]: ...
+
+
+def start_error(denv: LogSource, env: Env, origin: str) -> EnvStartError | EnvReadyTimeout:
     """The error for an env the server reports failed (a timeout when it gave up waiting)."""
     error = env.error
     cause = f"{error.code}: {error.message}" if error else f"status {env.status}"
@@ -129,7 +135,9 @@ def start_error(denv: Denv, env: Env, origin: str) -> EnvStartError | EnvReadyTi
     )
 
 
-def timeout_error(denv: Denv, env_id: str | None, timeout: float, reason: str) -> EnvReadyTimeout:
+def timeout_error(
+    denv: LogSource, env_id: str | None, timeout: float, reason: str
+) -> EnvReadyTimeout:
     which = f"env {env_id}" if env_id else "the OpenEnv server"
     return EnvReadyTimeout(
         f"{which} was not ready within {timeout:g}s ({reason}); it has been deleted.",
@@ -139,7 +147,7 @@ def timeout_error(denv: Denv, env_id: str | None, timeout: float, reason: str) -
     )
 
 
-def log_tail(denv: Denv, env_id: str) -> list[str]:
+def log_tail(denv: LogSource, env_id: str) -> list[str]:
     """The env's last log lines, or none when they cannot be read (a failure path)."""
     try:
         return list(denv.logs(env_id, tail=LOG_TAIL_LINES))

@@ -1,55 +1,31 @@
 """End to end: `AsyncDenv` on the real local server, on one event loop that never blocks.
 
-A watchdog task ticks every 50 ms while the calls run; a gap between two ticks longer than
-`MAX_GAP_S` means something blocked the loop (a sync HTTP call, finding the server, a sleep).
+`loop_watchdog.watchdog` fails a test whose calls held the event loop (and names the call).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
-from typing import TypeVar
 
 import pytest
 from conftest import LocalDenv
+from loop_watchdog import watchdog, watched
 from provider_helpers import PROBE_APP, PROBE_IMAGE
 
 from denv import AsyncDenv, EnvStatus
 
 pytestmark = pytest.mark.e2e
 
-TICK_S = 0.05
-MAX_GAP_S = 0.5
-T = TypeVar("T")
 
+def test_the_watchdog_fails_a_blocked_loop_and_names_the_call() -> None:
+    async def run() -> None:
+        async with watchdog():
+            await asyncio.sleep(0.1)
+            time.sleep(0.8)  # what a sync call inside a coroutine does to the loop
 
-@asynccontextmanager
-async def watchdog() -> AsyncIterator[list[float]]:
-    """Yields the gaps between ticks seen so far; fails if the loop stalled past MAX_GAP_S."""
-    gaps: list[float] = []
-    last = [time.monotonic()]
-
-    async def tick() -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            now = time.monotonic()
-            gaps.append(now - last[0])
-            last[0] = now
-
-    task = asyncio.create_task(tick())
-    try:
-        yield gaps
-    finally:
-        task.cancel()
-    gaps.append(time.monotonic() - last[0])  # a stall after the last tick counts too
-    assert max(gaps) <= MAX_GAP_S, f"the event loop was blocked for {max(gaps):.2f}s"
-
-
-async def watched(call: Awaitable[T]) -> T:
-    async with watchdog():
-        return await call
+    with pytest.raises(AssertionError, match=r"(?s)blocked for 0\.[89]\ds.*time\.sleep"):
+        asyncio.run(run())
 
 
 def test_64_concurrent_get_env_never_block_the_loop(denv_server: LocalDenv) -> None:

@@ -1,0 +1,157 @@
+"""End to end: the adapter on asyncio (issue 15, item 2), on one event loop that never blocks.
+
+`from_denv_version` awaited, `DenvProvider.fork_async`, `fork_clients_async`, and OpenEnv's
+async clients over real WebSockets, many at once, under `loop_watchdog.watchdog`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LocalDenv, start_server
+from denv.openenv import DenvProvider, fork_clients_async, from_denv_version
+from loop_watchdog import watchdog
+from openenv.core import GenericEnvClient
+from provider_helpers import ECHO_IMAGE, assert_gone, live_env_ids, message
+
+from denv import Denv, EnvReadyTimeout, EnvStartError, NotFound
+
+pytestmark = pytest.mark.e2e
+
+#: 32 roots started from a version and 32 children forked from them: 64 envs at once.
+ROOTS = 32
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    """A server of this module's own: 64 envs at once is the whole of a key's quota."""
+    with start_server(
+        Path(tmp_path_factory.mktemp("denv-async")), "--max-envs-per-key", "70"
+    ) as srv:
+        yield srv
+
+
+def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
+    return DenvProvider(server=server.url, api_key=server.key, **kwargs)
+
+
+def echo_version(server: LocalDenv) -> str:
+    """A version of the echo env (a snapshot of a started one, which is then deleted)."""
+    p = provider(server)
+    try:
+        p.wait_for_ready(p.start_container(ECHO_IMAGE))
+        with Denv(server.url, server.key) as denv:
+            return denv.snapshot(str(p.env_id)).id
+    finally:
+        p.stop_container()
+
+
+def join_stops() -> None:
+    """Wait for deletes handed to threads by OpenEnv's async close (see stop_container)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("denv-stop-"):
+            thread.join(60)
+
+
+def test_64_concurrent_starts_and_forks_on_one_loop(own_server: LocalDenv) -> None:
+    version_id = echo_version(own_server)
+    label = {"test": f"async-{time.monotonic_ns()}"}
+
+    async def branch(i: int) -> tuple[Any, Any]:
+        root = await from_denv_version(
+            GenericEnvClient, version_id, provider=provider(own_server, labels=label)
+        )
+        await root.reset()
+        await root.step(message(f"prefix {i}"))
+        (child,) = await fork_clients_async(root, 1)
+        return root, child
+
+    async def run() -> list[str]:
+        async with watchdog() as gaps:
+            pairs = await asyncio.gather(*(branch(i) for i in range(ROOTS)))
+            roots = [r for r, _ in pairs]
+            children = [c for _, c in pairs]
+            ids = [c.provider.env_id for c in roots + children]
+            assert len(set(ids)) == 2 * ROOTS
+            results = await asyncio.gather(
+                *(c.step(message(f"child {i}")) for i, c in enumerate(children))
+            )
+            assert [r.observation["echoed_message"] for r in results] == [
+                f"child {i}" for i in range(ROOTS)
+            ]
+            # The child carries the root's state at the fork: one step before, one after.
+            states = await asyncio.gather(*(c.state() for c in children))
+            assert {s["step_count"] for s in states} == {2}
+            # Roots stop awaited; children through OpenEnv's close (a sync stop, handed off).
+            await asyncio.gather(*(r.provider.stop_container_async() for r in roots))
+            await asyncio.gather(*(r.close() for r in roots + children))
+            assert len(gaps) > 10
+        return [str(i) for i in ids]
+
+    ids = asyncio.run(run())
+    join_stops()
+    assert_gone(own_server, ids)
+    assert live_env_ids(own_server, next(iter(label.items()))) == []
+    with Denv(own_server.url, own_server.key) as denv:
+        denv.delete_version(version_id)
+
+
+def test_fork_async_of_a_failing_child_deletes_every_child(own_server: LocalDenv) -> None:
+    """A fork whose child cannot be used raises, and leaves no child behind."""
+    version_id = echo_version(own_server)
+    label = {"test": f"async-fail-{time.monotonic_ns()}"}
+
+    async def run() -> None:
+        async with watchdog():
+            # Children get 15 s (the provider's timeout_s); the root its own 300 s.
+            p = provider(own_server, labels=label, timeout_s=15)
+            await p.wait_for_ready_async(await p.start_version_async(version_id, wait_timeout=300))
+            # A WebSocket probe that fails for the children: readiness must give up and
+            # delete all of them (the seam is a sync callable, run on a thread).
+            p.ws_probe = lambda url, timeout: "refused by the test"
+            with pytest.raises((EnvReadyTimeout, EnvStartError)):
+                await p.fork_async(2)
+            assert p.env_id is not None  # the root is untouched
+            await p.stop_container_async()
+
+    asyncio.run(run())
+    join_stops()
+    assert live_env_ids(own_server, next(iter(label.items()))) == []
+    with Denv(own_server.url, own_server.key) as denv:
+        denv.delete_version(version_id)
+
+
+def test_awaited_start_of_a_missing_version_fails_and_leaves_nothing(
+    own_server: LocalDenv,
+) -> None:
+    async def run() -> None:
+        async with watchdog():
+            with pytest.raises(NotFound):
+                await from_denv_version(
+                    GenericEnvClient,
+                    "ver_00000000000000000000000000",
+                    provider=provider(own_server),
+                )
+
+    asyncio.run(run())
+
+
+def test_a_crashing_image_fails_the_awaited_start_with_its_log(own_server: LocalDenv) -> None:
+    async def run() -> None:
+        async with watchdog():
+            p = provider(own_server, timeout_s=300)
+            url = await p.start_container_async(
+                ECHO_IMAGE, command=["python3", "-c", "print('boom from the test'); exit(3)"]
+            )
+            with pytest.raises(EnvStartError) as caught:
+                await p.wait_for_ready_async(url)
+            assert any("boom from the test" in line for line in caught.value.log_tail)
+            assert p.env_id is None
+
+    asyncio.run(run())
