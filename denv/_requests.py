@@ -7,14 +7,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from denv_api_client.models import Egress as ApiEgress
+from denv_api_client.models import EgressAllowlist as ApiEgressAllowlist
 from denv_api_client.models import EnvsCreate, EnvVars, Labels
 from denv_api_client.models import WaitFor as ApiWaitFor
 from denv_api_client.types import UNSET, Unset
 
 from . import _config
-from .types import Egress, EnvStatus, WaitFor
+from .types import Egress, EgressAllowlist, EnvStatus, WaitFor
 
-EgressArg = Literal["deny", "allow"] | Egress
+# "deny", "allow", or an allowlist: {"allow": ["name-or-cidr[:port]", ...]}
+EgressArg = Literal["deny", "allow"] | Egress | EgressAllowlist | Mapping[str, Sequence[str]]
 WaitArg = Literal["none", "running", "healthy"] | WaitFor
 UntilArg = Literal["running", "healthy", "deleted"]
 StatusArg = Literal["creating", "starting", "running", "healthy", "failed", "deleted"] | EnvStatus
@@ -46,7 +48,18 @@ def env_vars_body(env: Mapping[str, str] | None) -> EnvVars | Unset:
     return UNSET if env is None else EnvVars.from_dict(dict(env))
 
 
-def egress_body(egress: EgressArg) -> ApiEgress:
+def egress_body(egress: EgressArg) -> ApiEgress | ApiEgressAllowlist:
+    """A mode, or an allowlist given as ``EgressAllowlist`` or ``{"allow": [...]}``."""
+    if isinstance(egress, EgressAllowlist):
+        return ApiEgressAllowlist(allow=list(egress.allow))
+    if isinstance(egress, Mapping):
+        entries = egress.get("allow")
+        if set(egress) != {"allow"} or isinstance(entries, str) or entries is None:
+            raise ValueError(
+                f"egress {dict(egress)!r}: an allowlist is {{'allow': ['name-or-cidr[:port]', "
+                "...]}, e.g. {'allow': ['host.docker.internal:8100']}"
+            )
+        return ApiEgressAllowlist(allow=[str(e) for e in entries])
     return ApiEgress(str(egress))
 
 

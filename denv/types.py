@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Egress",
+    "EgressAllowlist",
     "Endpoint",
     "EndpointVia",
     "Env",
@@ -70,10 +71,25 @@ class StartMode(enum.StrEnum):
 
 
 class Egress(enum.StrEnum):
-    """`deny`: no outward connections (reached through the ingress); `allow`: ports published."""
+    """`deny`: no outward connections (reached through the ingress); `allow`: ports published,
+    and outward connections to anything but the server's host, link-local and private networks
+    (unless the server's operator allows those)."""
 
     ALLOW = "allow"
     DENY = "deny"
+
+
+@dataclasses.dataclass(frozen=True)
+class EgressAllowlist:
+    """An env that reaches only what ``allow`` lists: ``name-or-cidr[:port]`` entries.
+
+    Names are resolved by the server when the env is created; ``host.docker.internal`` is the
+    server's host. Pass it, or the plain dict, as ``egress``::
+
+        denv.create_sandbox("img", egress={"allow": ["host.docker.internal:8100"]})
+    """
+
+    allow: tuple[str, ...]
 
 
 class EndpointVia(enum.StrEnum):
@@ -239,7 +255,7 @@ class Env(_Record):
     parent_id: str | None
     project: str | None
     agent_service: str
-    egress: Egress
+    egress: Egress | EgressAllowlist
     labels: dict[str, str]
     services: list[EnvService]
     endpoints: list[Endpoint]
@@ -257,7 +273,11 @@ class Env(_Record):
             parent_id=m.parent_id,
             project=m.project,
             agent_service=m.agent_service,
-            egress=Egress(m.egress.value),
+            egress=(
+                Egress(m.egress.value)
+                if isinstance(m.egress, enum.Enum)
+                else EgressAllowlist(allow=tuple(m.egress.allow))
+            ),
             labels=_dict(m.labels),
             services=[EnvService.from_api(s) for s in m.services],
             endpoints=[Endpoint.from_api(e) for e in m.endpoints],

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-Egress = Literal["deny", "allow"]
+from denv.types import EgressAllowlist
+
+#: "deny", "allow", or an allowlist: `{"allow": ["name-or-cidr[:port]", ...]}` / `EgressAllowlist`
+Egress = Literal["deny", "allow"] | EgressAllowlist | Mapping[str, Sequence[str]]
 
 #: The container port an OpenEnv server listens on unless told otherwise.
 DEFAULT_PORT = 8000
@@ -27,7 +30,7 @@ class ProviderConfig:
     server: str | None = None
     api_key: str | None = field(default=None, repr=False)  # never shown
     image: str | None = None
-    egress: Egress = "deny"
+    egress: Egress = "deny"  # a dict allowlist is kept as an EgressAllowlist
     ttl_s: int = 3600
     labels: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 120.0
@@ -36,8 +39,7 @@ class ProviderConfig:
     websocket: bool = True
 
     def __post_init__(self) -> None:
-        if self.egress not in ("deny", "allow"):
-            raise ValueError(f"egress must be 'deny' or 'allow', not {self.egress!r}")
+        object.__setattr__(self, "egress", _egress(self.egress))
         if self.ttl_s < 1:
             raise ValueError(f"ttl_s must be at least 1 second, not {self.ttl_s!r}")
         if self.timeout_s <= 0:
@@ -53,6 +55,22 @@ class ProviderConfig:
         """The provider's labels with `extra` on top; None when there are none."""
         labels = {**self.labels, **(extra or {})}
         return labels or None
+
+
+def _egress(egress: object) -> Literal["deny", "allow"] | EgressAllowlist:
+    """A mode, or an allowlist (a dict `{"allow": [...]}` becomes an `EgressAllowlist`)."""
+    if egress == "deny" or egress == "allow":
+        return "deny" if egress == "deny" else "allow"
+    if isinstance(egress, EgressAllowlist):
+        return egress
+    if isinstance(egress, Mapping) and set(egress) == {"allow"}:
+        entries = egress["allow"]
+        if not isinstance(entries, str) and isinstance(entries, Sequence) and entries:
+            return EgressAllowlist(allow=tuple(str(e) for e in entries))
+    raise ValueError(
+        f"egress must be 'deny', 'allow' or an allowlist such as "
+        f"{{'allow': ['host.docker.internal:8100']}}, not {egress!r}"
+    )
 
 
 def check_start_options(options: Mapping[str, object]) -> None:

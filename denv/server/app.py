@@ -121,13 +121,19 @@ def create_app(config: ServerConfig) -> FastAPI:
     store = Store(config.db_path)
     store.add_key_digest(digest(config.api_key))
     table = IngressTable()
-    engine = Engine(store.instance_id(), SubnetPool(config.subnet_pool, config.subnet_prefix))
+    guard = HostGuardWatch()
+    engine = Engine(
+        store.instance_id(),
+        SubnetPool(config.subnet_pool, config.subnet_prefix),
+        firewall=guard.firewall,
+        allow_private_egress=config.allow_private_egress,
+    )
     engine.pull_credentials = config.pull_credentials
     volumes = Volumes(config.state_dir, config.max_volume_mb)
     if volumes.fs is not None:
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
     node = DockerNode(engine, volumes, config.limits)
-    ctx = Context(config=config, store=store, node=node, ingress=table)
+    ctx = Context(config=config, store=store, node=node, ingress=table, host_guard=guard)
     service = Service(ctx)
 
     @asynccontextmanager

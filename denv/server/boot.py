@@ -19,6 +19,8 @@ from typing import Any, Protocol
 import httpx
 
 from .config import EXIT_CHECK_EVERY, HEALTH_POLL_S
+from .egress import egress_hosts
+from .egress import parse as parse_egress
 from .engine import Engine
 from .errors import ApiError
 from .node import Booted, BootFailed, BootSpec
@@ -60,6 +62,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
     deadline = time.monotonic() + spec.timeout_s
     network: str | None = None
     made: dict[str, str] = {}
+    policy = parse_egress(spec.egress)
     try:
         with guard.step(env_id):
             network = engine.create_network(env_id, spec.egress)
@@ -91,7 +94,8 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
                     cpu_shares=guard.cpu_shares(spec),
                     limits=guard.limits(spec, svc),
-                    deny=spec.egress == "deny",
+                    deny=not policy.resolver,
+                    extra_hosts=egress_hosts(policy),
                 )
                 made[svc.name] = cid
                 engine.start(cid)

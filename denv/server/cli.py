@@ -7,6 +7,7 @@
                [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
+               [--allow-private-egress]
 
 ``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
 The API key comes from ``--api-key-file``, else ``$DENV_API_KEY``, else ``<state_dir>/api_key``
@@ -154,6 +155,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_LIMITS.cpus,
         metavar="N",
         help="CPUs each container of an env may use (a quota); 0: no limit (default %(default)g)",
+    )
+    parser.add_argument(
+        "--allow-private-egress",
+        action="store_true",
+        help="let egress-allow envs reach this host, link-local (169.254/16, fe80::/10) and "
+        "private networks (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), and let "
+        "allowlists name them (host.docker.internal, a private CIDR); refused by default",
     )
     parser.add_argument(
         "--env-cap-add",

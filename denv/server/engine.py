@@ -21,7 +21,10 @@ import docker.errors
 import requests.exceptions
 
 from .config import DOCKER_TIMEOUT_S, START_WORKERS
+from .egress import parse as parse_egress
 from .errors import ApiError, EngineUnavailable
+from .firewall import Firewall, FirewallError
+from .firewall import tools as firewall_tools
 from .netpolicy import BRIDGE_NAME_OPTION, DENY_DNS, bridge_name, network_name
 from .records import Limits
 from .subnets import OVERLAP_RETRIES, SubnetPool
@@ -74,9 +77,19 @@ class Engine:
     # `denv serve --pull-credentials` turns it on.
     pull_credentials = False
 
-    def __init__(self, instance_id: str, subnets: SubnetPool | None = None) -> None:
+    def __init__(
+        self,
+        instance_id: str,
+        subnets: SubnetPool | None = None,
+        firewall: Firewall | None = None,
+        allow_private_egress: bool = False,
+    ) -> None:
         self.instance_id = instance_id
         self.subnets = subnets or SubnetPool()
+        # The egress rules of allow and allowlist envs (None: not managed, for tests of parts).
+        self.firewall = firewall
+        self.allow_private_egress = allow_private_egress
+        self._bridge_of: dict[str, str] = {}  # network name -> bridge with per-env rules
         self._subnet_of: dict[str, str] = {}  # network name -> the subnet it was given
         self._client: docker.DockerClient | None = None
 
@@ -161,8 +174,14 @@ class Engine:
 
     # networks
     def create_network(self, env_id: str, egress: str) -> str:
-        """The env's network, on a subnet of the server's pool (not Docker's ~30 defaults)."""
+        """The env's network, on a subnet of the server's pool (not Docker's ~30 defaults).
+
+        An allowlist env's bridge gets its rules (its destinations) before anything runs on
+        it; so does an allow env's on a server started with ``--allow-private-egress``.
+        """
         name = network_name(env_id)
+        policy = parse_egress(egress)
+        bridge = bridge_name(env_id, deny=policy.internal, allowlist=policy.mode == "allowlist")
         for _ in range(OVERLAP_RETRIES):
             subnet = self.subnets.allocate(self._docker_subnets)
             gateway = str(next(ipaddress.IPv4Network(subnet).hosts()))  # named, as Docker does
@@ -173,10 +192,10 @@ class Engine:
                     self.api.create_network(
                         name,
                         driver="bridge",
-                        internal=egress == "deny",
+                        internal=policy.internal,
                         labels=self.labels(env_id),
                         ipam=ipam,
-                        options={BRIDGE_NAME_OPTION: bridge_name(env_id, deny=egress == "deny")},
+                        options={BRIDGE_NAME_OPTION: bridge},
                     )
             except docker.errors.APIError as exc:
                 if "overlaps" not in str(exc.explanation or exc):
@@ -185,6 +204,7 @@ class Engine:
                 self.subnets.overlapped(subnet)  # another server took it a moment ago
                 continue
             self._subnet_of[name] = subnet
+            self._open_egress(name, bridge, policy.mode, list(policy.rules))
             return name
         raise ApiError(
             503,
@@ -203,10 +223,39 @@ class Engine:
             if cfg.get("Subnet")
         ]
 
+    def _open_egress(self, name: str, bridge: str, mode: str, rules: list[Any]) -> None:
+        """Per-env firewall rules of a new network; a failure removes the network."""
+        wanted = mode == "allowlist" or (mode == "allow" and self.allow_private_egress)
+        if self.firewall is None or not wanted:
+            return
+        try:
+            self.firewall.add_env(firewall_tools(), bridge, rules)
+        except FirewallError as exc:
+            self.remove_network(name)
+            raise ApiError(
+                503,
+                "engine_unavailable",
+                f"the egress rules of network {name} could not be installed ({exc}): the "
+                "server needs root or CAP_NET_ADMIN; GET /v1/health shows host_guard",
+            ) from exc
+        self._bridge_of[name] = bridge
+
     def remove_network(self, name: str) -> None:
+        bridge = self._bridge_of.pop(name, None) or self._bridge(name)
         with engine_errors(), suppress(docker.errors.NotFound):
             self.api.remove_network(name)
         self.subnets.release(self._subnet_of.pop(name, None))
+        if self.firewall is not None and bridge and not bridge.startswith("dvd"):
+            self.firewall.remove_env(firewall_tools(), bridge)
+
+    def _bridge(self, name: str) -> str | None:
+        """The bridge of a network made before this server started (its rules may be left)."""
+        try:
+            with engine_errors():
+                info = self.api.inspect_network(name)
+        except (docker.errors.NotFound, ApiError):
+            return None
+        return (info.get("Options") or {}).get(BRIDGE_NAME_OPTION)
 
     # containers
     def create_container(
@@ -224,10 +273,13 @@ class Engine:
         cpu_shares: int | None = None,
         limits: Limits | None = None,
         deny: bool = False,
+        extra_hosts: dict[str, str] | None = None,
     ) -> str:
         """Create (not start) a service's container; ``binds`` are (host mnt, container path).
 
-        ``deny``: an egress-deny env's container, whose names resolve only within its env.
+        ``deny``: a container without the host's resolvers (egress deny or an allowlist),
+        whose names resolve only within its env and through ``extra_hosts`` (name -> IPv4,
+        or ``host-gateway`` for the server's host), written to its ``/etc/hosts``.
         """
         mounts = [
             docker.types.Mount(target=target, source=source, type="bind", propagation="rslave")
@@ -244,6 +296,7 @@ class Engine:
                 cap_add=list((limits or Limits()).capabilities),
                 security_opt=SECURITY_OPT,
                 dns=DENY_DNS if deny else None,
+                extra_hosts=extra_hosts or None,
                 **limit_options(limits or Limits()),
             )
             net = self.api.create_networking_config(

@@ -1,10 +1,13 @@
 """The host guard kept in place while the server runs, and its state for ``GET /v1/health``.
 
-A firewall reload (``iptables-restore``, firewalld, ufw) removes the guard silently, and
-egress-deny envs would then reach the host. So the server checks it every
-``HOST_GUARD_CHECK_S`` and puts it back; health reports each family's last state (``ok``,
-``restored``: found missing and put back, ``missing``: could not be put back) with how
-often it was restored and why it is missing.
+The host guard is every firewall rule of egress: the rule keeping egress-deny envs off the
+host (``netpolicy``) and the chains keeping egress-allow envs off the host, link-local and
+private networks and allowlist envs on their allowlist (``firewall``). A firewall reload
+(``iptables-restore``, firewalld, ufw) removes them silently. So the server checks them
+every ``HOST_GUARD_CHECK_S`` and puts them back; health reports each family's last state
+(``ok``, ``restored``: found missing and put back, ``missing``: could not be put back) with
+how often it was restored and why it is missing. While a family is ``missing``, envs other
+than egress-deny ones are refused (``egress_unsafe``): IPv6 is held to the rules of IPv4.
 
     watch = HostGuardWatch()
     watch.check()          # at start (raises if IPv4 cannot be guarded)
@@ -21,6 +24,7 @@ import shutil
 import threading
 from typing import Any
 
+from .firewall import Firewall, FirewallError, resolvers
 from .netpolicy import HostGuardError, ensure_host_guard_on
 
 log = logging.getLogger(__name__)
@@ -31,7 +35,8 @@ FAMILIES = {"ipv4": "iptables", "ipv6": "ip6tables"}
 class HostGuardWatch:
     """The host guard's last known state per family; ``check`` refreshes and restores it."""
 
-    def __init__(self) -> None:
+    def __init__(self, firewall: Firewall | None = None) -> None:
+        self.firewall = firewall or Firewall(resolvers())
         self._lock = threading.Lock()
         self._states = dict.fromkeys(FAMILIES, "missing")
         self._reasons: dict[str, str] = {"ipv4": "not checked yet"}
@@ -49,8 +54,16 @@ class HostGuardWatch:
                 continue
             try:
                 states[family] = ensure_host_guard_on(tool)
+                if self.firewall.ensure(tool):
+                    states[family] = "restored"
             except HostGuardError as exc:
                 states[family], reasons[family] = "missing", str(exc)
+            except FirewallError as exc:
+                states[family] = "missing"
+                reasons[family] = (
+                    f"the egress rules of allow and allowlist envs could not be installed "
+                    f"({exc}); the server needs root or CAP_NET_ADMIN"
+                )
         with self._lock:
             restored = [f for f, state in states.items() if state == "restored"]
             if not self._checked:
@@ -67,6 +80,23 @@ class HostGuardWatch:
         if states["ipv4"] == "missing":
             raise HostGuardError(reasons["ipv4"])
         return states
+
+    def egress_unsafe(self) -> str | None:
+        """Why envs that may open connections (allow, allowlist) cannot be made now, or None.
+
+        Egress-deny envs need only the host guard of IPv4 (their network is internal); the
+        others need every family's rules, so IPv6 never leaks past what IPv4 refuses.
+        """
+        with self._lock:
+            missing = [f for f, state in self._states.items() if state == "missing"]
+            if not missing:
+                return None
+            why = "; ".join(f"{f}: {self._reasons.get(f, 'missing')}" for f in missing)
+        return (
+            f"the firewall rules of egress are missing for {', '.join(missing)} ({why}), so "
+            "an env that may open connections could leak past them: use egress 'deny', or "
+            "fix the firewall (GET /v1/health shows host_guard) and retry"
+        )
 
     def status(self) -> dict[str, Any]:
         """What health reports: each family's state, restores since start, and why."""

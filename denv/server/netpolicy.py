@@ -8,7 +8,8 @@ drops every NEW connection that arrives on a ``dvd+`` bridge (iptables and ip6ta
 INPUT). Replies to connections the host opens into a container are ESTABLISHED, so the
 server still reaches the env (ingress proxy, health checks).
 
-Egress ``allow`` uses a normal bridge named ``dva`` + 12 hex characters.
+Egress ``allow`` uses a normal bridge named ``dva`` + 12 hex characters, an allowlist one
+named ``dvl`` + 12 hex characters; ``firewall`` holds their rules.
 
     client.networks.create(**deny_network_options(env_id, labels))
     install_host_guard()   # once per server start; idempotent
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DENY_BRIDGE_PREFIX = "dvd"
 ALLOW_BRIDGE_PREFIX = "dva"
+ALLOWLIST_BRIDGE_PREFIX = "dvl"
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
 GUARD_COMMENT = "denv: egress-deny envs cannot connect to the host"
 # The resolver of a deny env's containers. Docker's embedded DNS (127.0.0.11) still answers
@@ -59,9 +61,11 @@ def network_name(env_id: str) -> str:
     return f"denv-{env_id.lower()}"
 
 
-def bridge_name(env_id: str, *, deny: bool) -> str:
-    """``dvd``/``dva`` + 12 hex of sha256(env id): 15 characters, the Linux maximum."""
+def bridge_name(env_id: str, *, deny: bool, allowlist: bool = False) -> str:
+    """``dvd``/``dva``/``dvl`` + 12 hex of sha256(env id): 15 characters, the Linux maximum."""
     prefix = DENY_BRIDGE_PREFIX if deny else ALLOW_BRIDGE_PREFIX
+    if allowlist:
+        prefix = ALLOWLIST_BRIDGE_PREFIX
     return prefix + hashlib.sha256(env_id.encode()).hexdigest()[:12]
 
 

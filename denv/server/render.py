@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .egress import public as public_egress
 from .records import EnvRecord, EnvStatus, VersionRecord
 
 _VERSION_SERVICE_KEYS = {
@@ -53,7 +54,7 @@ def env_json(
         "parent_id": rec.parent_id,
         "project": rec.project,
         "agent_service": rec.agent_service,
-        "egress": rec.egress,
+        "egress": public_egress(rec.egress),
         "labels": rec.labels,
         "services": services,
         "endpoints": _endpoints(rec, base_url) if rec.status != EnvStatus.DELETED else [],

@@ -191,7 +191,7 @@ class Service:
             owner,
             version,
             count,
-            egress=body.egress,
+            egress=self._egress(body.egress),
             env={},
             labels=body.labels,
             ttl_s=body.ttl_s,
@@ -220,15 +220,15 @@ class Service:
             children = [self.ctx.store.get_env(i) for i in out["envs"]]
             views = [self.env_view(r, states) for r in children if r is not None]
             return {"version": out["version"], "envs": views}
+        egress = rec.egress if opts.egress is None else self._egress(opts.egress)
         parent = self.ctx.store.get_version(rec.version_id)
         if parent is not None:  # the children's caps, before the snapshot is made
-            egress = opts.egress or rec.egress
             self.envs.check_fair(owner, parent, egress, opts.env, opts.count, opts.warm)
         check_volume_sizes(self.ctx, rec)
         t0 = time.perf_counter()
         version = self.versions.snapshot(rec, {})
         t1 = time.perf_counter()
-        recs = self._start_from(owner, version, opts, opts.egress or rec.egress)
+        recs = self._start_from(owner, version, opts, egress)
         t2 = time.perf_counter()
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -245,13 +245,30 @@ class Service:
     def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
         version = self.versions.get_owned(owner, version_id)
         self._check_count(owner, opts.count)
-        egress = opts.egress or self._version_egress(version)
+        egress = self._version_egress(version) if opts.egress is None else self._egress(opts.egress)
         recs = self._start_from(owner, version, opts, egress)
         return {"envs": self._wait_all(recs, opts.wait, opts.wait_timeout_s)}
+
+    def _egress(self, value: Egress) -> str:
+        """A request's egress as a record's string; an allowlist is checked and resolved now."""
+        text = egress_from_request(
+            value if isinstance(value, str) else value.allow,
+            allow_private=self.ctx.config.allow_private_egress,
+        )
+        return self._egress_safe(text)
+
+    def _egress_safe(self, egress: str) -> str:
+        """503 for an env that may open connections while the egress rules are missing."""
+        if egress != "deny":
+            unsafe = self.ctx.host_guard.egress_unsafe()
+            if unsafe:
+                raise ApiError(503, "engine_unavailable", unsafe)
+        return egress
 
     def _start_from(
         self, owner: str, version: VersionRecord, opts: EnvsCreate, egress: str
     ) -> list[EnvRecord]:
+        self._egress_safe(egress)
         return self.envs.create(
             owner,
             version,

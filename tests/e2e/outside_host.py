@@ -167,15 +167,15 @@ def _used_networks() -> list[ipaddress.IPv4Network]:
     return nets
 
 
-def pick_subnet() -> ipaddress.IPv4Network:
-    """A random /30 of RANGE that overlaps nothing this machine uses."""
+def pick_subnet(within: ipaddress.IPv4Network = RANGE) -> ipaddress.IPv4Network:
+    """A random /30 of ``within`` (default RANGE) that overlaps nothing this machine uses."""
     used = _used_networks()
     for _ in range(100):
-        start = int(RANGE.network_address) + 4 * random.randrange(RANGE.num_addresses // 4)
+        start = int(within.network_address) + 4 * random.randrange(within.num_addresses // 4)
         candidate = ipaddress.IPv4Network(f"{ipaddress.IPv4Address(start)}/30")
         if not any(candidate.overlaps(net) for net in used):
             return candidate
-    raise OutsideHostError(f"no free /30 in {RANGE}: this machine routes all of it")
+    raise OutsideHostError(f"no free /30 in {within}: this machine routes all of it")
 
 
 def _start_listener(outside: OutsideHost) -> subprocess.Popen[str]:
@@ -221,14 +221,18 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 
 @contextmanager
-def outside_host() -> Iterator[OutsideHost]:
+def outside_host(within: str | None = None) -> Iterator[OutsideHost]:
     """Make the namespace, veth, addresses, routes and listeners; remove them all on exit.
+
+    ``within``: the range its /30 is drawn from instead of 198.18.0.0/15, e.g. a private
+    or link-local one ("10.0.0.0/8", "169.254.0.0/16") for a host that stands for the
+    machine's private networks (still a namespace on this machine; nothing leaves it).
 
     The listener goes first (a process in the namespace would keep it, and its veth,
     alive), then the namespace (which deletes both veth ends, their addresses and routes).
     """
     suffix = secrets.token_hex(4)
-    subnet = pick_subnet()
+    subnet = pick_subnet(ipaddress.IPv4Network(within) if within else RANGE)
     outside = OutsideHost(
         namespace=f"denv-outside-{suffix}",
         host_link=f"oh{suffix}h",  # not dvd…: the host guard must not cover it

@@ -1,0 +1,360 @@
+"""Egress allow keeps off the host, link-local and private networks; allowlists hold.
+
+Two servers: one with the defaults, one started with ``--allow-private-egress``. The
+"private networks" are network namespaces this test makes (tests/e2e/outside_host.py) at
+addresses in 100.64.0.0/10 (shared, CGN), 169.254.128.0/17 (link-local) and 192.168.0.0/16,
+each with listeners on TCP 443/80 and UDP 53; the public stand-in is the usual outside host
+in 198.18.0.0/15. The host is this machine: a listener on 0.0.0.0 and the env's gateway.
+Every probe targets an address on this machine; rules for real outside ranges and the
+host's resolvers are checked by reading what is installed (iptables-save), not by probing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import LocalDenv, docker_engine, start_server
+from reliability_helpers import E2E_DIR, STANDIN, api, container_of, delete_all, report, standin
+from test_egress_server import network_of, probe
+
+sys.path.insert(0, str(E2E_DIR))
+import test_egress as probes
+from outside_host import OutsideHost, outside_host
+
+from denv.server.firewall import FWD_CHAIN, IN_CHAIN, PRIVATE_RANGES, resolvers
+
+pytestmark = pytest.mark.e2e
+
+PRIVATE_AT = {"cgn": "100.64.0.0/10", "link-local": "169.254.128.0/17", "lan": "192.168.0.0/16"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    with start_server(tmp_path_factory.mktemp("denv-egress-private")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    state = tmp_path_factory.mktemp("denv-egress-open")
+    with start_server(state, "--allow-private-egress") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    return docker_engine(STANDIN)
+
+
+@pytest.fixture(scope="module")
+def privates() -> Iterator[dict[str, OutsideHost]]:
+    with (
+        outside_host(PRIVATE_AT["cgn"]) as cgn,
+        outside_host(PRIVATE_AT["link-local"]) as link_local,
+        outside_host(PRIVATE_AT["lan"]) as lan,
+    ):
+        yield {"cgn": cgn, "link-local": link_local, "lan": lan}
+
+
+@pytest.fixture(scope="module")
+def public() -> Iterator[OutsideHost]:
+    with outside_host() as host:
+        yield host
+
+
+@pytest.fixture
+def host_listener() -> Iterator[probes.Listener]:
+    listener = probes.Listener()
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+def targets_of(host: OutsideHost) -> list[probes.Target]:
+    return [*host.tcp_targets(), host.udp_target()]
+
+
+def connected(outcomes: list[str], targets: list[probes.Target]) -> list[str]:
+    return [probes.describe(t) for t, o in zip(targets, outcomes, strict=True) if o == "connected"]
+
+
+def saved(tool: str) -> list[str]:
+    out = subprocess.run([f"{tool}-save"], capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def test_the_installed_rules_refuse_every_private_range_in_both_families(
+    server: LocalDenv, request: pytest.FixtureRequest
+) -> None:
+    checked = 0
+    for tool, reject in (
+        ("iptables", "icmp-admin-prohibited"),
+        ("ip6tables", "icmp6-adm-prohibited"),
+    ):
+        lines = saved(tool)
+        for prefix in ("dva", "dvl"):
+            assert f"-A INPUT -i {prefix}+ -j {IN_CHAIN}" in lines, (tool, prefix)
+            parent = "DOCKER-USER" if tool == "iptables" else "FORWARD"
+            assert f"-A {parent} -i {prefix}+ -j {FWD_CHAIN}" in lines, (tool, prefix)
+            checked += 2
+        for net in PRIVATE_RANGES[tool]:
+            rule = [ln for ln in lines if ln.startswith(f"-A {FWD_CHAIN} -d {net} -i dva+")]
+            assert rule and rule[0].endswith(f"-j REJECT --reject-with {reject}"), (tool, net)
+            checked += 1
+        # The host refuses both kinds of bridge; the routed path refuses allowlist bridges.
+        for chain, prefix in ((IN_CHAIN, "dva"), (IN_CHAIN, "dvl"), (FWD_CHAIN, "dvl")):
+            want = f"-A {chain} -i {prefix}+ -m comment"
+            assert any(ln.startswith(want) and "REJECT" in ln for ln in lines), (tool, want)
+            checked += 1
+        # DNS to the host's resolvers stays open (checked by reading: they are off-machine).
+        for address in resolvers():
+            if (ipaddress.ip_address(address).version == 6) != (tool == "ip6tables"):
+                continue
+            for proto in ("udp", "tcp"):
+                bits = 32 if tool == "iptables" else 128
+                want = f"-A {FWD_CHAIN} -d {address}/{bits} -i dva+ -p {proto}"
+                assert any(ln.startswith(want) and "--dport 53" in ln for ln in lines), want
+                checked += 1
+    report(request, f"egress rules: {checked} installed rules read (iptables and ip6tables)")
+
+
+def test_an_allow_env_reaches_the_internet_but_not_the_host_or_private_networks(
+    client: Any,
+    server: LocalDenv,
+    privates: dict[str, OutsideHost],
+    public: OutsideHost,
+    host_listener: probes.Listener,
+    request: pytest.FixtureRequest,
+) -> None:
+    with api(server) as c:
+        env = standin(c, egress="allow")
+        try:
+            gateway, _ = network_of(client, env)
+            private_targets = [t for host in privates.values() for t in targets_of(host)]
+            host_targets: list[probes.Target] = [
+                (address, host_listener.port)
+                for address in sorted({gateway, *probes.host_addresses()})
+            ]
+            targets = private_targets + host_targets
+            outcomes = probe(client, env, targets + targets_of(public))
+            leaked = connected(outcomes[: len(targets)], targets)
+            public_ok = connected(outcomes[len(targets) :], targets_of(public))
+            seen = {name: list(h.seen) for name, h in privates.items()}
+            v6 = _ipv6_link_local_probe(client, env)
+        finally:
+            delete_all(c)
+    report(
+        request,
+        f"egress allow: {len(targets)} attempts at the host and private/link-local hosts, "
+        f"{len(leaked)} connected; IPv6 to the host's link-local: {v6}; "
+        f"{len(public_ok)}/3 to the public stand-in connected",
+    )
+    assert not leaked, f"an allow env reached {leaked}"
+    assert not any(seen.values()), seen
+    assert not host_listener.accepted, host_listener.accepted
+    assert v6 != "connected", "an allow env reached the host over IPv6 link-local"
+    assert len(public_ok) == 3, outcomes  # positive control: the probes notice a connection
+
+
+def _ipv6_link_local_probe(client: Any, env: dict[str, Any]) -> str:
+    """From the env, TCP to the host's link-local IPv6 address on the env's bridge
+    (``fe80::…%eth0``), where a listener of this test on ``[::]`` waits."""
+    net = client.networks.get(f"denv-{env['id'].lower()}")
+    bridge = net.attrs["Options"]["com.docker.network.bridge.name"]
+    out = subprocess.run(
+        ["ip", "-j", "-6", "addr", "show", "dev", bridge], capture_output=True, text=True
+    ).stdout
+    addrs = [a["local"] for link in json.loads(out or "[]") for a in link.get("addr_info", [])]
+    if not addrs:
+        return "no IPv6 address on the bridge"
+    listener = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        listener.bind(("::", 0))
+        listener.listen(8)
+        script = (
+            "import socket,sys\n"
+            "s=socket.socket(socket.AF_INET6)\ns.settimeout(3)\n"
+            "try:\n"
+            " s.connect((sys.argv[1],int(sys.argv[2]),0,socket.if_nametoindex('eth0')))\n"
+            " print('connected')\n"
+            "except Exception as e: print(type(e).__name__)\n"
+        )
+        ct = client.containers.get(container_of(env))
+        port = listener.getsockname()[1]
+        result = ct.exec_run(["python3", "-c", script, addrs[0], str(port)])
+        return str(result.output.decode().strip())
+    finally:
+        listener.close()
+
+
+def test_allow_private_egress_lets_allow_envs_reach_private_networks(
+    client: Any,
+    open_server: LocalDenv,
+    privates: dict[str, OutsideHost],
+    host_listener: probes.Listener,
+    request: pytest.FixtureRequest,
+) -> None:
+    with api(open_server) as c:
+        env = standin(c, egress="allow")
+        try:
+            gateway, _ = network_of(client, env)
+            targets: list[probes.Target] = [
+                *(t for host in privates.values() for t in host.tcp_targets()),
+                (gateway, host_listener.port),
+            ]
+            outcomes = probe(client, env, targets)
+        finally:
+            delete_all(c)
+    ok = connected(outcomes, targets)
+    report(request, f"egress allow, --allow-private-egress: {len(ok)}/{len(targets)} connected")
+    assert len(ok) == len(targets), outcomes
+
+
+def test_an_allowlist_env_reaches_only_its_allowlist(
+    client: Any,
+    open_server: LocalDenv,
+    privates: dict[str, OutsideHost],
+    public: OutsideHost,
+    host_listener: probes.Listener,
+    request: pytest.FixtureRequest,
+) -> None:
+    cgn, lan = privates["cgn"], privates["lan"]
+    allow = [f"{cgn.address}:443", f"host.docker.internal:{host_listener.port}"]
+    with api(open_server) as c:
+        env = standin(c, egress={"allow": allow})
+        try:
+            assert env["egress"] == {"allow": allow}
+            assert [e["via"] for e in env["endpoints"]] == ["ingress"]
+            gateway, _ = network_of(client, env)
+            allowed: list[probes.Target] = [
+                (cgn.address, 443),
+                ("host.docker.internal", host_listener.port),
+            ]
+            refused: list[probes.Target] = [
+                (cgn.address, 80),
+                cgn.udp_target(),
+                *targets_of(lan),
+                *targets_of(privates["link-local"]),
+                *targets_of(public),
+                (gateway, 8000 if host_listener.port != 8000 else 8001),
+            ]
+            outcomes = probe(client, env, allowed + refused)
+            fork = c.post(f"/v1/envs/{env['id']}/fork", json={"count": 1})
+            assert fork.status_code == 201, fork.text
+            child = fork.json()["envs"][0]
+            assert child["egress"] == {"allow": allow}
+            child_outcomes = probe(client, child, allowed + refused[:2])
+        finally:
+            delete_all(c)
+    got = connected(outcomes[: len(allowed)], allowed)
+    leaked = connected(outcomes[len(allowed) :], refused)
+    child_got = connected(child_outcomes[: len(allowed)], allowed)
+    child_leaked = connected(child_outcomes[len(allowed) :], refused[:2])
+    report(
+        request,
+        f"egress allowlist: {len(got)}/{len(allowed)} allowed connected, {len(leaked)}/"
+        f"{len(refused)} others connected; its fork: {len(child_got)}/{len(allowed)} and "
+        f"{len(child_leaked)}/2",
+    )
+    assert len(got) == len(allowed), outcomes
+    assert not leaked, f"an allowlist env reached {leaked}"
+    assert len(child_got) == len(allowed) and not child_leaked, child_outcomes
+    assert host_listener.accepted  # the host.docker.internal entry reached the listener
+
+
+BAD_ENTRIES = {
+    "[]": ([], "is empty"),
+    "port": (["192.0.2.10:99999"], "from 1 to 65535"),
+    "ipv6": (["[fd00::1]:80"], "IPv4 only"),
+    "garbage": (["not a name!"], "name-or-cidr[:port]"),
+    "private": (["10.1.2.3:80"], "--allow-private-egress"),
+    "link-local": (["169.254.169.254"], "--allow-private-egress"),
+    "host": (["host.docker.internal:8100"], "--allow-private-egress"),
+    "loopback name": (["localhost:80"], "--allow-private-egress"),
+    "everything": (["0.0.0.0/0"], "--allow-private-egress"),
+}
+
+
+def test_bad_allowlists_are_422_naming_the_fix(
+    server: LocalDenv, public: OutsideHost, request: pytest.FixtureRequest
+) -> None:
+    with api(server) as c:
+        for name, (entries, fix) in BAD_ENTRIES.items():
+            res = c.post("/v1/sandboxes", json={"image": STANDIN, "egress": {"allow": entries}})
+            assert res.status_code == 422, (name, res.text)
+            body = res.json()
+            assert body["code"] == "invalid_request", (name, body)
+            assert fix in body["message"], (name, body["message"])
+            assert str(body["details"]["path"]).startswith("egress"), (name, body)
+        assert c.get("/v1/envs").json()["items"] == []  # nothing was made
+        # A public address (the stand-in) is fine on a default server, and works.
+        env = standin(c, egress={"allow": [f"{public.address}:80"]})
+        client = docker_engine(STANDIN)
+        outcomes = probe(client, env, [(public.address, 80), (public.address, 443)])
+        delete_all(c)
+    report(request, f"egress allowlist: {len(BAD_ENTRIES)} bad allowlists refused with 422")
+    assert outcomes[0] == "connected" and outcomes[1] != "connected", outcomes
+
+
+# Runs inside the env: GET the capture proxy's /health through host.docker.internal.
+FETCH = r"""
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as res:
+        print(json.dumps({"status": res.status, "body": json.loads(res.read())}))
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__ + ": " + str(exc)}))
+"""
+
+
+def test_an_agent_in_an_allowlist_env_reaches_the_trainers_capture_proxy(
+    client: Any,
+    open_server: LocalDenv,
+    public: OutsideHost,
+    host_listener: probes.Listener,
+    request: pytest.FixtureRequest,
+) -> None:
+    """OpenEnv's token/logprob capture proxy (``CaptureServer``, from the installed
+    ``openenv`` package) runs here, where the trainer runs; an env allowed only
+    ``host.docker.internal:<its port>`` reaches it, and nothing else."""
+    from openenv.core.harness.capture import CaptureServer
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = int(s.getsockname()[1])
+    # No model behind it: the test checks the path to the proxy, not a model call.
+    capture = CaptureServer(llm_url="http://127.0.0.1:9", model="trainer-model", port=port)
+    capture.start(timeout_s=30)
+    try:
+        with api(open_server) as c:
+            env = standin(c, egress={"allow": [f"host.docker.internal:{port}"]})
+            try:
+                ct = client.containers.get(container_of(env))
+                url = f"http://host.docker.internal:{port}/health"
+                got = json.loads(ct.exec_run(["python3", "-c", FETCH, url]).output)
+                refused: list[probes.Target] = [
+                    ("host.docker.internal", host_listener.port),
+                    *targets_of(public),
+                ]
+                outcomes = probe(client, env, refused)
+            finally:
+                delete_all(c)
+    finally:
+        capture.stop()
+    leaked = connected(outcomes, refused)
+    report(
+        request,
+        f"capture proxy through the allowlist: /health {got.get('status')}; "
+        f"{len(leaked)}/{len(refused)} other destinations connected",
+    )
+    assert got.get("status") == 200, got
+    assert got["body"]["instance"] == capture.app.state.instance_id, got
+    assert not leaked, leaked
