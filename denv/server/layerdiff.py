@@ -107,7 +107,7 @@ def _candidates(own: list[Path], every: list[Path]) -> set[str]:
                 hidden.add(path)
     for path in hidden:
         for layer in every:
-            found.update(f"{path}/{sub}" for sub, _ in _walk(layer, path))
+            found.update(sub for sub, _ in _walk(layer, path))
     return found
 
 
