@@ -11,23 +11,31 @@ fork(8). Two private servers run side by side on the echo env image:
   with ENOSPC);
 - ``none``: `--env-memory 0 --env-pids 0 --env-cpus 0 --max-volume-mb 0`.
 
-Each round measures, on both servers in a rotated order so drift on a shared machine hits
-both alike: a cold start (`DenvProvider` start + ready, then stop), a warm fork(8)
-(`fork_clients` of a live env whose pool holds 8 booted spares, to 8 ready children; the
-pool refills and the machine settles first) and a snapshot after the env rewrote a 32 MB
-file in /work. Medians side by side, the ratio and the difference, written to
-``<out>/limits.json`` and ``<out>/limits.md``. Asserts nothing.
+First, the volume filesystem alone, in this process, alternating with and without a size
+(`--micro N` times each): what a volume's set-up costs (`Volumes.prepare` + `attach`: a
+cold start does both, a warm spare the first when it boots), what the late mount of a fork
+costs (`attach` alone), the teardown, and a snapshot of 32 MB written to the volume
+(`Volumes.capture`). Then each round measures, on both servers in a rotated order so
+drift on a shared machine hits both alike: a cold start (`DenvProvider` start + ready,
+then stop), a warm fork(8) (`fork_clients` of a live env whose pool holds 8 booted spares,
+to 8 ready children; the pool refills and the machine settles first) and a snapshot after
+the env rewrote a 32 MB file in /work. Medians side by side, the ratio and the difference,
+written to ``<out>/limits.json`` and ``<out>/limits.md``. Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import secrets
+import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from denv.server.volumes import Volumes
 
 from .bench_start import Root, _denv_once, fork_once
 from .harness import IMAGE, Bench, start_server, write_json
@@ -69,9 +77,62 @@ def _round(b: Bench, root: Root, snap_env: str, snap_cid: str) -> dict[str, floa
     fork = fork_once(b, root, 8)
     out["fork8_warm_s"] = fork["ready_s"]
     out["fork8_warm_server_s"] = fork["server_fork_s"]
+    out["fork8_warm_children"] = float(sum(s == "warm" for s in fork["starts"]))
     if not all(s == "warm" for s in fork["starts"]):
-        log.warning("%s: a fork child started %s", b.run_id, fork["starts"])
+        log.warning("%s: fork children started %s", b.run_id, fork["starts"])
     out["snapshot_s"] = _snapshot_once(b, snap_env, snap_cid)
+    return out
+
+
+def _volume_once(vols: Volumes, env_id: str) -> dict[str, float]:
+    t0 = time.perf_counter()
+    vols.prepare(env_id, "agent", 0)
+    t1 = time.perf_counter()
+    vols.attach(env_id, "agent", 0, [])
+    t2 = time.perf_counter()
+    mnt = vols.mnt(env_id, "agent", 0)
+    with open(mnt / "blob", "wb") as f:
+        for _ in range(SNAPSHOT_MB):
+            f.write(os.urandom(1 << 20))
+        os.fsync(f.fileno())
+    t3 = time.perf_counter()
+    layer = vols.capture(vols.upper(env_id, "agent", 0))
+    t4 = time.perf_counter()
+    vols.remove_env(env_id)
+    t5 = time.perf_counter()
+    if layer:
+        vols.delete_layers({layer})
+    return {
+        "prepare_s": t1 - t0,
+        "attach_s": t2 - t1,
+        "setup_s": t2 - t0,
+        "capture_32mb_s": t4 - t3,
+        "teardown_s": t5 - t4,
+    }
+
+
+MICRO_KINDS = ("setup_s", "prepare_s", "attach_s", "capture_32mb_s", "teardown_s")
+
+
+def _micro(root: Path, n: int) -> dict[str, list[dict[str, float]]]:
+    """The volume filesystem alone: sized (10 GiB, the default) against a plain dir."""
+    vols = {
+        "limits": Volumes(root / "limits", 10240),
+        "none": Volumes(root / "none", 0),
+    }
+    fs = vols["limits"].fs
+    assert fs is not None
+    fs.check()
+    out: dict[str, list[dict[str, float]]] = {name: [] for name in vols}
+    try:
+        for i in range(n):
+            for name in list(vols) if i % 2 == 0 else reversed(list(vols)):
+                out[name].append(_volume_once(vols[name], f"env_bench{i}"))
+    finally:
+        for v in vols.values():
+            for d in v.envs_dir.iterdir():
+                v.remove_env(d.name)
+        shutil.rmtree(root, ignore_errors=True)
     return out
 
 
@@ -83,6 +144,7 @@ def _median_ms(values: list[float | None]) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_limits")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--micro", type=int, default=30, help="volume set-ups timed each way")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--state-dir", type=Path, default=Path("/tmp/denv-bench-limits"))
     args = parser.parse_args(argv)
@@ -91,10 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     run_id = secrets.token_hex(4)
     before = conditions()
+    micro = _micro((args.state_dir / "micro").resolve(), args.micro)
+    log.info(
+        "volume micro: %s", {n: _median_ms([s["setup_s"] for s in v]) for n, v in micro.items()}
+    )
     benches: dict[str, Bench] = {}
     samples: dict[str, list[dict[str, float | None]]] = {name: [] for name in SERVERS}
     try:
-        for name, extra in SERVERS.items():
+        for name, extra in SERVERS.items() if args.rounds > 0 else ():
             server = start_server((args.state_dir / name).resolve(), extra)
             benches[name] = Bench(server=server, image=IMAGE, profile=None, run_id=run_id)
         roots = {n: Root(b, warm=8, tag=n) for n, b in benches.items()}
@@ -121,8 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "conditions": {"before": before, "after": conditions()},
         "rounds": args.rounds,
+        "micro_n": args.micro,
         "servers": {n: list(extra) for n, extra in SERVERS.items()},
         "samples": samples,
+        "micro": micro,
+        "micro_median_ms": {
+            n: {k: _median_ms([s[k] for s in micro[n]]) for k in MICRO_KINDS} for n in SERVERS
+        },
         "median_ms": {
             n: {k: _median_ms([s.get(k) for s in samples[n]]) for k in KINDS} for n in SERVERS
         },
@@ -145,8 +216,13 @@ def _table(result: dict[str, Any]) -> str:
         "| measure | limits (defaults) | none | ratio | difference |",
         "|---|---:|---:|---:|---:|",
     ]
-    for kind in KINDS:
-        a, b = med["limits"][kind], med["none"][kind]
+    rows = [(k, med) for k in KINDS]
+    rows += [
+        (f"volume {k} ({result['micro_n']} each)", result["micro_median_ms"]) for k in MICRO_KINDS
+    ]
+    for kind, table in rows:
+        key = kind.split(" ")[1] if kind.startswith("volume ") else kind
+        a, b = table["limits"][key], table["none"][key]
         ratio = f"{a / b:.3f}" if a and b else "-"
         diff = f"{a - b:+.1f} ms" if a is not None and b is not None else "-"
         lines.append(f"| {kind} | {a} ms | {b} ms | {ratio} | {diff} |")

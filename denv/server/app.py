@@ -22,6 +22,7 @@ from .engine import Engine
 from .errors import install_error_handlers
 from .guard import HostGuardWatch
 from .ingress import IngressTable, mount_ingress
+from .ingress_keys import IngressKeys
 from .json_limits import BoundedJson
 from .reconcile import reap_forever
 from .routes import router
@@ -134,6 +135,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
     node = DockerNode(engine, volumes, config.limits)
     ctx = Context(config=config, store=store, node=node, ingress=table, host_guard=guard)
+    ctx.ingress_keys = IngressKeys.load_or_create(config.state_dir)  # beside api_key, 0600
     service = Service(ctx)
 
     @asynccontextmanager

@@ -11,6 +11,7 @@ from typing import Protocol
 from .config import START_WORKERS, ServerConfig
 from .fairness import Fairness
 from .guard import HostGuardWatch
+from .ingress_keys import IngressKeys
 from .node import Node
 from .store import Store
 
@@ -37,6 +38,8 @@ class Context:
     changed: threading.Condition = field(default_factory=threading.Condition)
     stopping: threading.Event = field(default_factory=threading.Event)
     host_guard: HostGuardWatch = field(default_factory=HostGuardWatch)
+    # Derives each env's ingress tokens; the server's is kept in <state_dir>/ingress_key.
+    ingress_keys: IngressKeys = field(default_factory=IngressKeys.ephemeral)
     quota_lock: threading.Lock = field(default_factory=threading.Lock)
     _locks: defaultdict[str, threading.Lock] = field(
         default_factory=lambda: defaultdict(threading.Lock)

@@ -20,7 +20,6 @@ from .config import LOG_TAIL_LINES
 from .context import Context
 from .errors import ApiError
 from .fairness import throttled
-from .ingress import new_token
 from .node import Booted, BootFailed, BootSpec, Cancelled
 from .records import (
     ACTIVE,
@@ -166,18 +165,18 @@ class Envs:
     def _endpoints(
         self, rec: EnvRecord, agent: ServiceSpec, booted: Booted
     ) -> tuple[list[Endpoint], list[Route]]:
-        """The agent's endpoints: published ports, or ingress routes with a fresh token each."""
+        """The agent's endpoints: published ports, or ingress routes, each with its token
+        (derived from the env id, service and port: the endpoint itself keeps none)."""
         endpoints, routes = [], []
         for port in agent.ports:
             if rec.egress == "allow":
                 url = f"http://127.0.0.1:{booted.host_ports[port]}"
                 endpoints.append(Endpoint(service=agent.name, port=port, url=url, via="published"))
             else:
-                token = new_token()  # the URL is rendered with the server's current URL
+                # The URL is rendered with the server's current URL and this same token.
+                token = self.ctx.ingress_keys.token(rec.id, agent.name, port)
                 routes.append((token, agent.name, port, booted.agent_ip))
-                endpoints.append(
-                    Endpoint(service=agent.name, port=port, url="", via="ingress", token=token)
-                )
+                endpoints.append(Endpoint(service=agent.name, port=port, url="", via="ingress"))
         return endpoints, routes
 
     @staticmethod

@@ -2,7 +2,8 @@
 
 Stored per (caller, key) with a fingerprint of method, path and body; the same key with a
 different request gives 409 ``idempotency_conflict``. Only successful (2xx) responses are
-stored, so a failed create can be retried with the same key.
+stored, so a failed create can be retried with the same key. A stored body holds no ingress
+token: they are cut from its URLs and derived again on a replay (``ingress_keys``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .config import IDEMPOTENCY_TTL_S
 from .errors import ApiError
+from .ingress_keys import IngressKeys, fill_body, scrub_body
 from .store import Store
 
 _inflight: set[tuple[str, str]] = set()
@@ -45,7 +47,8 @@ async def idempotent(
     if stored is not None:
         if stored[0] != fingerprint:
             raise _conflict("was used for a different request")
-        return Response(stored[2], status_code=stored[1], media_type="application/json")
+        replay = json.dumps(fill_body(json.loads(stored[2]), _keys(request)))
+        return Response(replay, status_code=stored[1], media_type="application/json")
     with _inflight_lock:
         if (owner, key) in _inflight:
             raise _conflict("is in use by a request still in progress; retry it later")
@@ -53,13 +56,19 @@ async def idempotent(
     try:
         result = await run()
         text = json.dumps(result)
+        kept = json.dumps(scrub_body(json.loads(text)))
         await asyncio.to_thread(
-            store.put_idempotent, owner, key, fingerprint, status, text, time.time()
+            store.put_idempotent, owner, key, fingerprint, status, kept, time.time()
         )
         return Response(text, status_code=status, media_type="application/json")
     finally:
         with _inflight_lock:
             _inflight.discard((owner, key))
+
+
+def _keys(request: Request) -> IngressKeys:
+    keys: IngressKeys = request.app.state.service.ctx.ingress_keys
+    return keys
 
 
 def expire(store: Store) -> None:

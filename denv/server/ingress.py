@@ -12,11 +12,13 @@ whoever holds the URL reaches the env, and nobody can guess it (192 random bits)
     # OpenEnv clients use http://127.0.0.1:7711/ingress/<token> as their base URL:
     # GET <base>/health, WebSocket <base>/ws, POST <base>/reset, <base>/mcp ...
 
-Tokens are never stored, logged or echoed. The table keys its dict by the token's SHA-256
-digest: a lookup is one hash and one dict probe whose timing depends only on the digest,
-which a caller cannot steer towards a registered token (no guessing prefix by prefix); a
-dict hit is an exact match of the digest, so nothing is left to compare. ``mount_ingress`` also
-redacts ``/ingress/<token>`` from uvicorn's access and WebSocket log lines.
+Tokens are never stored (an env's token is derived from the server's secret, and the
+database keeps only digests: ``ingress_keys``), logged or echoed. The table keys its dict
+by the token's SHA-256 digest: a lookup is one hash and one dict probe whose timing
+depends only on the digest, which a caller cannot steer towards a registered token (no
+guessing prefix by prefix); a dict hit is an exact match of the digest, so nothing is left
+to compare. ``mount_ingress`` also redacts ``/ingress/<token>`` from uvicorn's access and
+WebSocket log lines.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from starlette.routing import Route, WebSocketRoute
 from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S
 from denv.server.errors import RETRY_AFTER_S
 from denv.server.fairness import Fairness, throttled
+from denv.server.ingress_keys import REF_PREFIX
 from denv.server.ingress_wire import (
     NOT_FOUND_MESSAGE,
     Receive,
@@ -70,6 +73,7 @@ MAX_KEEPALIVE_CONNECTIONS = 256
 BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_REF_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def new_token() -> str:
@@ -81,6 +85,15 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
+def _key(token_or_ref: str) -> bytes:
+    """The table's key of a token, or of its stored ``sha256:<hex>`` ref (ingress_keys.ref):
+    routes come back from the database as refs. Only register and unregister take a ref; a
+    request's token is always hashed (resolve), so a copy of the database opens nothing."""
+    if token_or_ref.startswith(REF_PREFIX):
+        return bytes.fromhex(token_or_ref.removeprefix(REF_PREFIX))
+    return _digest(token_or_ref)
+
+
 class IngressTable:
     """Thread-safe map from ingress token to the (host, port) it reaches."""
 
@@ -90,24 +103,26 @@ class IngressTable:
         self._owners: dict[bytes, str] = {}  # the API key (owner id) of each route
 
     def register(self, token: str, host: str, port: int, owner: str = "") -> None:
-        """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target)."""
-        if len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token):
+        """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target); the
+        token may be given as its stored ref (``sha256:<hex>``)."""
+        is_ref = bool(_REF_RE.match(token))
+        if not is_ref and (len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token)):
             raise ValueError(
                 "an ingress token must be URL-safe base64 of at least 128 bits: "
                 "make one with denv.server.ingress.new_token()"
             )
         if not 0 < port < 65536:
             raise ValueError(f"ingress port {port} is out of range: give the container's port")
-        key = _digest(token)
+        key = _key(token)
         with self._lock:
             self._targets[key] = (host, port)
             self._owners[key] = owner
 
     def unregister(self, token: str) -> None:
-        """Forget a token; an unknown token is ignored (delete is idempotent)."""
+        """Forget a token (or its ref); an unknown one is ignored (delete is idempotent)."""
         with self._lock:
-            self._targets.pop(_digest(token), None)
-            self._owners.pop(_digest(token), None)
+            self._targets.pop(_key(token), None)
+            self._owners.pop(_key(token), None)
 
     def resolve(self, token: str) -> tuple[str, int] | None:
         """The (host, port) a token reaches, or None."""

@@ -97,13 +97,14 @@ def volume_slots(volumes: list[Volume]) -> list[VolumeSlot]:
 
 
 class Endpoint(_Record):
-    """A published port of the agent; an ingress one is rendered from its token."""
+    """A published port of the agent; an ingress one is rendered with its token, derived
+    from the server's secret (``ingress_keys``), so no token is stored."""
 
     service: str
     port: int
     url: str
     via: Literal["published", "ingress"]
-    token: str | None = None
+    token: str | None = None  # only in records of older servers (or a caller's own token)
 
 
 class Runtime(_Record):

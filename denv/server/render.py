@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .egress import public as public_egress
+from .ingress_keys import IngressKeys
 from .records import EnvRecord, EnvStatus, VersionRecord
 
 _VERSION_SERVICE_KEYS = {
@@ -20,16 +21,21 @@ _VERSION_SERVICE_KEYS = {
 }
 
 
-def _endpoints(rec: EnvRecord, base_url: str) -> list[dict[str, Any]]:
+def _endpoints(rec: EnvRecord, base_url: str, keys: IngressKeys | None) -> list[dict[str, Any]]:
     out = []
     for e in rec.runtime.endpoints:
-        url = f"{base_url}/ingress/{e.token}" if e.token else e.url
+        token = e.token or (keys.token(rec.id, e.service, e.port) if keys else None)
+        url = f"{base_url}/ingress/{token}" if e.via == "ingress" and token else e.url
         out.append({"service": e.service, "port": e.port, "url": url, "via": e.via})
     return out
 
 
 def env_json(
-    rec: EnvRecord, version: VersionRecord | None, states: dict[str, str], base_url: str
+    rec: EnvRecord,
+    version: VersionRecord | None,
+    states: dict[str, str],
+    base_url: str,
+    keys: IngressKeys | None = None,
 ) -> dict[str, Any]:
     containers = rec.runtime.containers
     services = []
@@ -57,7 +63,7 @@ def env_json(
         "egress": public_egress(rec.egress),
         "labels": rec.labels,
         "services": services,
-        "endpoints": _endpoints(rec, base_url) if rec.status != EnvStatus.DELETED else [],
+        "endpoints": _endpoints(rec, base_url, keys) if rec.status != EnvStatus.DELETED else [],
         "start": rec.start,
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,

@@ -81,7 +81,9 @@ class Service:
         if states is not None:
             rec = self.envs.observe(rec, states)
         version = self.ctx.store.get_version(rec.version_id, include_deleted=True)
-        return env_json(rec, version, states or {}, self.ctx.config.public_url())
+        return env_json(
+            rec, version, states or {}, self.ctx.config.public_url(), self.ctx.ingress_keys
+        )
 
     def get_env(self, owner: str, env_id: str) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ids
+from .ingress_keys import ref
 from .records import (
     LIVE,
     EnvError,
@@ -87,6 +88,13 @@ class Store:
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
             self._add_parent_version_column()
+            self._digest_ingress_tokens()
+
+    def _digest_ingress_tokens(self) -> None:
+        """Routes stored in clear by an older server are kept as digests from now on."""
+        rows = self._db.execute("SELECT token FROM ingress WHERE token NOT LIKE 'sha256:%'")
+        for (token,) in rows.fetchall():
+            self._db.execute("UPDATE ingress SET token=? WHERE token=?", (ref(token), token))
 
     def _add_parent_version_column(self) -> None:
         """A database made before versions knew their parent version gains the column,
@@ -367,7 +375,7 @@ class Store:
             if moved:
                 db.executemany(
                     "INSERT OR REPLACE INTO ingress VALUES (?,?,?,?,?)",
-                    [(t, env_id, svc, port, host) for t, svc, port, host in routes],
+                    [(ref(t), env_id, svc, port, host) for t, svc, port, host in routes],
                 )
         return moved > 0
 
@@ -380,15 +388,15 @@ class Store:
     def set_runtime(self, env_id: str, runtime: Runtime) -> None:
         self._run("UPDATE envs SET runtime=? WHERE id=?", (runtime.model_dump_json(), env_id))
 
-    # ingress tokens
+    # ingress routes: each token kept as its digest (ingress_keys.ref), never in clear
     def add_ingress(self, token: str, env_id: str, service: str, port: int, host: str) -> None:
         self._run(
             "INSERT OR REPLACE INTO ingress VALUES (?,?,?,?,?)",
-            (token, env_id, service, port, host),
+            (ref(token), env_id, service, port, host),
         )
 
     def ingress_routes(self) -> list[tuple[str, str, str, int]]:
-        """(token, env_id, host, port) of every stored ingress route."""
+        """(token's ref, env_id, host, port) of every stored ingress route."""
         rows = self._all("SELECT token, env_id, host, port FROM ingress")
         return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 

@@ -213,7 +213,9 @@ def test_a_cold_start_and_delete_go_through_the_seam(tmp_path: Path) -> None:
     assert done.status == EnvStatus.HEALTHY
     assert done.runtime.containers == {"agent": "c-agent"}
     (endpoint,) = done.runtime.endpoints
-    assert endpoint.via == "ingress" and endpoint.token and endpoint.url == ""
+    assert endpoint.via == "ingress" and endpoint.token is None and endpoint.url == ""
+    token = envs.ctx.ingress_keys.token(env_id, "agent", endpoint.port)  # derived, not kept
+    assert envs.ctx.ingress.resolve(token) is not None
     assert node.calls == [f"bring_up {env_id} late=False", f"wait_healthy {env_id}"]
     envs.delete(env_id)
     assert env_id in node.cancelled and node.calls[-1] == f"teardown {env_id}"
