@@ -36,8 +36,8 @@ class SandboxCreate:
             run, `healthy` once the agent service answers its health path.
         wait_timeout_s (float | Unset): How long `wait` may take before the env is reported `failed`. Default: 120.0.
         health_path (str | Unset): The HTTP path that answers 200 when the agent service is ready. Default: '/health'.
-        pull (bool | Unset): Pull the image when the engine does not have it (otherwise 422 `image_not_found`). Default:
-            False.
+        pull (bool | Unset): Pull the image when the engine does not have it (otherwise 422 `image_not_found`);
+            anonymously unless the server allows its registry credentials (`--pull-credentials`). Default: False.
         warm (int | Unset): Keep this many booted spares of this env's configuration ready, for
             its forks and for later creates of the same image with the same
             settings: with `warm_fork`, such a create takes a ready spare
