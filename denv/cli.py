@@ -12,9 +12,16 @@ import logging
 import sys
 from collections.abc import Sequence
 
-# subcommand -> (module, one-line help). The module provides
-# `add_arguments(parser)` and `main(args) -> int`.
+# subcommand -> (module, one-line help). The module (or, for "module:NAME", the object NAME in
+# it) provides `add_arguments(parser)` and `main(args) -> int`.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "envs": ("denv._cli_envs:ENVS", "list envs (live ones; --all adds deleted ones)"),
+    "versions": ("denv._cli_versions:VERSIONS", "list versions (snapshots and deploys)"),
+    "logs": ("denv._cli_envs:LOGS", "print an env's last log lines"),
+    "rm": ("denv._cli_envs:RM", "delete envs"),
+    "fork": ("denv._cli_envs:FORK", "snapshot an env once and start N children from it"),
+    "tree": ("denv._cli_tree:TREE", "the branch tree of an env or a version"),
+    "diff": ("denv._cli_versions:DIFF", "the files that changed between two versions"),
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
     "stop": ("denv._stop_cli", "stop the local server (its envs keep running until deleted)"),
     "conformance": (
@@ -30,9 +37,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
 _EXTRA_FOR_MODULE = {"denv.server": "server", "denv.openenv": "openenv"}
 
 
-def _load(module_name: str) -> object:
+def _load(target: str) -> object:
+    module_name, _, attr = target.partition(":")
     try:
-        return importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
+        return getattr(module, attr) if attr else module
     except ImportError as exc:
         extra = next((e for m, e in _EXTRA_FOR_MODULE.items() if module_name.startswith(m)), None)
         hint = f": install it with pip install 'denv[{extra}]'" if extra else ""

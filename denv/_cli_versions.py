@@ -1,0 +1,92 @@
+"""`denv versions` and `denv diff A B`."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.markup import escape
+from rich.table import Table
+
+from ._cli_common import Command, Output, age, labels_text
+from ._client import Denv
+from .types import FileChangeKind
+
+CHANGE_STYLE = {
+    FileChangeKind.ADDED: "green",
+    FileChangeKind.MODIFIED: "yellow",
+    FileChangeKind.DELETED: "red",
+}
+
+# -- denv versions
+
+
+def _add_versions(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", help="only versions of this project")
+
+
+def _versions(denv: Denv, args: argparse.Namespace, out: Output) -> int:
+    versions = list(denv.list_versions(args.project))
+    if out.as_json:
+        out.json([v.to_dict() for v in versions])
+        return 0
+    if not versions:
+        out.print("no versions")
+        return 0
+    table = Table(box=None, header_style="bold")
+    for name in ("VERSION", "PROJECT", "PARENT ENV", "PARENT VERSION", "IMAGES", "LAYERS", "AGE"):
+        table.add_column(name, no_wrap=name in {"VERSION", "PARENT ENV", "PARENT VERSION"})
+    table.add_column("LABELS")
+    for v in versions:
+        table.add_row(
+            v.id,
+            escape(v.project or "-"),
+            v.parent_env_id or "-",
+            v.parent_version_id or "-",
+            escape(" ".join(s.image for s in v.services)),
+            str(v.layer_depth),
+            age(v.created_at),
+            escape(labels_text(v.labels)),
+        )
+    out.print(table)
+    return 0
+
+
+VERSIONS = Command(_add_versions, _versions)
+
+
+# -- denv diff A B
+
+
+def _add_diff(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("base", metavar="A", help="the version to compare from (ver_...)")
+    parser.add_argument("version", metavar="B", help="the version to compare to (ver_...)")
+
+
+def _diff(denv: Denv, args: argparse.Namespace, out: Output) -> int:
+    for given in (args.base, args.version):
+        if given.startswith("env_"):
+            out.error(
+                f"denv diff: {given} is an env; diff compares versions: snapshot the env "
+                f"first (its versions: `denv tree {given}`)"
+            )
+            return 2
+    diff = denv.diff(args.base, args.version)
+    if out.as_json:
+        out.json(diff.to_dict())
+        return 0
+    counts = {kind: sum(c.change is kind for c in diff.changes) for kind in FileChangeKind}
+    summary = ", ".join(f"{n} {kind.value}" for kind, n in counts.items())
+    more = " (more differ: the list is truncated)" if diff.truncated else ""
+    out.print(f"{diff.base_version_id} -> {diff.version_id}: {summary}{more}")
+    if diff.changes:
+        table = Table(box=None, header_style="bold")
+        for name in ("CHANGE", "PATH", "SIZE", "SERVICE"):
+            table.add_column(name, justify="right" if name == "SIZE" else "left")
+        for c in diff.changes:
+            style = CHANGE_STYLE[c.change]
+            table.add_row(f"[{style}]{c.change.value}[/]", escape(c.path), str(c.size), c.service)
+        out.print(table)
+    return 0
+
+
+DIFF = Command(_add_diff, _diff)
