@@ -14,6 +14,7 @@ docker:
 
 -include mk/images.mk
 -include mk/bench.mk
+-include mk/trl.mk
 
 ## The fork demo: the echo env on denv, a prefix, 8 branches stepped differently, cleaned up.
 demo: $(VENV_STAMP) docker images
@@ -28,8 +29,9 @@ conformance: $(VENV_STAMP) docker images
 	$(PY) -m denv conformance denv-echo-env:latest envs/redis-counter/compose.yaml \
 	  --action '{"message": "conformance {branch}.{i}"}' --action '{"delta": 1}' --json conformance.json
 
-## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine.
-test: $(VENV_STAMP) docker images
+## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
+## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`).
+test: $(VENV_STAMP) docker images trl-venv
 	$(PY) -m pytest -q
 
 ## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...): not in CI.
