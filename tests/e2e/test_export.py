@@ -14,6 +14,7 @@ The Harbor export of the same version is loaded with Harbor's own task loader, i
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -90,7 +91,11 @@ def seeded(client: Denv) -> Iterator[Seeded]:
     finally:
         client.delete_env(env.id)
     assert state["step_count"] == 2 and state["last_message"] == "seeded"
-    yield Seeded(version.id, project, compose, state)
+    try:
+        yield Seeded(version.id, project, compose, state)
+    finally:
+        # The exports put this tag on the echo image (FROM names it); only the tag goes.
+        subprocess.run(["docker", "image", "rm", _base_tag()], capture_output=True)
 
 
 def _free_port() -> int:
@@ -108,21 +113,57 @@ def _docker(*args: str, timeout: float = 600) -> str:
     return done.stdout.strip()
 
 
-def _build(context: Path, dockerfile: Path, tag: str) -> None:
+BUILDERS = ("buildkit", "legacy")
+
+
+def _compose_v2() -> None:
+    done = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+    if done.returncode or " v2." not in done.stdout:
+        pytest.fail(
+            "Docker Compose v2 is missing (BuildKit builds go through `docker compose build`, "
+            "as Harbor's do): install it with `make compose` (make test runs it)"
+        )
+
+
+def _try_build(
+    context: Path, dockerfile: Path, tag: str, builder: str
+) -> subprocess.CompletedProcess[str]:
+    """Build with BuildKit (`docker compose build`, as Harbor does) or the legacy builder.
+
+    Without the cache, so that every build runs the check of its base.
+    """
     if CA_BUNDLE.is_file():  # used only if the build must pip install (see the Dockerfile)
         shutil.copy(CA_BUNDLE, context / "denv-ca.crt")
-    env = dict(os.environ)
-    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode:
-        env["DOCKER_BUILDKIT"] = "0"  # Debian's docker.io has no buildx
-    done = subprocess.run(
-        ["docker", "build", "-f", str(dockerfile), "-t", tag, str(context)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
+    if builder == "legacy":
+        command = ["docker", "build", "--no-cache", "-f", str(dockerfile), "-t", tag, str(context)]
+        env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    else:
+        _compose_v2()
+        compose = context.parent / f"{context.name}.build-compose.yaml"
+        compose.write_text(
+            "services:\n  export:\n"
+            f"    build: {{context: {json.dumps(str(context))}, "
+            f"dockerfile: {json.dumps(str(dockerfile))}}}\n"
+            f"    image: {json.dumps(tag)}\n"
+        )
+        project = f"denv-export-build-{uuid.uuid4().hex[:8]}"
+        command = ["docker", "compose", "--progress", "plain", "-p", project, "-f", str(compose)]
+        command += ["build", "--no-cache"]
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+
+
+def _build(context: Path, dockerfile: Path, tag: str, builder: str) -> None:
+    done = _try_build(context, dockerfile, tag, builder)
+    assert done.returncode == 0, (
+        f"building the export with {builder} failed:\n{done.stdout}\n{done.stderr}"
     )
-    assert done.returncode == 0, f"building the export failed:\n{done.stdout}\n{done.stderr}"
+    assert "base image's files match" in done.stdout + done.stderr, "the base was not checked"
+
+
+def _base_tag() -> str:
+    image_id = _docker("image", "inspect", "-f", "{{.Id}}", ECHO_IMAGE)
+    return f"denv-export-base:{image_id.split(':', 1)[1]}"
 
 
 def _wait_healthy(base_url: str, container: str) -> None:
@@ -156,14 +197,22 @@ def test_openenv_export_runs_as_a_plain_openenv_image(
     print(f"export: {time.monotonic() - began:.2f}s", file=sys.stderr)
     image_id = _docker("image", "inspect", "-f", "{{.Id}}", ECHO_IMAGE)
     assert plan.agent.image_id == image_id
-    assert f"FROM {image_id}\n" in (dest / "server" / "Dockerfile").read_text()
+    assert plan.agent.kind == "image content" and plan.agent.reference == _base_tag()
+    dockerfile = (dest / "server" / "Dockerfile").read_text()
+    assert f"FROM {_base_tag()}\n" in dockerfile and plan.agent.files_digest in dockerfile
+    assert _docker("image", "inspect", "-f", "{{.Id}}", _base_tag()) == image_id
     for path in dest.rglob("*"):  # credentials are never written into the package
         assert not path.is_file() or key not in path.read_text(errors="replace")
 
-    tag = f"denv-export-e2e:{uuid.uuid4().hex[:8]}"
-    began = time.monotonic()
-    _build(dest, dest / "server" / "Dockerfile", tag)
-    print(f"build: {time.monotonic() - began:.2f}s", file=sys.stderr)
+    tag = f"denv-export-e2e:{uuid.uuid4().hex[:8]}"  # BuildKit's image: the one run below
+    try:
+        for builder in BUILDERS:
+            began = time.monotonic()
+            built = tag if builder == "buildkit" else f"{tag}-{builder}"
+            _build(dest, dest / "server" / "Dockerfile", built, builder)
+            print(f"build ({builder}): {time.monotonic() - began:.2f}s", file=sys.stderr)
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", f"{tag}-legacy"], capture_output=True)
     port = _free_port()
     container = _docker(
         "run", "-d", "--network", "host", "-e", f"PORT={port}",
@@ -213,6 +262,30 @@ def _drive(client: Denv, seeded: Seeded, base_url: str) -> None:
         tools.reset()
         assert sorted(t.name for t in tools.list_tools()) == TOOLS
         assert tools.call_tool("echo_with_length", message="abc") == {"message": "abc", "length": 3}
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_an_export_does_not_build_on_another_image_under_its_tag(
+    client: Denv, seeded: Seeded, tmp_path: Path, builder: str
+) -> None:
+    """The FROM tag can be put on any image: the build's check of the files refuses it."""
+    dest = tmp_path / "echo-export"
+    plan = export_version(client, seeded.version_id, dest)
+    impostor = f"denv-export-e2e-impostor:{uuid.uuid4().hex[:8]}"
+    _docker("tag", "denv-base-probe:latest", impostor)  # python3 and sh, like the real base
+    dockerfile = dest / "server" / "Dockerfile"
+    text = dockerfile.read_text()
+    assert f"FROM {plan.agent.reference}\n" in text
+    dockerfile.write_text(text.replace(f"FROM {plan.agent.reference}\n", f"FROM {impostor}\n"))
+    tag = f"denv-export-e2e:{uuid.uuid4().hex[:8]}"
+    try:
+        done = _try_build(dest, dockerfile, tag, builder)
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", impostor, tag], capture_output=True)
+    assert done.returncode != 0, f"the build on another image succeeded:\n{done.stdout}"
+    out = done.stdout + done.stderr
+    assert "this base is not the image the version was exported from" in out, out[-3000:]
+    assert plan.agent.files_digest in out
 
 
 def _python312() -> Path | None:
@@ -285,7 +358,12 @@ def test_harbor_export_loads_with_harbors_task_loader(
     assert task["metadata"]["denv_version_id"] == seeded.version_id
     assert task["metadata"]["denv_tools"] == TOOLS
     assert task["test"] == str(dest / "tests" / "test.sh")
-    image_id = _docker("image", "inspect", "-f", "{{.Id}}", ECHO_IMAGE)
-    assert f"FROM {image_id}\n" in (dest / "environment" / "Dockerfile").read_text()
+    assert f"FROM {_base_tag()}\n" in (dest / "environment" / "Dockerfile").read_text()
+    tag = f"denv-export-e2e:{uuid.uuid4().hex[:8]}"
+    for builder in BUILDERS:
+        try:
+            _build(dest / "environment", dest / "environment" / "Dockerfile", tag, builder)
+        finally:
+            subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
     key = denv_server.key
     assert not any(key in p.read_text() for p in dest.rglob("*") if p.is_file())

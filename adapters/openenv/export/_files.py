@@ -12,7 +12,7 @@ from importlib import metadata, resources
 from string import Template
 from typing import Any
 
-from ._plan import ExportPlan
+from ._plan import BASE_CHECK, CONTENT, ExportPlan, base_check_script
 
 #: relative path -> (content, file mode)
 Files = dict[str, tuple[bytes, int]]
@@ -28,15 +28,24 @@ RUNTIME_MODULES = (
 )
 _PIN_NOTES = {
     "registry digest": "",
-    "image id": (
-        "Local images have no registry digest: the id pins the exact image, on an engine\n"
-        "# that has it. After pushing it, write `FROM repo@sha256:<registry digest>` instead."
+    CONTENT: (
+        "Local images have no registry digest, and BuildKit cannot build FROM a bare image id:\n"
+        "# FROM names the tag `denv export` put on the image (its id), and the build checks\n"
+        "# that the base's files are the image's (denv-base-check.py). On another engine,\n"
+        "# docker load the image and tag it so. After pushing it to a registry, write\n"
+        "# `FROM repo@sha256:<registry digest>` instead and drop the check."
     ),
 }
 _MISSING_NOTE = (
     "The image is not on the Docker Engine this was exported on: load it (docker load)\n"
     "# or pull it before building, or replace FROM with its registry digest."
 )
+_CHECK = """\
+# A tag can be put on any image: the build goes on only when the base's files are those of
+# the image the version was exported from (their digest, taken by `denv export`).
+COPY {script} /{script}
+RUN python3 -I -B /{script} {digest} && rm -f /{script}
+"""
 
 
 def _template(name: str) -> Template:
@@ -81,6 +90,9 @@ def _values(plan: ExportPlan, ref: str) -> dict[str, Any]:
         "base_ref": pin.reference,
         "pin_kind": pin.kind,
         "pin_note": _PIN_NOTES.get(pin.kind, _MISSING_NOTE),
+        "base_check": _CHECK.format(script=BASE_CHECK, digest=pin.files_digest)
+        if pin.kind == CONTENT
+        else "",
         "image_name": plan.name.replace("_", "-") + ":latest",
         "tools": ", ".join(f"`{t}`" for t in plan.tools)
         if plan.tools
@@ -98,7 +110,7 @@ def _dockerfile(values: dict[str, Any], *, harbor: bool, user: str) -> bytes:
             "ENV DENV_EXPORT_REWARD_LOG=/var/lib/denv-export/rewards.jsonl"
         )
     build = (
-        "docker build -t IMAGE environment/"
+        "docker build -t IMAGE environment/   (Harbor: docker compose build)"
         if harbor
         else f"docker build -f server/Dockerfile -t {values['image_name']} ."
     )
@@ -169,6 +181,8 @@ def openenv_files(plan: ExportPlan, ref: str) -> Files:
     }
     files.update(_runtime(""))
     files[".dockerignore"] = (b"**/__pycache__\n", 0o644)
+    if plan.agent.kind == CONTENT:
+        files[BASE_CHECK] = (base_check_script(), 0o644)
     return files
 
 
@@ -213,4 +227,6 @@ def harbor_files(plan: ExportPlan, ref: str) -> Files:
         "tests/score.py": (_render("harbor/score.py.tmpl", values), 0o644),
     }
     files.update(_runtime("environment/"))
+    if plan.agent.kind == CONTENT:
+        files[f"environment/{BASE_CHECK}"] = (base_check_script(), 0o644)
     return files

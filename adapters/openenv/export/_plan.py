@@ -13,7 +13,8 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 #: no `..`, nothing a shell or TOML string would need to quote.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 VERSION_ID = re.compile(r"^ver_[0-9A-HJKMNP-TV-Z]{26}$")
+#: The repository of the tags `pin_content` puts on export bases (tag: the image id's hex).
+BASE_REPOSITORY = "denv-export-base"
+#: The kind of pin of an image pinned by that tag plus the digest of its files.
+CONTENT = "image content"
+#: The script that takes that digest, shipped in every export beside the Dockerfile.
+BASE_CHECK = "denv-base-check.py"
 
 
 class ExportError(Exception):
@@ -40,11 +47,15 @@ class ImagePin:
     service: str
     image: str
     image_id: str
-    #: `repo@sha256:...` when the engine knows a registry digest, else the image id.
+    #: What FROM names: `repo@sha256:...` when the engine knows a registry digest, else
+    #: (agent images) the tag `denv-export-base:<image id hex>`, else the image id.
     reference: str
-    #: "registry digest", "image id" or "image id (not on this Docker Engine)".
+    #: "registry digest", "image content" (the tag plus `files_digest`, checked by the
+    #: build), "image id" or "image id (not on this Docker Engine)".
     kind: str
     user: str = ""
+    #: The digest of the image's files (templates/denv-base-check.py) for "image content".
+    files_digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,9 @@ def make_plan(
             progress.step(f"inspecting image {svc['image']} ({_short(svc['image_digest'])})")
         pins.append(inspect(str(svc["name"]), str(svc["image"]), str(svc["image_digest"])))
     agent_pin = next(p for p in pins if p.service == agent_name)
+    if agent_pin.kind != "registry digest" and agent_pin.kind != CONTENT:
+        agent_pin = pin_content(agent_pin, progress)
+        pins = [agent_pin if p.service == agent_name else p for p in pins]
     name = (project or f"denv-{vid[4:].lower()}").replace("-", "_").replace(".", "_") + "_env"
     return ExportPlan(
         version_id=str(vid),
@@ -225,8 +239,8 @@ def _short(image_id: str) -> str:
 def inspect_image(service: str, image: str, image_id: str) -> ImagePin:
     """Pin `image_id` by a registry digest when the engine has one, else by the id itself.
 
-    Images built here have no registry digest: `FROM sha256:<id>` pins them exactly, but
-    only on an engine that has that image (see the package README).
+    Images built here have no registry digest; `make_plan` pins the agent's by content
+    (`pin_content`), since builders other than the legacy one cannot use a bare id in FROM.
     """
     info = _docker_inspect(image_id)
     if info is None:
@@ -239,6 +253,63 @@ def inspect_image(service: str, image: str, image_id: str) -> ImagePin:
     if ours:
         return ImagePin(service, image, image_id, ours[0], "registry digest", user)
     return ImagePin(service, image, image_id, image_id, "image id", user)
+
+
+def base_tag(image_id: str) -> str:
+    """The tag an export's FROM names: derived from the image id (a digest of its content)."""
+    return f"{BASE_REPOSITORY}:{image_id.split(':', 1)[-1]}"
+
+
+def pin_content(pin: ImagePin, progress: Any = None) -> ImagePin:
+    """Pin a local image without a registry digest by a tag and the digest of its files.
+
+    BuildKit (`docker buildx build`, `docker compose build`) reads `FROM sha256:<id>` as an
+    image named `sha256` on Docker Hub, so FROM names a tag instead, derived from the id
+    and put on the image here. A tag can be moved to any image, so the build also checks
+    the base's files against the digest taken now (templates/denv-base-check.py).
+    """
+    if pin.kind != "image id":
+        raise ExportError(
+            f"the agent image {pin.image} ({_short(pin.image_id)}) is not on this Docker "
+            "Engine, so the export cannot pin its content: run denv export where the image "
+            "is (docker load or pull it first)"
+        )
+    if progress is not None:
+        progress.step(f"taking the digest of the files of {pin.image} (the build checks it)")
+    digest = _files_digest(pin.image_id)
+    tag = base_tag(pin.image_id)
+    _docker("tag", pin.image_id, tag)
+    return replace(pin, reference=tag, kind=CONTENT, files_digest=digest)
+
+
+def base_check_script() -> bytes:
+    """templates/denv-base-check.py: the files digest, as the export and the build take it."""
+    return resources.files(__package__).joinpath("templates", BASE_CHECK).read_bytes()
+
+
+def _files_digest(image_id: str) -> str:
+    # As root (the build checks as root too), with no network, nothing writable and no
+    # capability but reading every file: the image's own code runs only its python3.
+    done = subprocess.run(
+        ["docker", "run", "--rm", "-i", "--network", "none", "--read-only", "--user", "0",
+         "--cap-drop", "ALL", "--cap-add", "DAC_READ_SEARCH", "--entrypoint", "python3",
+         image_id, "-I", "-B", "-"],
+        input=base_check_script(), capture_output=True, check=False, timeout=600,
+    )  # fmt: skip
+    found = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or not re.fullmatch(r"sha256:[0-9a-f]{64}", found):
+        raise ExportError(
+            f"could not take the digest of the files of image {_short(image_id)} (it needs "
+            f"python3 on its PATH, as the exported server does): "
+            f"{done.stderr.decode(errors='replace').strip()[-500:]}"
+        )
+    return found
+
+
+def _docker(*args: str) -> None:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ExportError(f"docker {' '.join(args)} failed: {done.stderr.strip()}")
 
 
 def _docker_inspect(image_id: str) -> dict[str, Any] | None:
