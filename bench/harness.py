@@ -174,6 +174,9 @@ def start_server(state_dir: Path, extra_args: tuple[str, ...] = ()) -> Server:
         [
             *(sys.executable, "-m", "denv", "serve", "--port", "0"),
             *("--state-dir", str(state_dir), "--max-envs-per-key", "1024"),
+            # The benchmarks time denv, not its per-key fairness caps (bursts of 16 starts).
+            *("--max-creates-per-key", "0", "--max-starting-per-key", "0"),
+            *("--max-waits-per-key", "0", "--max-spares-per-key", "0"),
             *("--log-level", "WARNING"),
             *extra_args,
         ],

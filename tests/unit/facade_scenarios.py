@@ -137,6 +137,29 @@ def envs_from_version(denv: Denv) -> tuple[Any, list[Env]]:
 
 
 @scenario
+def create_sandboxes(denv: Denv) -> list[Env]:
+    envs = denv.create_sandboxes(IMAGE, 2, wait_timeout_s=WAIT_TIMEOUT_S)
+    for env in envs:
+        denv.delete_env(env.id)
+    return envs
+
+
+@scenario
+def lineage_and_diff(denv: Denv) -> tuple[Env, Any, Any, list[Any], Any]:
+    env = _sandbox(denv)
+    forked = denv.fork(env.id, wait_timeout_s=WAIT_TIMEOUT_S)
+    (child,) = forked.envs
+    later = denv.snapshot(child.id)
+    chain = denv.lineage(child.id)
+    diff = denv.diff(forked.version.id, later.id)
+    denv.delete_env(child.id)
+    denv.delete_env(env.id)
+    denv.delete_version(later.id)
+    denv.delete_version(forked.version.id)
+    return env, forked, later, chain, diff
+
+
+@scenario
 def get_version(denv: Denv) -> tuple[Any, Any]:
     env = _sandbox(denv)
     version = denv.snapshot(env.id)

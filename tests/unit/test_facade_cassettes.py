@@ -135,6 +135,28 @@ def test_envs_from_version() -> None:
     assert env.version_id == version.id and env.status is EnvStatus.HEALTHY
 
 
+def test_create_sandboxes_sends_count_and_returns_each_env() -> None:
+    envs, wire = replay("create_sandboxes")
+    (create,) = [r for r in wire.sent if r.path == "/v1/sandboxes"]
+    assert json.loads(create.body)["count"] == 2
+    assert len({env.id for env in envs}) == 2
+    assert all(env.status is EnvStatus.HEALTHY for env in envs)
+    assert len({env.version_id for env in envs}) == 1  # one implicit version for the batch
+
+
+def test_lineage_and_diff() -> None:
+    (env, forked, later, chain, diff), wire = replay("lineage_and_diff")
+    (child,) = forked.envs
+    assert later.parent_env_id == child.id and later.parent_version_id == forked.version.id
+    assert forked.version.parent_version_id == env.version_id
+    assert [x.id for x in chain] == [child.id, forked.version.id, env.id, env.version_id]
+    assert [type(x).__name__ for x in chain] == ["Env", "Version", "Env", "Version"]
+    (sent,) = [r for r in wire.sent if r.path == f"/v1/versions/{later.id}/diff"]
+    assert sent.uri.endswith(f"/v1/versions/{later.id}/diff?base={forked.version.id}")
+    assert (diff.base_version_id, diff.version_id) == (forked.version.id, later.id)
+    assert all(c.path.startswith("/work/") for c in diff.changes)
+
+
 def test_get_version() -> None:
     (version, got), _ = replay("get_version")
     assert got.id == version.id and got.agent_service == "agent"

@@ -54,6 +54,7 @@ FORK_OK = httpx.Response(
             "id": VERSION_ID,
             "project": None,
             "parent_env_id": ENV_ID,
+            "parent_version_id": None,
             "agent_service": "agent",
             "services": [],
             "layer_depth": 1,
