@@ -50,7 +50,12 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         image: The image `start_container()` runs when given none, so that
             OpenEnv's provider-owned start (`EnvClient(provider=...)`) works.
         egress: `"deny"` (no outward connections; clients reach the env through
-            the server's ingress proxy) or `"allow"` (ports published on the server's host).
+            the server's ingress proxy), `"allow"` (ports published on the server's host;
+            no connections to the host, link-local or private networks unless the server
+            allows them), or an allowlist `{"allow": ["name-or-cidr[:port]", ...]}` (only
+            those destinations; names resolved by the server when the env is created;
+            reached through the ingress like deny), e.g. the trainer's capture proxy:
+            `{"allow": ["host.docker.internal:8100"]}` (docs/openenv-provider.md).
         ttl_s: Seconds until the server deletes an env this provider started.
         labels: Labels put on every env this provider starts or forks.
         timeout_s: Seconds an env may take to become ready (health and WebSocket).

@@ -150,6 +150,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             await asyncio.to_thread(service.reconcile)
         except Exception:
             log.exception("reconcile failed; serving anyway (is dockerd running?)")
+        try:  # the firewall rules of envs that outlived the last server process
+            await asyncio.to_thread(engine.adopt_egress)
+        except Exception:
+            log.exception("the egress rules of running envs were not taken back")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
         guard = asyncio.create_task(ctx.host_guard.forever(HOST_GUARD_CHECK_S))
         _write_server_json(config)

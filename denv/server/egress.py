@@ -69,6 +69,16 @@ class Policy:
         return self.mode == "allow"
 
 
+# On an env's Docker network: its egress when it is not deny, so a restarted server can take
+# back the network's firewall rules (``Engine.adopt_egress``).
+EGRESS_LABEL = "denv.egress"
+
+
+def egress_label(text: str) -> dict[str, str]:
+    """The network labels that record an egress string (none for ``deny``)."""
+    return {} if text == "deny" else {EGRESS_LABEL: text}
+
+
 def parse(text: str) -> Policy:
     """The policy a record's egress string holds."""
     if text in ("deny", "allow"):

@@ -21,6 +21,7 @@ import docker.errors
 import requests.exceptions
 
 from .config import DOCKER_TIMEOUT_S, START_WORKERS
+from .egress import EGRESS_LABEL, egress_label
 from .egress import parse as parse_egress
 from .errors import ApiError, EngineUnavailable
 from .firewall import Firewall, FirewallError
@@ -193,7 +194,7 @@ class Engine:
                         name,
                         driver="bridge",
                         internal=policy.internal,
-                        labels=self.labels(env_id),
+                        labels={**self.labels(env_id), **egress_label(egress)},
                         ipam=ipam,
                         options={BRIDGE_NAME_OPTION: bridge},
                     )
@@ -223,15 +224,18 @@ class Engine:
             if cfg.get("Subnet")
         ]
 
-    def _open_egress(self, name: str, bridge: str, mode: str, rules: list[Any]) -> None:
-        """Per-env firewall rules of a new network; a failure removes the network."""
+    def _open_egress(
+        self, name: str, bridge: str, mode: str, rules: list[Any], *, made_now: bool = True
+    ) -> None:
+        """Per-env firewall rules of a network; a failure removes a network ``made_now``."""
         wanted = mode == "allowlist" or (mode == "allow" and self.allow_private_egress)
         if self.firewall is None or not wanted:
             return
         try:
             self.firewall.add_env(firewall_tools(), bridge, rules)
         except FirewallError as exc:
-            self.remove_network(name)
+            if made_now:
+                self.remove_network(name)
             raise ApiError(
                 503,
                 "engine_unavailable",
@@ -239,6 +243,31 @@ class Engine:
                 "server needs root or CAP_NET_ADMIN; GET /v1/health shows host_guard",
             ) from exc
         self._bridge_of[name] = bridge
+
+    def adopt_egress(self) -> int:
+        """At start: take back the per-env egress rules of this server's networks.
+
+        Their rules outlive a server restart in the kernel, but the new process must know
+        them to put them back after a firewall reload; each network carries its env's
+        egress in its ``denv.egress`` label. Returns how many networks have rules.
+        """
+        with engine_errors():
+            found = self.api.networks(filters={"label": [f"denv.instance={self.instance_id}"]})
+        adopted = 0
+        for net in found:
+            egress = (net.get("Labels") or {}).get(EGRESS_LABEL)
+            bridge = (net.get("Options") or {}).get(BRIDGE_NAME_OPTION)
+            if not egress or not bridge:
+                continue
+            policy = parse_egress(egress)
+            try:
+                name = str(net["Name"])
+                self._open_egress(name, bridge, policy.mode, list(policy.rules), made_now=False)
+            except ApiError as exc:
+                log.error("egress rules of %s not restored: %s", net["Name"], exc.message)
+                continue
+            adopted += int(str(net["Name"]) in self._bridge_of)
+        return adopted
 
     def remove_network(self, name: str) -> None:
         bridge = self._bridge_of.pop(name, None) or self._bridge(name)

@@ -248,11 +248,15 @@ class Firewall:
         return lines + [_line("-I", chain, ["1", *rule]) for chain, rule in reversed(wanted)]
 
     def add_env(self, tools: list[str], bridge: str, rules: list[EnvRule]) -> None:
-        """Let ``bridge`` reach ``rules`` (an allowlist) or everything (a ``dva`` bridge)."""
+        """Let ``bridge`` reach ``rules`` (an allowlist) or everything (a ``dva`` bridge).
+
+        Idempotent: rules already in place are left, a partial set is replaced; the bridge
+        is remembered, so ``ensure`` puts its rules back after a firewall reload.
+        """
         with self._lock:
             self._envs[bridge] = list(rules)
             for tool in tools:
-                lines = self._env_lines(tool, bridge, rules, only_missing=False)
+                lines = self._env_lines(tool, bridge, rules, only_missing=True)
                 if lines:
                     _restore(tool, lines)
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +30,7 @@ sys.path.insert(0, str(E2E_DIR))
 import test_egress as probes
 from outside_host import OutsideHost, outside_host
 
+from denv.server.config import HOST_GUARD_CHECK_S
 from denv.server.firewall import FWD_CHAIN, IN_CHAIN, PRIVATE_RANGES, resolvers
 
 pytestmark = pytest.mark.e2e
@@ -190,7 +193,11 @@ def _ipv6_link_local_probe(client: Any, env: dict[str, Any]) -> str:
         ct = client.containers.get(container_of(env))
         port = listener.getsockname()[1]
         result = ct.exec_run(["python3", "-c", script, addrs[0], str(port)])
-        return str(result.output.decode().strip())
+        disabled = ct.exec_run(["cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6"]).output
+        # Docker (20.10 here) disables IPv6 in containers of IPv4-only networks, so the probe
+        # cannot connect even where the rules would let it: say so in the count line.
+        note = " (IPv6 disabled in the container)" if disabled.strip() == b"1" else ""
+        return str(result.output.decode().strip()) + note
     finally:
         listener.close()
 
@@ -211,10 +218,15 @@ def test_allow_private_egress_lets_allow_envs_reach_private_networks(
                 (gateway, host_listener.port),
             ]
             outcomes = probe(client, env, targets)
+            v6 = _ipv6_link_local_probe(client, env)
         finally:
             delete_all(c)
     ok = connected(outcomes, targets)
-    report(request, f"egress allow, --allow-private-egress: {len(ok)}/{len(targets)} connected")
+    report(
+        request,
+        f"egress allow, --allow-private-egress: {len(ok)}/{len(targets)} connected; "
+        f"IPv6 to the host's link-local: {v6}",
+    )
     assert len(ok) == len(targets), outcomes
 
 
@@ -358,3 +370,106 @@ def test_an_agent_in_an_allowlist_env_reaches_the_trainers_capture_proxy(
     assert got.get("status") == 200, got
     assert got["body"]["instance"] == capture.app.state.instance_id, got
     assert not leaked, leaked
+
+
+def _env_rules(tool: str, bridge: str) -> list[str]:
+    return [ln for ln in saved(tool) if f'"denv-egress env {bridge}"' in ln]
+
+
+def _bridge_of(client: Any, env: dict[str, Any]) -> str:
+    net = client.networks.get(f"denv-{env['id'].lower()}")
+    return str(net.attrs["Options"]["com.docker.network.bridge.name"])
+
+
+def _reload_firewall() -> None:
+    """What a firewall reload does to denv's egress rules: the jumps and chains are gone."""
+    for tool in ("iptables", "ip6tables"):
+        for line in saved(tool):
+            if line.startswith("-A ") and line.endswith(("-j " + IN_CHAIN, "-j " + FWD_CHAIN)):
+                subprocess.run([tool, "-w", "5", "-D", *line[3:].split()], check=True)
+        for chain in (IN_CHAIN, FWD_CHAIN):
+            subprocess.run([tool, "-w", "5", "-F", chain], check=False)
+            subprocess.run([tool, "-w", "5", "-X", chain], check=False)
+
+
+def test_allowlist_rules_outlive_a_server_restart_and_a_firewall_reload(
+    client: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    privates: dict[str, OutsideHost],
+    request: pytest.FixtureRequest,
+) -> None:
+    cgn = privates["cgn"]
+    allowed: list[probes.Target] = [(cgn.address, 443)]
+    refused: list[probes.Target] = [(cgn.address, 80), *privates["lan"].tcp_targets()]
+    state = tmp_path_factory.mktemp("denv-egress-restart")
+    with start_server(state, "--allow-private-egress", cleanup=False) as first, api(first) as c:
+        env = standin(c, egress={"allow": [f"{cgn.address}:443"]})
+    bridge = _bridge_of(client, env)
+    before = _env_rules("iptables", bridge)
+    with start_server(state, "--allow-private-egress") as second:
+        try:
+            _reload_firewall()
+            assert not _env_rules("iptables", bridge)
+            deadline = time.monotonic() + 3 * HOST_GUARD_CHECK_S
+            while sorted(_env_rules("iptables", bridge)) != sorted(before):
+                assert time.monotonic() < deadline, (before, _env_rules("iptables", bridge))
+                time.sleep(0.2)
+            restored_after = 3 * HOST_GUARD_CHECK_S - (deadline - time.monotonic())
+            outcomes = probe(client, env, allowed + refused)
+        finally:
+            with api(second) as c:
+                delete_all(c)
+    got = connected(outcomes[: len(allowed)], allowed)
+    leaked = connected(outcomes[len(allowed) :], refused)
+    report(
+        request,
+        f"egress allowlist across a restart and a reload: {len(before)} env rules back in "
+        f"{restored_after:.1f} s; {len(got)}/{len(allowed)} allowed and {len(leaked)}/"
+        f"{len(refused)} others connected",
+    )
+    assert len(got) == len(allowed) and not leaked, outcomes
+    assert not _env_rules("iptables", bridge)  # deleting the env removed them
+
+
+FAILING_IP6TABLES = """#!/bin/sh
+echo "ip6tables: simulated failure (this test's stand-in for a broken ip6tables)" >&2
+exit 4
+"""
+
+
+def test_without_ipv6_rules_only_deny_envs_start_and_health_says_why(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    """A server whose ip6tables fails (a stand-in first in its PATH; the real tables are not
+    touched) reports IPv6 missing and refuses allow and allowlist envs with 503."""
+    bin_dir = tmp_path_factory.mktemp("fake-ip6tables")
+    for name in ("ip6tables", "ip6tables-restore"):
+        (bin_dir / name).write_text(FAILING_IP6TABLES)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with start_server(tmp_path_factory.mktemp("denv-egress-no-v6")) as srv:
+        monkeypatch.undo()
+        with api(srv) as c:
+            guard = c.get("/v1/health").json()["host_guard"]
+            refused = {}
+            for egress in ("allow", {"allow": ["198.18.0.1:80"]}):
+                res = c.post("/v1/sandboxes", json={"image": STANDIN, "egress": egress})
+                refused[json.dumps(egress)] = res
+            deny = standin(c)
+            delete_all(c)
+    report(
+        request,
+        f"egress without ip6tables: health ipv6 {guard['ipv6']}; "
+        f"{sum(r.status_code == 503 for r in refused.values())}/2 non-deny creates refused "
+        f"with 503; a deny env {deny['status']}",
+    )
+    assert (guard["ipv4"], guard["ipv6"]) == ("ok", "missing"), guard
+    assert "simulated failure" in guard["reason"], guard
+    for egress, res in refused.items():
+        assert res.status_code == 503, (egress, res.text)
+        body = res.json()
+        assert body["code"] == "engine_unavailable"
+        assert "ipv6" in body["message"] and "egress 'deny'" in body["message"], body
+    assert deny["status"] == "healthy"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from denv.server import guard
+from denv.server.firewall import FirewallError
 from denv.server.netpolicy import HostGuardError
 
 
@@ -24,12 +25,48 @@ class FakeFirewall:
         return "restored"
 
 
+class FakeEgressRules:
+    """The egress chains (``firewall.Firewall``): ``broken`` tools fail to install them."""
+
+    def __init__(self) -> None:
+        self.broken: tuple[str, ...] = ()
+
+    def ensure(self, tool: str) -> bool:
+        if tool in self.broken:
+            raise FirewallError(f"{tool}-restore: line 2 failed")
+        return False
+
+
 @pytest.fixture
-def firewall(monkeypatch: pytest.MonkeyPatch) -> FakeFirewall:
+def egress_rules(monkeypatch: pytest.MonkeyPatch) -> FakeEgressRules:
+    rules = FakeEgressRules()
+    monkeypatch.setattr(guard, "Firewall", lambda resolvers: rules)
+    return rules
+
+
+@pytest.fixture
+def firewall(monkeypatch: pytest.MonkeyPatch, egress_rules: FakeEgressRules) -> FakeFirewall:
     fw = FakeFirewall()
     monkeypatch.setattr(guard, "ensure_host_guard_on", fw.ensure)
     monkeypatch.setattr(guard.shutil, "which", lambda tool: f"/usr/sbin/{tool}")
     return fw
+
+
+def test_envs_that_may_connect_are_unsafe_while_a_family_lacks_its_egress_rules(
+    firewall: FakeFirewall, egress_rules: FakeEgressRules
+) -> None:
+    watch = guard.HostGuardWatch()
+    watch.check()
+    assert watch.egress_unsafe() is None
+    egress_rules.broken = ("ip6tables",)
+    assert watch.check() == {"ipv4": "ok", "ipv6": "missing"}
+    unsafe = watch.egress_unsafe()
+    assert unsafe is not None and "ipv6" in unsafe and "line 2 failed" in unsafe
+    assert "egress 'deny'" in unsafe  # what still works
+    assert "allow and allowlist" in str(watch.status()["reason"])
+    egress_rules.broken = ()
+    watch.check()
+    assert watch.egress_unsafe() is None
 
 
 def test_first_check_installs_without_counting_a_restore(firewall: FakeFirewall) -> None:
