@@ -20,16 +20,23 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Self, TypeVar
 
 import httpx
 
 from denv import AsyncDenv, Env
 from denv.errors import DenvError, EnvReadyTimeout, EnvStartError, NotFound
 
-from ._config import DEFAULT_PORT, check_start_options, command_list
+from ._config import DEFAULT_PORT, ProviderConfig, check_start_options, command_list
 from ._connection import PROBE_TIMEOUT_S, Connection
-from ._readiness import _session_error, is_loopback, no_websocket, probe_websocket, websocket_url
+from ._readiness import (
+    WebSocketProbe,
+    _session_error,
+    is_loopback,
+    no_websocket,
+    probe_websocket,
+    websocket_url,
+)
 from ._waits import (
     FAILED,
     LOG_TAIL_LINES,
@@ -41,8 +48,32 @@ from ._waits import (
     timeout_error,
 )
 
-if TYPE_CHECKING:
-    from ._provider import DenvProvider
+
+class Provider(Protocol):
+    """What these functions use of a `DenvProvider`: named here, not imported, since the
+    provider's module imports this one."""
+
+    ws_probe: WebSocketProbe
+    _config: ProviderConfig
+    _connection: Connection | None
+    _env_id: str | None
+    _origin: str
+    _ready_timeout_s: float | None
+    _healthy_at_bind: bool
+    _async: bool
+
+    @property
+    def base_url(self) -> str | None: ...
+    def _conn(self) -> Connection: ...
+    def _require_unbound(self) -> None: ...
+    def _adopt(self, env: Env, what: str) -> str: ...
+    def _unbind(self, env_id: str) -> None: ...
+    def _blank_child(self, connection: Connection) -> Self: ...
+    def stop_container(self) -> None: ...
+    def close(self) -> None: ...
+
+
+P = TypeVar("P", bound=Provider)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +87,7 @@ class Link:
     connection: Connection
 
 
-async def _connection(provider: DenvProvider) -> Connection:
+async def _connection(provider: Provider) -> Connection:
     """The provider's (sync) connection: it knows the server and key. Opening it may find
     or start the local server, blocking work kept off the loop."""
     if provider._connection is not None:
@@ -65,7 +96,7 @@ async def _connection(provider: DenvProvider) -> Connection:
 
 
 @asynccontextmanager
-async def link(provider: DenvProvider) -> AsyncIterator[Link]:
+async def link(provider: Provider) -> AsyncIterator[Link]:
     connection = await _connection(provider)
     server = await asyncio.to_thread(lambda: connection.denv.server)
     denv = AsyncDenv(server, connection.api_key)
@@ -151,7 +182,7 @@ async def _probe_websocket(base_url: str, timeout_s: float) -> str | None:
         return f"WebSocket upgrade on /ws failed: {type(exc).__name__}: {exc}"
 
 
-async def _websocket(provider: DenvProvider, base_url: str, timeout_s: float) -> str | None:
+async def _websocket(provider: Provider, base_url: str, timeout_s: float) -> str | None:
     probe = provider.ws_probe
     if probe is no_websocket:
         return None
@@ -161,7 +192,7 @@ async def _websocket(provider: DenvProvider, base_url: str, timeout_s: float) ->
 
 
 async def wait_for_ready(
-    provider: DenvProvider, ln: Link, base_url: str, timeout_s: float | None
+    provider: Provider, ln: Link, base_url: str, timeout_s: float | None
 ) -> None:
     """`DenvProvider.wait_for_ready`, awaited (the env is deleted when it fails)."""
     timeout = (
@@ -201,7 +232,7 @@ async def _until_healthy(
 
 
 async def _until_probes_pass(
-    provider: DenvProvider, ln: Link, base_url: str, timeout: float, deadline: float
+    provider: Provider, ln: Link, base_url: str, timeout: float, deadline: float
 ) -> None:
     env_id, delay = provider._env_id, PROBE_BACKOFF_S[0]
     while True:
@@ -224,7 +255,7 @@ async def _until_probes_pass(
 # -- start, fork, stop ---------------------------------------------------------------------------
 
 
-async def _adopt(provider: DenvProvider, denv: AsyncDenv, env: Env, what: str) -> str:
+async def _adopt(provider: Provider, denv: AsyncDenv, env: Env, what: str) -> str:
     """Bind `provider` to a just-created env (the checks of `_adopt` that read the server,
     done here without blocking); delete the env if it is unusable."""
     try:
@@ -245,7 +276,7 @@ async def _adopt(provider: DenvProvider, denv: AsyncDenv, env: Env, what: str) -
 
 
 async def start_container(
-    provider: DenvProvider,
+    provider: Provider,
     image: str | None,
     port: int | None,
     env_vars: Mapping[str, str] | None,
@@ -280,7 +311,7 @@ async def start_container(
 
 
 async def start_version(
-    provider: DenvProvider,
+    provider: Provider,
     version_id: str,
     env_vars: Mapping[str, str] | None,
     wait_timeout: float | None,
@@ -305,12 +336,12 @@ async def start_version(
         return await _adopt(provider, ln.denv, env, f"version {version_id}")
 
 
-async def ready(provider: DenvProvider, base_url: str, timeout_s: float | None) -> None:
+async def ready(provider: Provider, base_url: str, timeout_s: float | None) -> None:
     async with link(provider) as ln:
         await wait_for_ready(provider, ln, base_url, timeout_s)
 
 
-async def fork(provider: DenvProvider, count: int) -> list[DenvProvider]:
+async def fork(provider: P, count: int) -> list[P]:
     """`DenvProvider.fork(count)`, awaited: one snapshot, children ready, all or none."""
     env_id, config = provider._env_id, provider._config
     if env_id is None:
@@ -329,7 +360,7 @@ async def fork(provider: DenvProvider, count: int) -> list[DenvProvider]:
             warm=config.warm,
         )
         logger.info("forked env %s into %d (version %s)", env_id, count, result.version.id)
-        children: list[DenvProvider] = []
+        children: list[P] = []
         try:
             for env in result.envs:
                 child = provider._blank_child(ln.connection)
@@ -351,7 +382,7 @@ async def fork(provider: DenvProvider, count: int) -> list[DenvProvider]:
     return children
 
 
-async def stop(provider: DenvProvider) -> None:
+async def stop(provider: Provider) -> None:
     """`DenvProvider.stop_container`, awaited: the env is deleted when it returns."""
     env_id = provider._env_id
     if env_id is not None and provider._connection is not None:
