@@ -4,6 +4,8 @@ What is retried cannot repeat work the server already did: a connection that was
 (any call), and 429/5xx answers or a connection that broke mid-call only for idempotent calls
 (GET, DELETE, calls marked idempotent, and POSTs that carry an Idempotency-Key, which the
 facade adds to every create). Backoff is exponential with jitter and honors Retry-After.
+A 429 `quota_exceeded` (too many live envs, versions or warm spares) is never retried: it
+frees only when the caller deletes something, however long it waits.
 httpx's transport failures become `Timeout` and `ConnectionFailed`.
 
 `RetryPolicy` decides, for one attempt's outcome, whether to return, raise or wait and retry;
@@ -12,6 +14,7 @@ httpx's transport failures become `Timeout` and `ConnectionFailed`.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -66,6 +69,17 @@ def is_idempotent(request: httpx.Request) -> bool:
     return request.method in _IDEMPOTENT_METHODS or "idempotency-key" in request.headers
 
 
+def is_quota(response: httpx.Response) -> bool:
+    """Whether a (read) response is a 429 `quota_exceeded`, which waiting does not clear."""
+    if response.status_code != 429:
+        return False
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("code") == "quota_exceeded"
+
+
 def backoff_s(attempt: int, rand: Callable[[], float] = random.random) -> float:
     """Delay before retry number `attempt` (0-based): exponential, capped, half of it jittered."""
     base = min(
@@ -108,6 +122,7 @@ class RetryPolicy:
                 outcome.status_code not in _config.RETRYABLE_STATUSES
                 or not is_idempotent(request)
                 or attempt >= self.max_retries
+                or is_quota(outcome)
             ):
                 return None
             retry_after = parse_retry_after(outcome.headers.get("retry-after"))
@@ -189,6 +204,8 @@ class RetryTransport(httpx.BaseTransport):
             outcome: httpx.Response | Exception
             try:
                 outcome = self._inner.handle_request(request)
+                if outcome.status_code == 429:
+                    outcome.read()  # its code says whether waiting can help (is_quota)
             except httpx.TransportError as exc:
                 outcome = exc
             delay = self._policy.retry_delay(request, outcome, attempt)
@@ -227,6 +244,8 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
             outcome: httpx.Response | Exception
             try:
                 outcome = await self._inner.handle_async_request(request)
+                if outcome.status_code == 429:
+                    await outcome.aread()  # its code says whether waiting can help (is_quota)
             except httpx.TransportError as exc:
                 outcome = exc
             delay = self._policy.retry_delay(request, outcome, attempt)
