@@ -7,11 +7,17 @@
                [--warm-max-spares 32] [--warm-max-memory MIB]
                [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
+               [--max-creates-per-key 8] [--max-starting-per-key 16] [--max-waits-per-key 32]
+               [--max-versions-per-key 10000] [--max-spares-per-key 16]
+               [--max-ingress-per-key 256] [--ingress-read-timeout 600]
+               [--tls-cert PEM --tls-key PEM] [--insecure]
                [--allow-private-egress]
 
 ``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
 The API key comes from ``--api-key-file``, else ``$DENV_API_KEY``, else ``<state_dir>/api_key``
 (made on first start); never from the command line, where ``ps`` shows it to every user.
+Beyond loopback the server needs TLS (``--tls-cert/--tls-key``) or ``--insecure``; the
+per-key caps (``fairness``) answer 429 with Retry-After (docs/hardening.md).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Key B measures the latency of a create (``POST /v1/sandboxes``, wait healthy) and of a fork
 of one child, first on an idle server, then while key A floods the same server from
-several threads with creates and forks as fast as it is answered (it ignores 429 and goes
+several processes with creates and forks as fast as it is answered (it ignores 429 and goes
 again at once, the worst a client can do). The per-key caps (``fairness``, the server's
 ``SHARED_CAPS``) bound what A holds; B's median latency under the flood must stay within 2x of
 its idle median, both measured in this one run, with the caps a shared two-core server
-is advised to use (``SHARED_CAPS``). Counts: 3 samples and 4 flooding threads
+is advised to use (``SHARED_CAPS``). Counts: 3 samples and 4 flooding processes
 in CI, 10 and 16 under ``make soak``.
 """
 
@@ -98,7 +98,7 @@ def flood(url: str, key: str, parent: str, stop: Any, out: Any) -> None:
 def test_a_flooding_key_does_not_slow_another_past_2x(
     server: LocalDenv, request: pytest.FixtureRequest
 ) -> None:
-    samples, threads = scale(3, 10), scale(4, 16)
+    samples, threads = scale(3, 10), scale(4, 16)  # threads: flooding processes
     flooder = create_api_key(server.state_dir)
     seen: Counter[str] = Counter()
     with api(server) as b, api(server, flooder, timeout=300) as a:
@@ -132,7 +132,7 @@ def test_a_flooding_key_does_not_slow_another_past_2x(
     refused = sum(n for k, n in seen.items() if k.endswith("429"))
     report(
         request,
-        f"flood: {threads} threads of one key sent {sum(seen.values())} creates/forks "
+        f"flood: {threads} processes of one key sent {sum(seen.values())} creates/forks "
         f"({refused} refused 429; {dict(sorted(seen.items()))}); another key's {samples} "
         f"creates: median {statistics.median(idle_creates):.2f} s idle, "
         f"{statistics.median(flood_creates):.2f} s flooded ({ratios['create']:.2f}x); "
