@@ -11,15 +11,18 @@ host's resolvers are checked by reading what is installed (iptables-save), not b
 
 from __future__ import annotations
 
+import http.server
 import ipaddress
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import LocalDenv, docker_engine, start_server
@@ -316,59 +319,140 @@ def test_bad_allowlists_are_422_naming_the_fix(
     assert outcomes[0] == "connected" and outcomes[1] != "connected", outcomes
 
 
-# Runs inside the env: GET the capture proxy's /health through host.docker.internal.
-FETCH = r"""
+# Runs inside the env, as an agent would: one chat completion through the capture proxy at
+# argv[1], its API key (argv[2]) the rollout's session id. Prints the status and the reply.
+AGENT_CALL = r"""
 import json, sys, urllib.request
+body = {"model": "trainer-model", "messages": [{"role": "user", "content": "say hi"}]}
+req = urllib.request.Request(
+    sys.argv[1] + "/v1/chat/completions",
+    data=json.dumps(body).encode(),
+    headers={"Content-Type": "application/json", "Authorization": "Bearer " + sys.argv[2]},
+)
 try:
-    with urllib.request.urlopen(sys.argv[1], timeout=5) as res:
+    with urllib.request.urlopen(req, timeout=20) as res:
         print(json.dumps({"status": res.status, "body": json.loads(res.read())}))
 except Exception as exc:
     print(json.dumps({"error": type(exc).__name__ + ": " + str(exc)}))
 """
 
+PROMPT_IDS = [101, 7592, 2003]
+SAMPLED = [(7632, -0.25), (999, -0.5)]  # (token id, logprob)
 
-def test_an_agent_in_an_allowlist_env_reaches_the_trainers_capture_proxy(
+
+class _Model(http.server.BaseHTTPRequestHandler):
+    """The trainer's model on this machine's loopback: a vLLM-shaped chat completion with the
+    prompt's and the sample's token ids and logprobs (what the capture proxy records)."""
+
+    def do_GET(self) -> None:
+        self._send({"object": "list", "data": [{"id": "trainer-model", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._send(
+            {
+                "id": "chatcmpl-denv",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "trainer-model",
+                "prompt_token_ids": PROMPT_IDS,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "hi"},
+                        "finish_reason": "stop",
+                        "token_ids": [t for t, _ in SAMPLED],
+                        "logprobs": {
+                            "content": [
+                                {"token": f"token_id:{t}", "logprob": lp, "top_logprobs": []}
+                                for t, lp in SAMPLED
+                            ]
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
+        )
+
+    def _send(self, doc: dict[str, Any]) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def trainer_model() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Model)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_agent_in_an_allowlist_env_calls_the_trainers_model_through_the_capture_proxy(
     client: Any,
     open_server: LocalDenv,
     public: OutsideHost,
     host_listener: probes.Listener,
+    trainer_model: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    """OpenEnv's token/logprob capture proxy (``CaptureServer``, from the installed
-    ``openenv`` package) runs here, where the trainer runs; an env allowed only
-    ``host.docker.internal:<its port>`` reaches it, and nothing else."""
+    """OpenEnv's token/logprob capture proxy (``CaptureServer`` of the installed ``openenv``)
+    runs here, where the trainer runs, in front of the trainer's model. An env allowed only
+    ``host.docker.internal:<proxy port>`` makes a model call through it, the trainer reads the
+    call's token ids and logprobs from the proxy, and every other destination stays refused."""
     from openenv.core.harness.capture import CaptureServer
 
     with socket.socket() as s:
         s.bind(("", 0))
         port = int(s.getsockname()[1])
-    # No model behind it: the test checks the path to the proxy, not a model call.
-    capture = CaptureServer(llm_url="http://127.0.0.1:9", model="trainer-model", port=port)
+    capture = CaptureServer(llm_url=trainer_model, model="trainer-model", port=port)
     capture.start(timeout_s=30)
     try:
+        session = capture.registry.create()  # the trainer mints the rollout's key
         with api(open_server) as c:
             env = standin(c, egress={"allow": [f"host.docker.internal:{port}"]})
             try:
                 ct = client.containers.get(container_of(env))
-                url = f"http://host.docker.internal:{port}/health"
-                got = json.loads(ct.exec_run(["python3", "-c", FETCH, url]).output)
+                proxy = f"http://host.docker.internal:{port}"
+                call = ct.exec_run(["python3", "-c", AGENT_CALL, proxy, session.session_id])
+                got = json.loads(call.output)
+                stranger = ct.exec_run(["python3", "-c", AGENT_CALL, proxy, "not-a-session"])
+                refused_key = json.loads(stranger.output)
                 refused: list[probes.Target] = [
                     ("host.docker.internal", host_listener.port),
+                    (urlsplit(trainer_model).hostname or "", urlsplit(trainer_model).port or 0),
                     *targets_of(public),
                 ]
                 outcomes = probe(client, env, refused)
             finally:
                 delete_all(c)
+        turns = session.graph.nodes()
     finally:
         capture.stop()
     leaked = connected(outcomes, refused)
     report(
         request,
-        f"capture proxy through the allowlist: /health {got.get('status')}; "
+        f"capture proxy through the allowlist: the agent's call {got.get('status')}, "
+        f"{len(turns)} turn captured ({len(turns[0].prompt_ids) if turns else 0} prompt ids, "
+        f"{len(turns[0].sampled_ids) if turns else 0} sampled ids with logprobs); "
         f"{len(leaked)}/{len(refused)} other destinations connected",
     )
     assert got.get("status") == 200, got
-    assert got["body"]["instance"] == capture.app.state.instance_id, got
+    assert got["body"]["choices"][0]["message"]["content"] == "hi", got
+    assert "error" in refused_key, refused_key  # the proxy takes only registered sessions
+    assert len(turns) == 1, turns
+    assert turns[0].prompt_ids == PROMPT_IDS
+    assert turns[0].sampled_ids == [t for t, _ in SAMPLED]
+    assert turns[0].sampled_logprobs == [lp for _, lp in SAMPLED]
     assert not leaked, leaked
 
 
