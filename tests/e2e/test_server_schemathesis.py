@@ -3,7 +3,8 @@
 Every generated request (valid and invalid) must get a documented status, never a 5xx, with
 a body that conforms to the spec. Creates are steered away from real containers: the image
 of a sandbox and the images of a compose file are replaced by names the engine does not have
-(so creates fail fast with 422 ``image_not_found``), and ``pull`` is never true. Whatever a
+(so creates fail fast with 422 ``image_not_found``), ``pull`` is never true, and an egress
+allowlist holds literal addresses (a generated name would be looked up). Whatever a
 case still creates is deleted by the server fixture at the end.
 """
 
@@ -37,6 +38,15 @@ def steer(case: Any) -> None:
             body["image"] = MISSING_IMAGE
         if body.get("pull") is True:
             body["pull"] = False
+    egress = body.get("egress")
+    if isinstance(egress, dict) and isinstance(egress.get("allow"), list):
+        # The server resolves allowlist names with this machine's resolver: a generated name
+        # would send a DNS query off the machine. Literal addresses in 198.18.0.0/15 instead.
+        # Other values are kept, so a case meant to be invalid stays invalid.
+        egress["allow"] = [
+            f"198.18.0.{i % 250 + 1}:80" if isinstance(e, str) and e else e
+            for i, e in enumerate(egress["allow"])
+        ]
     if case.operation.path.endswith("/deploy") and isinstance(body.get("compose"), str):
         body["compose"] = body["compose"].replace("image:", "image: " + MISSING_IMAGE + " #")
 
