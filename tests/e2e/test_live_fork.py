@@ -1,0 +1,211 @@
+"""End to end: live forks (issue 14) of OpenEnv's reference echo env, unchanged.
+
+A live fork copies the running server process: a child's OpenEnv session continues the
+parent's (same episode_id and step_count, with no ForkableState in the env), each child's
+/work starts from the parent's files and keeps its writes to itself, a fork taken while
+other sessions are stepping completes every step, children are envs of their own (ids,
+ingress URLs, deletes; they outlive their parent), and the server refuses live where it
+cannot be done (409 naming the reason and the alternative).
+
+/work is read and written from the host through /proc/PID/root (the test runs as root, as
+the server does); the process of an env is found by the port its endpoint names.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from conftest import LocalDenv
+from denv.openenv import DenvProvider, fork_clients
+from openenv.core import GenericEnvClient
+from provider_helpers import ECHO_IMAGE, assert_gone, message, state_of
+from websockets.sync.client import connect
+
+from denv import Conflict, Denv, Env
+
+pytestmark = pytest.mark.e2e
+
+
+def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
+    return DenvProvider(server=server.url, api_key=server.key, **kwargs)
+
+
+def listening_pid(container: str, port: int) -> int:
+    """The host pid of the process of ``container`` that listens on TCP ``port``."""
+    info = docker.from_env().api.inspect_container(container)
+    pid1 = info["State"]["Pid"]
+    inodes = set()
+    for line in Path(f"/proc/{pid1}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+            inodes.add(fields[9])
+    procs = Path(f"/sys/fs/cgroup/pids/docker/{info['Id']}/cgroup.procs").read_text().split()
+    for pid in procs:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = fd.readlink().as_posix()
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return int(pid)
+    raise AssertionError(f"no process of {container[:12]} listens on {port}")
+
+
+def work_of(env: Env, group: str) -> Path:
+    """The env's /work as its own process sees it (its mount namespace); ``group`` is the
+    env whose container it runs in (the one created with live=True)."""
+    found = docker.from_env().containers.list(filters={"label": f"denv.env={group}"})
+    assert len(found) == 1, found
+    return Path(f"/proc/{listening_pid(str(found[0].id), env.endpoints[0].port)}/root/work")
+
+
+def test_live_fork_keeps_the_session_and_separates_work(denv_server: LocalDenv) -> None:
+    p = provider(denv_server, fork="live")
+    root = GenericEnvClient.from_docker_image(ECHO_IMAGE, provider=p).sync()
+    ids = [p.env_id or ""]
+    d = Denv(denv_server.url, api_key=denv_server.key)
+    with root:
+        root.reset()
+        root.step(message("prefix 1"))
+        root.step(message("prefix 2"))
+        parent_state = state_of(root)
+        parent = d.get_env(p.env_id or "")
+        assert parent.live and parent.start.value == "cold"
+        group = parent.id
+        parent_work = work_of(parent, group)
+        (parent_work / "before.txt").write_text("parent's, before the fork")
+
+        children = fork_clients(root, 3)
+        ids += [c.provider.env_id or "" for c in children]
+        try:
+            envs = [d.get_env(c.provider.env_id or "") for c in children]
+            assert [e.start.value for e in envs] == ["live"] * 3
+            assert all(e.parent_id == parent.id and e.live for e in envs)
+            assert len({e.endpoints[0].url for e in envs} | {parent.endpoints[0].url}) == 4
+            # The session goes on in every child: the env's own Python state, not /work.
+            for child in children:
+                assert state_of(child) == parent_state
+            children[0].step(message("only child 0"))
+            assert state_of(children[0])["step_count"] == parent_state["step_count"] + 1
+            assert state_of(children[1]) == parent_state
+            assert state_of(root) == parent_state
+
+            works = [work_of(e, group) for e in envs]
+            assert [(w / "before.txt").read_text() for w in works] == [
+                "parent's, before the fork"
+            ] * 3
+            (works[0] / "child0.txt").write_text("child 0's")
+            (parent_work / "after.txt").write_text("parent's, after the fork")
+            assert not (works[1] / "child0.txt").exists()
+            assert not (parent_work / "child0.txt").exists()
+            assert not any((w / "after.txt").exists() for w in works)
+
+            # A child of a child: memory from its parent, the grandparent untouched.
+            grand = fork_clients(children[0], 1)[0]
+            ids.append(grand.provider.env_id or "")
+            assert state_of(grand)["step_count"] == parent_state["step_count"] + 1
+            grand_env = d.get_env(grand.provider.env_id or "")
+            assert (work_of(grand_env, group) / "child0.txt").read_text() == "child 0's"
+            grand.close()
+        finally:
+            for child in children:
+                child.close()
+    assert_gone(denv_server, [i for i in ids if i])
+
+
+def test_live_fork_while_other_sessions_step(denv_server: LocalDenv) -> None:
+    """Forks happen at a quiescent point: steps in flight complete, nothing deadlocks."""
+    p = provider(denv_server, fork="live")
+    root = GenericEnvClient.from_docker_image(ECHO_IMAGE, provider=p).sync()
+    ids = [p.env_id or ""]
+    url = (p.base_url or "").replace("http", "ws", 1) + "/ws"
+    stop = threading.Event()
+    done = [0, 0, 0]
+    errors: list[BaseException] = []
+
+    def stepper(i: int) -> None:
+        try:
+            with connect(url, open_timeout=30) as ws:
+                ws.send(json.dumps({"type": "reset", "data": {}}))
+                ws.recv(timeout=30)
+                while not stop.is_set():
+                    ws.send(json.dumps({"type": "step", "data": {"message": f"s{i}"}}))
+                    reply = json.loads(ws.recv(timeout=30))
+                    assert reply["type"] == "observation", reply
+                    done[i] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    with root:
+        root.reset()
+        root.step(message("prefix"))
+        threads = [threading.Thread(target=stepper, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        forks = 0
+        for _ in range(5):
+            children = p.fork(2)
+            ids += [c.env_id or "" for c in children]
+            for c in children:
+                with connect((c.base_url or "").replace("http", "ws", 1) + "/ws") as ws:
+                    ws.send(json.dumps({"type": "state"}))
+                    # With several sessions open, a child continues the most recently
+                    # active one (docs/live-forks.md): here a stepper's or the root's.
+                    assert json.loads(ws.recv(timeout=30))["data"]["step_count"] >= 1
+                c.stop_container()
+            forks += 1
+        stop.set()
+        for t in threads:
+            t.join(60)
+        print(f"live forks while stepping: {forks} forks of 2, steps served: {done}")
+        assert not errors, errors
+        assert all(n > 0 for n in done)
+        assert not any(t.is_alive() for t in threads)
+        assert state_of(root)["step_count"] == 1
+    assert_gone(denv_server, [i for i in ids if i])
+
+
+def test_live_children_outlive_their_parent(denv_server: LocalDenv) -> None:
+    d = Denv(denv_server.url, api_key=denv_server.key)
+    parent = d.create_sandbox(ECHO_IMAGE, live=True)
+    assert parent.status.value == "healthy" and parent.live, parent.error
+    fork = d.fork(parent.id, 2, kind="live")
+    a, b = fork.envs
+    d.delete_env(a.id)
+    assert d.get_env(a.id).status.value == "deleted"
+    d.delete_env(parent.id)
+    time.sleep(0.5)
+    alive = d.get_env(b.id)
+    assert alive.status.value == "healthy", alive.error
+    with connect(alive.endpoints[0].url.replace("http", "ws", 1) + "/ws") as ws:
+        ws.send(json.dumps({"type": "reset", "data": {}}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+    d.delete_env(b.id)
+    assert_gone(denv_server, [parent.id, a.id, b.id])
+
+
+def test_live_refused_with_the_reason(denv_server: LocalDenv) -> None:
+    d = Denv(denv_server.url, api_key=denv_server.key)
+    with pytest.raises(Conflict, match=r"not a Python ASGI server") as exc:
+        d.create_sandbox(ECHO_IMAGE, live=True, command=["python", "-m", "http.server", "8000"])
+    assert exc.value.code == "live_unsupported" and "without live" in str(exc.value)
+    plain = d.create_sandbox(ECHO_IMAGE)
+    try:
+        with pytest.raises(Conflict, match="not created with live: true") as exc:
+            d.fork(plain.id, 1, kind="live")
+        assert "kind: volume" in str(exc.value)
+        assert not plain.live
+    finally:
+        d.delete_env(plain.id)
+    assert_gone(denv_server, [plain.id])
