@@ -46,6 +46,7 @@ from openenv.core import GenericEnvClient
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     PreTrainedTokenizerFast,
+    PrinterCallback,
     Qwen2Config,
     Qwen2ForCausalLM,
     TrainerCallback,
@@ -317,6 +318,7 @@ def main() -> int:
                 environment_factory=EchoRollout,
                 callbacks=[report],
             )
+            trainer.remove_callback(PrinterCallback)  # StepReport prints one line a step
             say(f"set-up {time.perf_counter() - t:.1f}s; training {args.steps} steps ...")
             trainer.train()
         finally:
