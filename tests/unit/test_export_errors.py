@@ -53,7 +53,11 @@ def _version(**changes: Any) -> dict[str, Any]:
 
 
 def _pin(service: str, image: str, image_id: str) -> ImagePin:
-    return ImagePin(service, image, image_id, image_id, "image id")
+    # As make_plan leaves a local agent image: a tag from its id plus its files' digest.
+    tag = f"denv-export-base:{image_id.split(':', 1)[-1]}"
+    return ImagePin(
+        service, image, image_id, tag, "image content", files_digest="sha256:" + "b" * 64
+    )
 
 
 def _siblings(dest: Path) -> list[str]:
