@@ -30,6 +30,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         for root in roots.values():
             root.close()
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not strand envs
         for b in benches.values():
             b.cleanup()
     result: dict[str, Any] = {
@@ -223,6 +225,8 @@ def _table(result: dict[str, Any]) -> str:
     for kind, table in rows:
         key = kind.split(" ")[1] if kind.startswith("volume ") else kind
         a, b = table["limits"][key], table["none"][key]
+        if a is None and b is None:  # not measured in this run (--rounds 0)
+            continue
         ratio = f"{a / b:.3f}" if a and b else "-"
         diff = f"{a - b:+.1f} ms" if a is not None and b is not None else "-"
         lines.append(f"| {kind} | {a} ms | {b} ms | {ratio} | {diff} |")
