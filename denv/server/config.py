@@ -34,7 +34,7 @@ START_WORKERS = 64  # threads that start envs (fork(n) starts its children in pa
 # Fairness per API key (fairness.py); each is a `denv serve` flag, 0: no cap.
 DEFAULT_MAX_STARTING_PER_KEY = 16  # envs being created or started at once
 DEFAULT_MAX_CREATES_PER_KEY = 8  # create, fork, snapshot and deploy requests in flight
-DEFAULT_MAX_WAITS_PER_KEY = 32  # open POST /v1/envs/{id}/wait calls
+DEFAULT_MAX_WAITS_PER_KEY = 64  # open waits: a provider waits for each child of a fork(32)
 DEFAULT_MAX_VERSIONS_PER_KEY = 10000  # versions not deleted
 DEFAULT_MAX_SPARES_PER_KEY = 16  # warm spares the key's envs asked for, all pools together
 DEFAULT_MAX_INGRESS_PER_KEY = 256  # open ingress connections (HTTP requests, WebSockets)
