@@ -75,6 +75,7 @@ class AsyncDenv(AsyncClientBase):
         warm: int = 0,
         warm_fork: bool = False,
         idempotency_key: str | None = None,
+        live: bool = False,
     ) -> Env:
         return await self._call(
             ops.create_sandbox(
@@ -93,6 +94,7 @@ class AsyncDenv(AsyncClientBase):
                 warm=warm,
                 warm_fork=warm_fork,
                 idempotency_key=idempotency_key,
+                live=live,
             )
         )
 
@@ -183,6 +185,7 @@ class AsyncDenv(AsyncClientBase):
         wait: WaitArg = "healthy",
         wait_timeout_s: float | None = None,
         warm: int = 0,
+        kind: ops.ForkKind = "volume",
     ) -> Fork:
         return await self._call(
             ops.fork(
@@ -195,6 +198,7 @@ class AsyncDenv(AsyncClientBase):
                 wait=wait,
                 wait_timeout_s=wait_timeout_s,
                 warm=warm,
+                kind=kind,
             )
         )
 

@@ -62,10 +62,13 @@ class Denv(ClientBase):
         warm: int = 0,
         warm_fork: bool = False,
         idempotency_key: str | None = None,
+        live: bool = False,
     ) -> Env:
         """Run `image` as a new env; with `wait="healthy"` return once it answers `health_path`.
 
         An env that fails to start comes back with `status == "failed"` and `error.log_tail`.
+        `live=True` runs the image's uvicorn server under denv's launcher, so that
+        `fork(..., kind="live")` copies the running process (memory, sessions) into children.
         """
         return self._call(
             ops.create_sandbox(
@@ -84,6 +87,7 @@ class Denv(ClientBase):
                 warm=warm,
                 warm_fork=warm_fork,
                 idempotency_key=idempotency_key,
+                live=live,
             )
         )
 
@@ -201,8 +205,13 @@ class Denv(ClientBase):
         wait: WaitArg = "healthy",
         wait_timeout_s: float | None = None,
         warm: int = 0,
+        kind: ops.ForkKind = "volume",
     ) -> Fork:
         """Snapshot the env once and start `count` children from it: `.version`, `.envs`.
+
+        `kind="live"` (an env created with `live=True`) copies its running server process,
+        memory and sessions included, into each child in milliseconds; `"auto"` is live
+        where the env allows it, else volume.
 
         >>> fork = denv.fork(env.id, count=8)
         >>> [child.status for child in fork.envs]
@@ -218,6 +227,7 @@ class Denv(ClientBase):
                 wait=wait,
                 wait_timeout_s=wait_timeout_s,
                 warm=warm,
+                kind=kind,
             )
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import attrs
 from denv_api_client.api.envs import delete_env as delete_env_op
@@ -32,6 +32,7 @@ from denv_api_client.api.versions import get_version as get_version_op
 from denv_api_client.api.versions import list_versions as list_versions_op
 from denv_api_client.models import (
     DeployRequest,
+    EnvsCreateKind,
     EnvStatus,
     SandboxCreate,
     SnapshotRequest,
@@ -57,6 +58,8 @@ from ._requests import (
     wait_body,
 )
 from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
+
+ForkKind = Literal["volume", "live", "auto"]
 
 T = TypeVar("T")
 
@@ -137,6 +140,7 @@ def create_sandbox(
     warm: int,
     warm_fork: bool,
     idempotency_key: str | None,
+    live: bool = False,
 ) -> Call[Env]:
     body = SandboxCreate(
         image=image,
@@ -153,6 +157,7 @@ def create_sandbox(
         pull=pull,
         warm=warm,
         warm_fork=warm_fork,
+        live=True if live else UNSET,  # sent only when asked: older servers know no `live`
     )
     return Call(
         create_sandbox_op,
@@ -245,8 +250,11 @@ def fork(
     wait: WaitArg,
     wait_timeout_s: float | None,
     warm: int,
+    kind: ForkKind = "volume",
 ) -> Call[Fork]:
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
+    if kind != "volume":  # sent only when asked: older servers know no `kind`
+        body.kind = EnvsCreateKind(kind)
     return Call(
         fork_env_op,
         _value(Fork.from_api),

@@ -109,4 +109,5 @@ def envs_create(
         wait=wait_body(wait),
         wait_timeout_s=opt(wait_timeout_s),
         warm=warm,
+        kind=UNSET,  # a fork's kind is set by the fork call, and sent only when not volume
     )

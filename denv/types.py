@@ -68,6 +68,7 @@ class StartMode(enum.StrEnum):
 
     COLD = "cold"
     WARM = "warm"
+    LIVE = "live"  # a live fork: a copy of the parent's running server process
 
 
 class Egress(enum.StrEnum):
@@ -263,6 +264,7 @@ class Env(_Record):
     created_at: datetime.datetime
     expires_at: datetime.datetime
     error: EnvError | None
+    live: bool = False  # created with live=True (or a live child): fork(kind="live") works
 
     @classmethod
     def from_api(cls, m: api.Env) -> Env:
@@ -285,6 +287,7 @@ class Env(_Record):
             created_at=m.created_at,
             expires_at=m.expires_at,
             error=None if m.error is None else EnvError.from_api(m.error),
+            live=m.live is True,
         )
 
 
@@ -331,6 +334,8 @@ class Version(_Record):
     warm_fork: bool
     labels: dict[str, str]
     created_at: datetime.datetime
+    #: The MCP tools it declares (the compose file's x-denv.tools); None when none were.
+    tools: list[str] | None = None
 
     @classmethod
     def from_api(cls, m: api.Version) -> Version:
@@ -345,6 +350,7 @@ class Version(_Record):
             warm_fork=m.warm_fork,
             labels=_dict(m.labels),
             created_at=m.created_at,
+            tools=list(m.tools) if isinstance(m.tools, list) else None,
         )
 
 

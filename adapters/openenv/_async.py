@@ -25,10 +25,10 @@ from typing import Any, Protocol, Self, TypeVar
 import httpx
 
 from denv import AsyncDenv, Env
-from denv.errors import DenvError, EnvReadyTimeout, EnvStartError, NotFound
+from denv.errors import Conflict, DenvError, EnvReadyTimeout, EnvStartError, NotFound
 
-from ._config import DEFAULT_PORT, ProviderConfig, check_start_options, command_list
-from ._connection import PROBE_TIMEOUT_S, Connection
+from ._config import DEFAULT_PORT, ForkKind, ProviderConfig, check_start_options, command_list
+from ._connection import PROBE_TIMEOUT_S, Connection, default_tls
 from ._readiness import (
     WebSocketProbe,
     _session_error,
@@ -100,7 +100,13 @@ async def link(provider: Provider) -> AsyncIterator[Link]:
     connection = await _connection(provider)
     server = await asyncio.to_thread(lambda: connection.denv.server)
     denv = AsyncDenv(server, connection.api_key)
-    http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=not is_loopback(server))
+    # Made on a thread: the first one builds the shared TLS context (default_tls).
+    http = await asyncio.to_thread(
+        httpx.AsyncClient,
+        timeout=PROBE_TIMEOUT_S,
+        trust_env=not is_loopback(server),
+        verify=default_tls(),
+    )
     try:
         yield Link(denv, http, connection)
     finally:
@@ -293,19 +299,30 @@ async def start_container(
     provider._require_unbound()
     wait_timeout = kwargs.get("wait_timeout")
     async with link(provider) as ln:
-        env = await ln.denv.create_sandbox(
-            image,
-            ports=[port or DEFAULT_PORT],
-            env=dict(env_vars) if env_vars else None,
-            egress=config.egress,
-            command=command_list(kwargs.get("command", kwargs.get("cmd"))),
-            labels=config.merged_labels(kwargs.get("labels")),
-            ttl_s=config.ttl_s,
-            wait="running",
-            wait_timeout_s=float(wait_timeout or config.timeout_s),
-            warm=config.warm,
-            warm_fork=bool(config.warm_fork),
-        )
+
+        async def create(live: bool) -> Env:
+            return await ln.denv.create_sandbox(
+                image,
+                ports=[port or DEFAULT_PORT],
+                env=dict(env_vars) if env_vars else None,
+                egress=config.egress,
+                command=command_list(kwargs.get("command", kwargs.get("cmd"))),
+                labels=config.merged_labels(kwargs.get("labels")),
+                ttl_s=config.ttl_s,
+                wait="running",
+                wait_timeout_s=float(wait_timeout or config.timeout_s),
+                warm=config.warm,
+                warm_fork=bool(config.warm_fork),
+                live=live,
+            )
+
+        try:
+            env = await create(config.fork != "volume")
+        except Conflict as exc:
+            if config.fork != "auto" or exc.code != "live_unsupported":
+                raise
+            logger.info("fork='auto': %s; starting for volume forks", exc)
+            env = await create(False)
         provider._ready_timeout_s = float(wait_timeout) if wait_timeout else None
         return await _adopt(provider, ln.denv, env, f"image {image!r}")
 
@@ -341,7 +358,7 @@ async def ready(provider: Provider, base_url: str, timeout_s: float | None) -> N
         await wait_for_ready(provider, ln, base_url, timeout_s)
 
 
-async def fork(provider: P, count: int) -> list[P]:
+async def fork(provider: P, count: int, kind: ForkKind | None = None) -> list[P]:
     """`DenvProvider.fork(count)`, awaited: one snapshot, children ready, all or none."""
     env_id, config = provider._env_id, provider._config
     if env_id is None:
@@ -358,6 +375,7 @@ async def fork(provider: P, count: int) -> list[P]:
             wait="healthy",
             wait_timeout_s=config.timeout_s,
             warm=config.warm,
+            kind=config.fork_kind(kind),
         )
         logger.info("forked env %s into %d (version %s)", env_id, count, result.version.id)
         children: list[P] = []

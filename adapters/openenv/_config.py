@@ -13,6 +13,9 @@ from denv.types import EgressAllowlist
 #: "deny", "allow", or an allowlist: `{"allow": ["name-or-cidr[:port]", ...]}` / `EgressAllowlist`
 Egress = Literal["deny", "allow"] | EgressAllowlist | Mapping[str, Sequence[str]]
 
+#: `volume`: children boot from a snapshot of /work; `live`: children are copies of the
+#: running server process (memory, sessions); `auto`: live where the image allows it.
+ForkKind = Literal["volume", "live", "auto"]
 #: The container port an OpenEnv server listens on unless told otherwise.
 DEFAULT_PORT = 8000
 #: Keyword arguments of start_container besides image/port/env_vars: what OpenEnv itself passes
@@ -37,9 +40,12 @@ class ProviderConfig:
     warm: int = 0
     warm_fork: bool | None = None
     websocket: bool = True
+    fork: ForkKind = "volume"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "egress", _egress(self.egress))
+        if self.fork not in ("volume", "live", "auto"):
+            raise ValueError(f"fork must be 'volume', 'live' or 'auto', not {self.fork!r}")
         if self.ttl_s < 1:
             raise ValueError(f"ttl_s must be at least 1 second, not {self.ttl_s!r}")
         if self.timeout_s <= 0:
@@ -50,6 +56,10 @@ class ProviderConfig:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         if self.warm_fork is None:
             object.__setattr__(self, "warm_fork", self.warm > 0)
+
+    def fork_kind(self, kind: ForkKind | None) -> ForkKind:
+        """The kind of a fork: the call's, else the provider's."""
+        return kind or self.fork
 
     def merged_labels(self, extra: Mapping[str, str] | None = None) -> dict[str, str] | None:
         """The provider's labels with `extra` on top; None when there are none."""

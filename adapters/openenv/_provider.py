@@ -21,12 +21,19 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, overload
 
-from denv.errors import EnvReadyTimeout, EnvStartError, NotFound
+from denv.errors import Conflict, EnvReadyTimeout, EnvStartError, NotFound
 from openenv.core.containers.runtime import ContainerProvider
 
 from . import _async, _waits
 from ._async import delete_on_a_thread, in_event_loop
-from ._config import DEFAULT_PORT, Egress, ProviderConfig, check_start_options, command_list
+from ._config import (
+    DEFAULT_PORT,
+    Egress,
+    ForkKind,
+    ProviderConfig,
+    check_start_options,
+    command_list,
+)
 from ._connection import Connection, open_connection
 from ._readiness import WebSocketProbe, no_websocket, probe_websocket
 from ._waits import FAILED, ReadyWait, agent_url, start_error
@@ -64,6 +71,12 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             not at boot, so children may start from booted spares. Defaults to `warm > 0`.
         websocket: Also require a WebSocket session on `/ws` for readiness (OpenEnv
             servers). False for a plain HTTP service, which is ready on `/health` alone.
+        fork: How `fork()` branches the env. `"volume"` (default): children boot from a
+            snapshot of `/work` (memory is not kept). `"live"`: the env is started under
+            denv's launcher (the image is not changed) and each child is a copy of its
+            running server process, OpenEnv sessions included, ready in milliseconds; the
+            start fails with `denv.Conflict` (`live_unsupported`) when the image's server is
+            not `uvicorn MODULE:APP`. `"auto"`: live where possible, else volume.
 
     The provider is bound to one env at a time (`env_id`, `base_url`);
     `fork()` returns new providers bound to children of that env, made with the same
@@ -83,6 +96,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         *,
         warm_fork: bool | None = None,
         websocket: bool = True,
+        fork: ForkKind = "volume",
     ) -> None:
         config = ProviderConfig(
             server,
@@ -95,6 +109,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             warm,
             warm_fork,
             websocket,
+            fork,
         )
         self._setup(config)
 
@@ -179,19 +194,31 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         wait_timeout = kwargs.get("wait_timeout")
         with self._lock:
             self._require_unbound()
-            env = self._conn().denv.create_sandbox(
-                image,
-                ports=[port or DEFAULT_PORT],
-                env=dict(env_vars) if env_vars else None,
-                egress=config.egress,
-                command=command_list(kwargs.get("command", kwargs.get("cmd"))),
-                labels=config.merged_labels(kwargs.get("labels")),
-                ttl_s=config.ttl_s,
-                wait="running",
-                wait_timeout_s=float(wait_timeout or config.timeout_s),
-                warm=config.warm,
-                warm_fork=bool(config.warm_fork),
-            )
+            denv = self._conn().denv
+
+            def create(live: bool) -> Env:
+                return denv.create_sandbox(
+                    image,
+                    ports=[port or DEFAULT_PORT],
+                    env=dict(env_vars) if env_vars else None,
+                    egress=config.egress,
+                    command=command_list(kwargs.get("command", kwargs.get("cmd"))),
+                    labels=config.merged_labels(kwargs.get("labels")),
+                    ttl_s=config.ttl_s,
+                    wait="running",
+                    wait_timeout_s=float(wait_timeout or config.timeout_s),
+                    warm=config.warm,
+                    warm_fork=bool(config.warm_fork),
+                    live=live,
+                )
+
+            try:
+                env = create(config.fork != "volume")
+            except Conflict as exc:
+                if config.fork != "auto" or exc.code != "live_unsupported":
+                    raise
+                logger.info("fork='auto': %s; starting for volume forks", exc)
+                env = create(False)
             self._ready_timeout_s = float(wait_timeout) if wait_timeout else None
             return self._adopt(env, f"image {image!r}")
 
@@ -273,16 +300,20 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     # -- fork ------------------------------------------------------------------------------------
 
     @overload
-    def fork(self) -> DenvProvider: ...
+    def fork(self, *, kind: ForkKind | None = None) -> DenvProvider: ...
     @overload
-    def fork(self, n: int) -> list[DenvProvider]: ...
+    def fork(self, n: int, *, kind: ForkKind | None = None) -> list[DenvProvider]: ...
 
-    def fork(self, n: int | None = None) -> DenvProvider | list[DenvProvider]:
+    def fork(
+        self, n: int | None = None, *, kind: ForkKind | None = None
+    ) -> DenvProvider | list[DenvProvider]:
         """Snapshot this env once and start children from it, ready (health and WebSocket).
 
         `fork()` returns one provider bound to a child; `fork(n)` returns n,
-        started in parallel by the server from the same snapshot. The child's
-        volumes hold the parent's state at the snapshot; its server restarts.
+        started in parallel by the server from the same snapshot. With a volume fork
+        the child's volumes hold the parent's state at the snapshot and its server
+        restarts; with a live fork (`kind="live"`, the default of `DenvProvider(fork=
+        "live")`) the child is a copy of the running server, OpenEnv sessions included.
         Nothing is left behind when any child fails: all of them are deleted.
         """
         count = 1 if n is None else n
@@ -305,6 +336,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             wait="healthy",
             wait_timeout_s=config.timeout_s,
             warm=config.warm,
+            kind=config.fork_kind(kind),
         )
         logger.info("forked env %s into %d (version %s)", env_id, count, result.version.id)
         children: list[DenvProvider] = []
@@ -377,11 +409,13 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         await _async.ready(self, base_url, timeout_s)
 
     @overload
-    async def fork_async(self) -> DenvProvider: ...
+    async def fork_async(self, *, kind: ForkKind | None = None) -> DenvProvider: ...
     @overload
-    async def fork_async(self, n: int) -> list[DenvProvider]: ...
+    async def fork_async(self, n: int, *, kind: ForkKind | None = None) -> list[DenvProvider]: ...
 
-    async def fork_async(self, n: int | None = None) -> DenvProvider | list[DenvProvider]:
+    async def fork_async(
+        self, n: int | None = None, *, kind: ForkKind | None = None
+    ) -> DenvProvider | list[DenvProvider]:
         """`fork`, awaited: one snapshot, `n` children ready, all deleted if any fails.
 
         >>> branches = await root.provider.fork_async(8)
@@ -389,7 +423,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         count = 1 if n is None else n
         if not 1 <= count <= MAX_FORK_COUNT:
             raise ValueError(f"fork count must be between 1 and {MAX_FORK_COUNT}, not {count!r}")
-        children = await _async.fork(self, count)
+        children = await _async.fork(self, count, kind)
         return children[0] if n is None else children
 
     async def stop_container_async(self) -> None:

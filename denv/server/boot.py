@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from contextlib import AbstractContextManager
 from inspect import signature
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from . import cgroups, live
 from .config import EXIT_CHECK_EVERY, HEALTH_POLL_S
 from .egress import egress_hosts
 from .egress import parse as parse_egress
@@ -33,6 +35,9 @@ WARM_LABEL = "denv.warm"  # on a spare's containers: the key of its pool
 HEALTH_CONNECT_TIMEOUT_S = 0.5  # the env is on a local bridge: a live one answers in far less
 HEALTH_READ_TIMEOUT_S = 2.0
 SPARE_POLL_S = HEALTH_POLL_S * 5  # a spare boots in the background: poll it less often
+SPARE_EXTRA_STEP_S = 30.0  # more time for a spare past its limit that is still using CPU
+SPARE_PROGRESS_CPU_S = 0.5  # CPU seconds per step that count as still booting
+SPARE_MAX_EXTRA_S = 480.0  # at most this much more in all
 
 
 class Guard(Protocol):
@@ -81,12 +86,17 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     _wait_exec(engine, guard, spec, dep, made[dep], test, deadline)
             with guard.step(env_id):
                 agent = svc.name == spec.agent
+                command, live_dir, live_env = svc.command, None, {}
+                if agent and spec.live:  # the image's own command, under the launcher
+                    argv = svc.command or engine.image_command(svc.image_digest)
+                    command = live.launcher_command(argv)
+                    live_dir, live_env = str(volumes.live_dir(env_id)), {"DENV_ENV_ID": env_id}
                 cid = engine.create_container(
                     env_id,
                     svc.name,
                     svc.image_digest,
-                    svc.command,
-                    {**svc.env, **(spec.env if agent else {})},
+                    command,
+                    {**svc.env, **(spec.env if agent else {}), **live_env},
                     svc.ports,
                     binds.get(svc.name, []),
                     network,
@@ -96,6 +106,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     limits=guard.limits(spec, svc),
                     deny=not policy.resolver,
                     extra_hosts=egress_hosts(policy),
+                    live_dir=live_dir,
                 )
                 made[svc.name] = cid
                 engine.start(cid)
@@ -208,12 +219,45 @@ def _poll_health(
                     agent.name,
                 )
             if time.monotonic() > deadline:
+                if spec.warm_pool and (more := _progress.more_time(cid)):
+                    deadline += more  # a spare that still boots under load is given time
+                    continue
                 raise BootFailed(
                     "health_timeout",
                     f"{path} on port {port} did not answer 200 within {spec.timeout_name}",
                     agent.name,
                 )
             time.sleep(interval)
+
+
+class _Progress:
+    """Whether a spare past its time limit is still booting (using CPU): then it gets more
+    time, up to SPARE_MAX_EXTRA_S in all. At a low CPU weight under load a spare boots slowly,
+    but it boots; failing it at a fixed limit wasted the work and stalled the pool."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, float, float]] = {}  # cid -> (cpu s, at, extra)
+        self._lock = threading.Lock()
+
+    def more_time(self, cid: str) -> float:
+        cpu = cgroups.cpu_seconds(cid)
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(cid)
+            if cpu is None:
+                return 0.0
+            if last is None:  # the first look: measure again one step on
+                self._seen[cid] = (cpu, now, SPARE_EXTRA_STEP_S)
+                return SPARE_EXTRA_STEP_S
+            cpu0, _, extra = last
+            if cpu - cpu0 < SPARE_PROGRESS_CPU_S or extra >= SPARE_MAX_EXTRA_S:
+                self._seen.pop(cid, None)
+                return 0.0
+            self._seen[cid] = (cpu, now, extra + SPARE_EXTRA_STEP_S)
+            return SPARE_EXTRA_STEP_S
+
+
+_progress = _Progress()
 
 
 def _prime(url: str) -> None:

@@ -100,3 +100,23 @@ def _frozen(path: Path) -> bool:
     if path.name == "freezer.state":
         return path.read_text().strip() == "FROZEN"
     return "frozen 1" in (path.parent / "cgroup.events").read_text()
+
+
+def cpu_seconds(cid: str) -> float | None:
+    """CPU time the container's processes used so far (None when unknown)."""
+    v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+    try:
+        return int(v1.read_text()) / 1e9
+    except (OSError, ValueError):
+        pass
+    for v2 in (
+        Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),
+        Path(f"/sys/fs/cgroup/docker/{cid}/cpu.stat"),
+    ):
+        try:
+            for line in v2.read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+        except (OSError, ValueError):
+            continue
+    return None

@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import boot, cgroups
+from . import boot, cgroups, live
 from .config import CPU_SHARES, WARM_CPU_SHARES
 from .engine import MIB, Engine, container_name
 from .layerdiff import diff_stacks
 from .netpolicy import network_name
 from .node import Booted, BootSpec, Cancelled, Owned
-from .records import Limits, ServiceSpec, VolumeSlot
+from .records import Limits, LiveProc, ServiceSpec, VolumeSlot
 from .volumes import Volumes, disk_usage
 
 CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
@@ -74,6 +74,9 @@ class DockerNode:
 
     def resolve_image(self, image: str, pull: bool) -> str:
         return self.engine.resolve_image(image, pull)
+
+    def image_command(self, image_id: str) -> list[str]:
+        return self.engine.image_command(image_id)
 
     def image_labels(self, image_id: str) -> dict[str, str]:
         return self.engine.image_labels(image_id)
@@ -235,3 +238,91 @@ class DockerNode:
             if not os.path.ismount(mnt):
                 return f"the volume {slot.path} of service '{slot.service}' is not mounted"
         return None
+
+    # live forks (denv.server.live)
+    def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
+        """The server process of a booted ``live`` env, under its container's launcher."""
+        info = self.engine.inspect(container)
+        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
+        if not pid:
+            raise live.LiveError("live_fork_failed", "the env's container is not running")
+        proc = live.root_process(pid)
+        return LiveProc(
+            group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
+        )
+
+    def live_fork(
+        self,
+        parent_env: str,
+        parent: LiveProc,
+        volumes: list[VolumeSlot],
+        children: list[tuple[str, int]],
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        """Gate the parent, capture its volumes' changes into layers, mount each child's
+        volumes in the group's slot dir, fork, plumb: (each volume's new stack, each child's
+        process or why it failed, timings in ms)."""
+        stacks: list[list[str]] = []
+
+        def slot_of(env_id: str) -> str:
+            return f"{parent.slot}/kids/{env_id}" if parent.slot else env_id
+
+        def capture() -> None:
+            new = [
+                self.volumes.capture(self.volumes.upper(parent_env, s.service, s.n))
+                for s in volumes
+            ]
+            stacks.extend(
+                self.volumes.stack(layer, slot.layers)
+                for slot, layer in zip(volumes, new, strict=True)
+            )
+            for env_id, _ in children:
+                for slot, layers in zip(volumes, stacks, strict=True):
+                    self.volumes.attach_live(
+                        parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
+                    )
+
+        specs = [
+            live.ChildSpec(
+                env_id,
+                port,
+                [(f"{live.WORK_DIR}/{env_id}/work-{s.n}", s.path) for s in volumes],
+                f"{live.WORK_DIR}/{env_id}/kids",
+            )
+            for env_id, port in children
+        ]
+        with self._lock(parent_env):
+            procs, timings = live.fork(
+                live.Proc(parent.pid, parent.start), specs, capture, parent.depth
+            )
+        out: list[LiveProc | str] = []
+        for (env_id, port), proc in zip(children, procs, strict=True):
+            if isinstance(proc, live.LiveError):
+                self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
+                out.append(proc.message)
+            else:
+                out.append(
+                    parent.model_copy(
+                        update={
+                            "pid": proc.pid,
+                            "start": proc.start,
+                            "port": port,
+                            "depth": parent.depth + 1,
+                            "slot": slot_of(env_id),
+                        }
+                    )
+                )
+        return stacks, out, timings
+
+    def live_alive(self, proc: LiveProc) -> bool:
+        return live.alive(live.Proc(proc.pid, proc.start))
+
+    def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
+        """End one live env: its process, its volume slots; the container with the last."""
+        with self._lock(env_id):
+            live.kill(live.Proc(proc.pid, proc.start))
+            self.volumes.detach_live(proc.group, proc.slot, env_id)
+        if last:
+            self.teardown(proc.group, [proc.container])
+
+    def live_private_bytes(self, proc: LiveProc) -> int:
+        return live.private_bytes(live.Proc(proc.pid, proc.start))

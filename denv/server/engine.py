@@ -20,6 +20,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from . import live
 from .config import DOCKER_TIMEOUT_S, START_WORKERS
 from .egress import EGRESS_LABEL, egress_label
 from .egress import parse as parse_egress
@@ -143,6 +144,12 @@ class Engine:
             except docker.errors.APIError as exc:
                 raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc
 
+    def image_command(self, image_id: str) -> list[str]:
+        """The image's Entrypoint and Cmd, as the engine would run them."""
+        with engine_errors():
+            config = self.api.inspect_image(image_id).get("Config") or {}
+        return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+
     def image_labels(self, image_id: str) -> dict[str, str]:
         """The labels an image was built with (``LABEL``), {} when it has none."""
         with engine_errors():
@@ -232,7 +239,7 @@ class Engine:
         if self.firewall is None or not wanted:
             return
         try:
-            self.firewall.add_env(firewall_tools(), bridge, rules)
+            self.firewall.add_env(firewall_tools(), bridge, rules, fresh=made_now)
         except FirewallError as exc:
             if made_now:
                 self.remove_network(name)
@@ -303,8 +310,12 @@ class Engine:
         limits: Limits | None = None,
         deny: bool = False,
         extra_hosts: dict[str, str] | None = None,
+        live_dir: str | None = None,
     ) -> str:
         """Create (not start) a service's container; ``binds`` are (host mnt, container path).
+
+        ``live_dir``: the agent of a ``live`` env: the launcher's mounts, its control tmpfs and
+        the capability its pid 1 drops for good (``live.container_settings``).
 
         ``deny``: a container without the host's resolvers (egress deny or an allowlist),
         whose names resolve only within its env and through ``extra_hosts`` (name -> IPv4,
@@ -315,14 +326,31 @@ class Engine:
             for source, target in binds
         ]
         port_bindings = {p: ("127.0.0.1", None) for p in ports} if publish else None
+        caps = list((limits or Limits()).capabilities)
+        tmpfs: dict[str, str] | None = None
+        if live_dir is not None:
+            extra = live.container_settings(Path(live_dir))
+            for source, target, how in extra["binds"]:
+                mounts.append(
+                    docker.types.Mount(
+                        target=target,
+                        source=source,
+                        type="bind",
+                        read_only=how == "ro",
+                        propagation=None if how == "ro" else how,
+                    )
+                )
+            tmpfs = extra["tmpfs"]
+            caps += [c for c in extra["cap_add"] if c not in caps]
         with engine_errors():
             host_config = self.api.create_host_config(
                 mounts=mounts,
+                tmpfs=tmpfs,
                 port_bindings=port_bindings,
                 init=False,
                 cpu_shares=cpu_shares,
                 cap_drop=CAP_DROP,
-                cap_add=list((limits or Limits()).capabilities),
+                cap_add=caps,
                 security_opt=SECURITY_OPT,
                 dns=DENY_DNS if deny else None,
                 extra_hosts=extra_hosts or None,

@@ -71,6 +71,7 @@ class Envs:
         wait_timeout_s: float,
         warm: int = 0,
         use_spares: bool = False,
+        live_env: bool = False,
     ) -> list[EnvRecord]:
         """Record ``count`` envs of ``version`` and start them on worker threads.
 
@@ -78,6 +79,8 @@ class Envs:
         version's warm pool while there are some; ``warm`` sets that pool's size.
         """
         store, limit = self.ctx.store, self.ctx.config.max_envs_per_key
+        if live_env:  # a spare runs the image's command without the live launcher
+            use_spares, warm = False, 0
         created = now()
         records = [
             EnvRecord(
@@ -93,7 +96,7 @@ class Envs:
                 start="cold",
                 created_at=iso(created),
                 expires_at=iso(created + timedelta(seconds=ttl_s)),
-                spec=EnvSpec(env=env, wait_timeout_s=wait_timeout_s, warm=warm),
+                spec=EnvSpec(env=env, wait_timeout_s=wait_timeout_s, warm=warm, live=live_env),
             )
             for _ in range(count)
         ]
@@ -264,6 +267,7 @@ class Envs:
             env=rec.spec.env,
             volumes=volume_slots(version.volumes),
             timeout_s=rec.spec.wait_timeout_s,
+            live=rec.spec.live,
         )
         booted = ctx.node.bring_up(spec)
         agent = version.service(rec.agent_service)
@@ -281,6 +285,11 @@ class Envs:
             ctx.notify()
             return
         ctx.node.wait_healthy(spec, booted, deadline - time.monotonic())
+        if rec.spec.live:  # its server process is what a live fork copies
+            proc = ctx.node.live_root(env_id, booted.containers[agent.name], agent.ports[0])
+            with ctx.env_lock(env_id):
+                current = self._check(env_id)
+                ctx.store.set_runtime(env_id, current.runtime.model_copy(update={"live": proc}))
         if ctx.store.set_status(env_id, EnvStatus.HEALTHY, only_from={EnvStatus.STARTING}):
             ctx.notify()
 
@@ -311,6 +320,14 @@ class Envs:
         rec = ctx.store.get_env(env_id)
         for token in ctx.store.remove_ingress(env_id):
             ctx.ingress.unregister(token)
+        if rec is not None and rec.runtime.live is not None:
+            proc = rec.runtime.live
+            last = not any(
+                e.id != env_id and e.runtime.live and e.runtime.live.group == proc.group
+                for e in ctx.store.live_envs()
+            )
+            ctx.node.live_teardown(env_id, proc, last)
+            return
         ctx.node.teardown(env_id, list(rec.runtime.containers.values()) if rec else [])
 
     def logs(self, rec: EnvRecord, service: str, tail: int) -> list[str]:
@@ -321,6 +338,9 @@ class Envs:
         if rec.status not in READY:
             return rec
         cid = rec.runtime.containers.get(rec.agent_service)
+        if rec.runtime.live is not None and not self.ctx.node.live_alive(rec.runtime.live):
+            self._fail(rec.id, "exited", "the env's server process ended", None)
+            return self.ctx.store.get_env(rec.id) or rec
         if cid and states.get(cid, "missing") in ("exited", "missing"):
             self._fail(rec.id, "exited", "the agent service exited", rec.agent_service)
             return self.ctx.store.get_env(rec.id) or rec

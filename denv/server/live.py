@@ -126,10 +126,24 @@ def ctl_path(pid: int, name: str = "ctl.sock") -> str:
 
 @contextmanager
 def _connect(path: str, timeout_s: float = CTL_TIMEOUT_S) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
+    """Connect to a launcher's socket; refused at first while its owner is between bind()
+    and listen(), so retried until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(path)
+            break
+        except ConnectionRefusedError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+        except BaseException:
+            sock.close()
+            raise
     try:
-        sock.connect(path)
         yield sock
     finally:
         sock.close()
@@ -173,6 +187,7 @@ class ChildSpec:
     env_id: str
     port: int
     work: list[tuple[str, str]]  # (slot inside the container, the volume's path)
+    kids: str  # where its own children's slots appear: bound on /.denv/work in the child
 
 
 def fork(
@@ -201,7 +216,9 @@ def fork(
             raise
         t1 = time.perf_counter()
         timings["snapshot_ms"] = (t1 - t0) * 1e3 - timings["gate_ms"]
-        specs = [{"env": c.env_id, "port": c.port, "work": c.work} for c in children]
+        specs = [
+            {"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids} for c in children
+        ]
         out = _ask(sock, {"op": "fork", "children": specs}, reader)
         if "error" in out:
             raise LiveError("live_fork_failed", str(out.get("message", out["error"])))

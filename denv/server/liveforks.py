@@ -50,6 +50,9 @@ HEALTH_TIMEOUT_S = 5.0
 def unsupported(rec: EnvRecord) -> str | None:
     """Why ``rec`` cannot be live-forked now, or None."""
     if rec.runtime.live is None:
+        if rec.spec.live and rec.status == EnvStatus.FAILED:
+            why = f" ({rec.error.code}: {rec.error.message})" if rec.error else ""
+            return f"env {rec.id} failed{why}"
         if rec.spec.live and rec.status not in READY:
             return f"env {rec.id} is {rec.status}: its server is not up yet"
         return f"env {rec.id} was not created with live: true"

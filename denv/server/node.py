@@ -38,7 +38,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from .records import ServiceSpec, VolumeSlot
+from .records import LiveProc, ServiceSpec, VolumeSlot
 
 
 class _Record(BaseModel):
@@ -55,6 +55,7 @@ class BootSpec(_Record):
     env: dict[str, str] = {}  # the agent's env overrides
     volumes: list[VolumeSlot] = []
     late_mount: bool = False  # mount points stay empty until mount_volumes (a spare)
+    live: bool = False  # the agent runs under the live-fork launcher (denv.server.live)
     warm_pool: str | None = None  # a spare's pool: it boots at low CPU weight, primed
     timeout_s: float = 120.0
     timeout_name: str = "wait_timeout_s"  # how failure messages name the time limit
@@ -115,6 +116,10 @@ class Node(Protocol):
     def resolve_image(self, image: str, pull: bool) -> str: ...
 
     def image_labels(self, image_id: str) -> dict[str, str]: ...
+
+    def image_command(self, image_id: str) -> list[str]:
+        """The image's Entrypoint and Cmd, as the engine runs them."""
+        ...
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
         """A new layer with what the image has at ``path``; None when it has nothing."""
@@ -191,6 +196,30 @@ class Node(Protocol):
         """Why a service's container ended, when the node knows more than its exit: "out of
         memory (limit 2048 MiB)" after the OOM killer; None otherwise."""
         ...
+
+    # live forks (``live: true`` envs; see denv.server.live)
+    def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
+        """The server process of a booted live env."""
+        ...
+
+    def live_fork(
+        self,
+        parent_env: str,
+        parent: LiveProc,
+        volumes: list[VolumeSlot],
+        children: list[tuple[str, int]],
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        """Copy the parent's process into each (env id, port): each volume's new stack,
+        each child's process or why it failed, timings (ms)."""
+        ...
+
+    def live_alive(self, proc: LiveProc) -> bool: ...
+
+    def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
+        """End one live env's process and volumes; its group's container too when last."""
+        ...
+
+    def live_private_bytes(self, proc: LiveProc) -> int: ...
 
     # reconcile
     def owned(self) -> Owned: ...

@@ -26,11 +26,14 @@ def reconcile(ctx: Context, envs: Envs) -> None:
     store, node = ctx.store, ctx.node
     node.drop_partial_layers()
     live = {r.id: r for r in store.live_envs()}
+    # A live env's group (whose container it runs in) keeps its container and volumes,
+    # even when the group's own env was deleted.
+    needed = set(live) | {r.runtime.live.group for r in live.values() if r.runtime.live}
     owned = node.owned()
     orphans = Owned(
-        containers={c: e for c, e in owned.containers.items() if e not in live},
-        networks={n: e for n, e in owned.networks.items() if e not in live},
-        volume_envs=[e for e in owned.volume_envs if e not in live],
+        containers={c: e for c, e in owned.containers.items() if e not in needed},
+        networks={n: e for n, e in owned.networks.items() if e not in needed},
+        volume_envs=[e for e in owned.volume_envs if e not in needed],
     )
     for cid in orphans.containers:
         log.info("reconcile: removing orphan container %s", cid[:12])
@@ -69,6 +72,8 @@ def _problem(ctx: Context, env_id: str, states: dict[str, str]) -> str | None:
         return "the server stopped while the env was starting"
     if rec.status == EnvStatus.FAILED:
         return None
+    if rec.runtime.live is not None:  # a live env is its process, whatever its container
+        return None if ctx.node.live_alive(rec.runtime.live) else "its server process ended"
     version = ctx.store.get_version(rec.version_id)
     slots = volume_slots(version.volumes) if version else []
     return ctx.node.recover(env_id, rec.runtime.containers, slots, states)

@@ -107,6 +107,24 @@ class Endpoint(_Record):
     token: str | None = None  # only in records of older servers (or a caller's own token)
 
 
+class LiveProc(_Record):
+    """A live env's server process (``live: true``): what a live fork copies.
+
+    ``group`` is the env whose container it runs in: the env created with ``live: true``;
+    its live descendants run in the same container. ``pid`` and ``start`` (its start time
+    in /proc) name the process on the node; ``depth`` is 0 for the group's env, n for a
+    child n forks down.
+    """
+
+    group: str
+    container: str
+    pid: int
+    start: int
+    port: int
+    depth: int = 0
+    slot: str = ""  # its dir under the group's live dir ("" for the group's env)
+
+
 class Runtime(_Record):
     """What an env has on its node: network, containers (service -> id), endpoints."""
 
@@ -114,6 +132,7 @@ class Runtime(_Record):
     containers: dict[str, str] = {}
     endpoints: list[Endpoint] = []
     agent_ip: str | None = None
+    live: LiveProc | None = None  # a live env's server process
 
 
 class EnvSpec(_Record):
@@ -122,6 +141,7 @@ class EnvSpec(_Record):
     env: dict[str, str] = {}
     wait_timeout_s: float = 120.0
     warm: int = 0
+    live: bool = False  # run under the live-fork launcher (``live: true`` at create)
 
 
 class Limits(_Record):
@@ -169,6 +189,7 @@ class VersionRecord:
     created_at: str
     deleted: bool = False
     parent_version_id: str | None = None  # the version its parent env ran (a snapshot's)
+    tools: list[str] | None = None  # the MCP tools it declares (x-denv.tools); snapshots keep them
 
     def service(self, name: str) -> ServiceSpec:
         return next(s for s in self.services if s.name == name)

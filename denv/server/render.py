@@ -65,6 +65,7 @@ def env_json(
         "services": services,
         "endpoints": _endpoints(rec, base_url, keys) if rec.status != EnvStatus.DELETED else [],
         "start": rec.start,
+        "live": rec.spec.live,
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,
         "error": rec.error.model_dump() if rec.error else None,
@@ -83,4 +84,5 @@ def version_json(rec: VersionRecord) -> dict[str, Any]:
         "warm_fork": rec.warm_fork,
         "labels": rec.labels,
         "created_at": rec.created_at,
+        "tools": rec.tools,
     }

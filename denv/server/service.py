@@ -49,6 +49,7 @@ class Service:
         self.ctx = ctx
         self.envs = Envs(ctx)
         self.versions = Versions(ctx)
+        self.live = LiveForks(ctx, self.versions)
 
     # the server's life
     def reconcile(self) -> None:
@@ -87,7 +88,11 @@ class Service:
 
     def get_env(self, owner: str, env_id: str) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)
-        return self.env_view(rec, self.states(rec.id))
+        return self.env_view(rec, self._env_states(rec))
+
+    def _env_states(self, rec: EnvRecord) -> dict[str, str] | None:
+        """The states of the containers of ``rec`` (a live child: its group's container)."""
+        return self.states(rec.runtime.live.group if rec.runtime.live else rec.id)
 
     def list_envs(
         self,
@@ -114,7 +119,7 @@ class Service:
     def wait_env(self, owner: str, env_id: str, until: str, timeout_s: float) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)
         done = self.envs.wait(rec.id, WAIT_UNTIL[until], timeout_s)
-        return self.env_view(done, self.states(rec.id))
+        return self.env_view(done, self._env_states(done))
 
     def warm_pool(self, owner: str, env_id: str) -> dict[str, Any]:
         return self.envs.warm.status(self.owned_env(owner, env_id).id)
@@ -200,6 +205,7 @@ class Service:
             wait_timeout_s=body.wait_timeout_s,
             warm=body.warm,
             use_spares=True,
+            live_env=body.live,
         )
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
         return envs[0] if body.count is None else {"envs": envs}

@@ -27,6 +27,7 @@ from .mounts import (
     MS_NOSUID,
     MS_SHARED,
     mount,
+    mount_points_under,
     unmount_all,
 )
 from .volfs import VolumeFs
@@ -114,6 +115,50 @@ class Volumes:
         fs = base / "fs"
         opts = f"lowerdir={':'.join(lowers)},upperdir={fs / 'upper'},workdir={fs / 'work'}"
         mount_overlay(opts, base / "mnt")
+
+    def live_dir(self, env_id: str) -> Path:
+        """A live env's slot dir (``envs/<id>/live``), a shared mount point, bound at
+        ``/.denv/work`` in its container: each live child's volumes are mounted here."""
+        path = self.envs_dir / env_id / "live"
+        path.mkdir(parents=True, exist_ok=True)
+        if str(path.resolve()) not in mount_points_under(path):
+            make_shared_mount_point(path)
+        return path
+
+    def attach_live(
+        self, group: str, slot: str, env_id: str, service: str, n: int, layers: list[str]
+    ) -> None:
+        """Mount a live child's volume at ``live/<slot>/work-<n>`` in its group's live dir,
+        and make ``live/<slot>/kids``, where its own children's slots will be mounted."""
+        base = self.envs_dir / env_id / service / str(n)
+        base.mkdir(parents=True, exist_ok=True)
+        if self.fs is not None:
+            self.fs.make(base / "disk.img", base / "fs")
+        fs = base / "fs"
+        for d in (fs / "upper", fs / "work"):
+            d.mkdir(parents=True, exist_ok=True)
+        home = self.envs_dir / group / "live" / slot
+        (home / "kids").mkdir(parents=True, exist_ok=True)
+        target = home / f"work-{n}"
+        target.mkdir(exist_ok=True)
+        lowers = [str(self.layer_path(x)) for x in layers] or [str(self.layer_path(EMPTY_LAYER))]
+        opts = f"lowerdir={':'.join(lowers)},upperdir={fs / 'upper'},workdir={fs / 'work'}"
+        mount_overlay(opts, target)
+
+    def detach_live(self, group: str, slot: str, env_id: str) -> None:
+        """Unmount a live env's volumes from its group's live dir (a child has binds of its
+        own of them) and remove its volume dirs; its children's slots stay."""
+        home = self.envs_dir / group / "live" / slot if slot else None
+        if home is not None and home.is_dir():
+            for target in home.glob("work-*"):
+                unmount_all(target)
+                with contextlib.suppress(OSError):
+                    target.rmdir()
+            with contextlib.suppress(OSError):
+                (home / "kids").rmdir()
+                home.rmdir()
+        if env_id != group:
+            self.remove_env(env_id)
 
     def upper(self, env_id: str, service: str, n: int) -> Path:
         """The dir holding what the env changed in a volume (the overlay's upper dir)."""

@@ -30,6 +30,8 @@ from .config import (
     WARM_MAX_FAILURES,
     WARM_MEMORY_GUESS,
     WARM_REFILL_DELAY_S,
+    WARM_RETRY_BASE_S,
+    WARM_RETRY_MAX_S,
 )
 from .context import Context
 from .fairness import over_quota
@@ -56,6 +58,7 @@ class Pool:
     error: str | None = None  # why the last boot failed
     memory: int = 0  # the largest measured spare of this pool
     hold_until: float = 0.0  # no refill before (monotonic): the children just taken boot first
+    retry_at: float = 0.0  # after WARM_MAX_FAILURES failures in a row: next try (monotonic)
 
     @property
     def target(self) -> int:
@@ -63,6 +66,13 @@ class Pool:
 
     def unclaimed(self) -> list[str]:
         return [x for x in self.booting if x not in self.claims]
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the next boot of a pool whose last ``failures`` boots failed: doubling
+    from WARM_RETRY_BASE_S, at most WARM_RETRY_MAX_S. A pool is never given up for good:
+    what failed (a loaded host, a full disk) may pass."""
+    return float(min(WARM_RETRY_MAX_S, WARM_RETRY_BASE_S * 2 ** (failures - WARM_MAX_FAILURES)))
 
 
 def mem_available() -> int:
@@ -278,8 +288,10 @@ class WarmPools:
             ready, booting, error = len(pool.idle), len(pool.unclaimed()), pool.error
             if ready >= pool.target:
                 state = "ready"
-            elif pool.failures >= WARM_MAX_FAILURES:
+            elif pool.failures >= WARM_MAX_FAILURES and pool.retry_at > time.monotonic():
                 state = "stalled"
+                left = pool.retry_at - time.monotonic()
+                error = f"{error} (the pool tries again in {left:.0f} s)"
             elif booting or pool.hold_until > time.monotonic() or self._fits(pool):
                 state = "filling"
             else:
@@ -336,7 +348,10 @@ class WarmPools:
             if pool.hold_until > time.monotonic():
                 continue
             while len(pool.idle) + len(pool.unclaimed()) < pool.target:
-                if pool.failures >= WARM_MAX_FAILURES or not self._fits(pool):
+                backing_off = (
+                    pool.failures >= WARM_MAX_FAILURES and time.monotonic() < pool.retry_at
+                )
+                if backing_off or not self._fits(pool):
                     break
                 env_id = ids.new_id("env")
                 pool.booting[env_id] = time.monotonic()
@@ -354,6 +369,10 @@ class WarmPools:
             with self._lock:
                 pool.failures += 1
                 pool.error = str(exc)
+                if pool.failures >= WARM_MAX_FAILURES:  # try again later, never give up
+                    wait = retry_delay(pool.failures)
+                    pool.retry_at = time.monotonic() + wait
+                    log.warning("warm: pool %s: next boot in %.0f s", pool.key, wait)
         if spare is None:
             self.destroy(env_id)  # before a claimant starts cold under this id
         with self._lock:

@@ -28,7 +28,7 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
     request and no worker job is in flight, answer ``{"ok": true, "wait_ms": ...}``; or
     ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
     closed until ``fork``/``ungate`` on the same connection, or the connection ends.
-``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path], ...]}]}``
+``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir}]}``
     fork once per child at the gated point, reopen the gate, answer ``{"ok": true}``.
     Each child binds ``/.denv/ctl/<env>.sock`` and waits there for the node's ``setup``.
 ``{"op": "setup"}`` (on a child's bootstrap socket, after the node wrote its uid/gid maps)
@@ -515,8 +515,9 @@ class Live:
         """The node wrote our uid/gid maps: take our /work, hide the rest, drop every cap."""
         for slot, target in spec["work"]:
             _mount(slot, target, None, MS_BIND | MS_REC, None)
-        # Hide the other children's slots and the parent's control socket.
-        _mount("tmpfs", WORK_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=000")
+        # Hide the other children's slots: our /.denv/work is where our own children's
+        # slots appear (the node mounts them there; they propagate into this namespace).
+        _mount(spec["kids"], WORK_DIR, None, MS_BIND, None)
         boot.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..types import UNSET, Unset
+
 if TYPE_CHECKING:
     from ..models.labels import Labels
     from ..models.version_service import VersionService
@@ -32,6 +34,11 @@ class Version:
         warm_fork (bool): Whether children may start from booted spares.
         labels (Labels): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
         created_at (datetime.datetime):
+        tools (list[str] | None | Unset): The MCP tools the version declares: its compose file's
+            `x-denv.tools` (names), kept by the versions snapshotted from
+            it. `denv export` exposes exactly these. Null when none were
+            declared (a sandbox's version, or a compose file without the
+            key); absent from servers older than this field.
     """
 
     id: str
@@ -44,6 +51,7 @@ class Version:
     warm_fork: bool
     labels: Labels
     created_at: datetime.datetime
+    tools: list[str] | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +81,15 @@ class Version:
 
         created_at = self.created_at.isoformat()
 
+        tools: list[str] | None | Unset
+        if isinstance(self.tools, Unset):
+            tools = UNSET
+        elif isinstance(self.tools, list):
+            tools = self.tools
+
+        else:
+            tools = self.tools
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -89,6 +106,8 @@ class Version:
                 "created_at": created_at,
             }
         )
+        if tools is not UNSET:
+            field_dict["tools"] = tools
 
         return field_dict
 
@@ -138,6 +157,23 @@ class Version:
 
         created_at = datetime.datetime.fromisoformat(d.pop("created_at"))
 
+        def _parse_tools(data: object) -> list[str] | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, list):
+                    raise TypeError()
+                tools_type_0 = cast(list[str], data)
+
+                return tools_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(list[str] | None | Unset, data)
+
+        tools = _parse_tools(d.pop("tools", UNSET))
+
         version = cls(
             id=id,
             project=project,
@@ -149,6 +185,7 @@ class Version:
             warm_fork=warm_fork,
             labels=labels,
             created_at=created_at,
+            tools=tools,
         )
 
         version.additional_properties = d

@@ -68,9 +68,11 @@ def sync_detailed(
     are booting. A client that wants its next `fork(n)` warm polls this
     until `ready` reaches `target` (state `ready`). State `none`: the env
     asked for no spares (or its version is not warm-safe); `filling`:
-    spares are booting; `stalled`: boots keep failing (see `error`) and
-    the pool has stopped refilling until the env asks again (a new fork
-    or create with `warm`).
+    spares are booting; `stalled`: boots keep failing (see `error`, which
+    says when the pool tries again: it backs off, 15 s doubling up to
+    10 minutes, and never gives up for good), or the server has no room
+    for another spare. A spare that is still booting (using CPU) when
+    its 120 s run out is given more time, up to 8 more minutes.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -105,9 +107,11 @@ def sync(
     are booting. A client that wants its next `fork(n)` warm polls this
     until `ready` reaches `target` (state `ready`). State `none`: the env
     asked for no spares (or its version is not warm-safe); `filling`:
-    spares are booting; `stalled`: boots keep failing (see `error`) and
-    the pool has stopped refilling until the env asks again (a new fork
-    or create with `warm`).
+    spares are booting; `stalled`: boots keep failing (see `error`, which
+    says when the pool tries again: it backs off, 15 s doubling up to
+    10 minutes, and never gives up for good), or the server has no room
+    for another spare. A spare that is still booting (using CPU) when
+    its 120 s run out is given more time, up to 8 more minutes.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -137,9 +141,11 @@ async def asyncio_detailed(
     are booting. A client that wants its next `fork(n)` warm polls this
     until `ready` reaches `target` (state `ready`). State `none`: the env
     asked for no spares (or its version is not warm-safe); `filling`:
-    spares are booting; `stalled`: boots keep failing (see `error`) and
-    the pool has stopped refilling until the env asks again (a new fork
-    or create with `warm`).
+    spares are booting; `stalled`: boots keep failing (see `error`, which
+    says when the pool tries again: it backs off, 15 s doubling up to
+    10 minutes, and never gives up for good), or the server has no room
+    for another spare. A spare that is still booting (using CPU) when
+    its 120 s run out is given more time, up to 8 more minutes.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.
@@ -172,9 +178,11 @@ async def asyncio(
     are booting. A client that wants its next `fork(n)` warm polls this
     until `ready` reaches `target` (state `ready`). State `none`: the env
     asked for no spares (or its version is not warm-safe); `filling`:
-    spares are booting; `stalled`: boots keep failing (see `error`) and
-    the pool has stopped refilling until the env asks again (a new fork
-    or create with `warm`).
+    spares are booting; `stalled`: boots keep failing (see `error`, which
+    says when the pool tries again: it backs off, 15 s doubling up to
+    10 minutes, and never gives up for good), or the server has no room
+    for another spare. A spare that is still booting (using CPU) when
+    its 120 s run out is given more time, up to 8 more minutes.
 
     Args:
         env_id (str): An env's id, `env_` followed by a ULID.

@@ -90,8 +90,9 @@ def sync_detailed(
     """Deploy a compose file as a new version of a project.
 
      The compose file's `x-denv.agent.service` names the service that
-    clients talk to (for OpenEnv, the OpenEnv server). Every image must
-    already be on the engine.
+    clients talk to (for OpenEnv, the OpenEnv server); `x-denv.tools`
+    (optional) lists the MCP tools it declares, kept as `Version.tools`.
+    Every image must already be on the engine.
 
     Args:
         name (str): Lower-case letters, digits and dashes.
@@ -129,8 +130,9 @@ def sync(
     """Deploy a compose file as a new version of a project.
 
      The compose file's `x-denv.agent.service` names the service that
-    clients talk to (for OpenEnv, the OpenEnv server). Every image must
-    already be on the engine.
+    clients talk to (for OpenEnv, the OpenEnv server); `x-denv.tools`
+    (optional) lists the MCP tools it declares, kept as `Version.tools`.
+    Every image must already be on the engine.
 
     Args:
         name (str): Lower-case letters, digits and dashes.
@@ -163,8 +165,9 @@ async def asyncio_detailed(
     """Deploy a compose file as a new version of a project.
 
      The compose file's `x-denv.agent.service` names the service that
-    clients talk to (for OpenEnv, the OpenEnv server). Every image must
-    already be on the engine.
+    clients talk to (for OpenEnv, the OpenEnv server); `x-denv.tools`
+    (optional) lists the MCP tools it declares, kept as `Version.tools`.
+    Every image must already be on the engine.
 
     Args:
         name (str): Lower-case letters, digits and dashes.
@@ -200,8 +203,9 @@ async def asyncio(
     """Deploy a compose file as a new version of a project.
 
      The compose file's `x-denv.agent.service` names the service that
-    clients talk to (for OpenEnv, the OpenEnv server). Every image must
-    already be on the engine.
+    clients talk to (for OpenEnv, the OpenEnv server); `x-denv.tools`
+    (optional) lists the MCP tools it declares, kept as `Version.tools`.
+    Every image must already be on the engine.
 
     Args:
         name (str): Lower-case letters, digits and dashes.
