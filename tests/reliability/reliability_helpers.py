@@ -96,7 +96,8 @@ def all_leftovers(state_dir: Path) -> dict[str, list[str]]:
     found["volumes"] = out.split()
     envs_dir = state_dir / "envs"
     found["upper_dirs"] = (
-        [str(p) for p in sorted(envs_dir.glob("*/*/*/upper")) if p.parts[-4] not in live]
+        # <env>/<service>/<n>/fs/upper: a volume's changes (on its own filesystem, volfs)
+        [str(p) for p in sorted(envs_dir.glob("*/*/*/fs/upper")) if p.parts[-5] not in live]
         if envs_dir.is_dir()
         else []
     )

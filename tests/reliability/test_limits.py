@@ -1,13 +1,14 @@
 """Limits answer with clear errors: fork count, envs per key, volume size, timeouts, body size.
 
 A server of its own with small limits (``--max-envs-per-key 3 --max-volume-mb 1``) so each
-limit is reached with a few stand-in envs. Each error must carry its stable code and a
+limit is reached with a few stand-in envs (a volume's: a write past it fails inside the env). Each error must carry its stable code and a
 message that names the limit and what to do; the env a refused request was about keeps
 running.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from reliability_helpers import (
     STANDIN_CMD,
     api,
     assert_nothing_left,
+    container_of,
     delete_all,
     ok,
     report,
@@ -90,17 +92,20 @@ def test_limits_answer_with_clear_errors(server: LocalDenv, request: pytest.Fixt
         assert fork["envs"][0]["status"] == "healthy"  # room again after deletes
         assert c.delete(f"/v1/envs/{fork['envs'][0]['id']}").status_code == 204
 
-        # volume size: 2 MiB of changes in /work cannot be snapshotted or forked past 1 MiB
+        # volume size: writing 2 MiB to /work stops at 1 MiB inside the env (ENOSPC: the
+        # volume's changes live on a filesystem of --max-volume-mb); what it holds snapshots
         big = ok(c.post("/v1/sandboxes", json={"image": STANDIN, "command": BIG_CMD}))
         assert big["status"] == "healthy", big
-        for path in (f"/v1/envs/{big['id']}/snapshot", f"/v1/envs/{big['id']}/fork"):
-            err = refused(
-                c.post(path, json={}), 422, "limit_exceeded", "/work", f"{MAX_VOLUME_MB} MiB"
-            )
-            assert err["details"]["limit_mb"] == MAX_VOLUME_MB
-            checked += 1
+        size = subprocess.run(
+            ["docker", "exec", container_of(big), "stat", "-c", "%s", "/work/big.bin"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert 0 < int(size) < MAX_VOLUME_MB * 1024 * 1024, size
         assert ok(c.get(f"/v1/envs/{big['id']}"), 200)["status"] == "healthy"
-        ok(c.post(f"/v1/envs/{parent['id']}/snapshot", json={}))  # small changes pass
+        ok(c.post(f"/v1/envs/{big['id']}/snapshot", json={}))  # within the limit: it passes
+        checked += 1
         assert c.delete(f"/v1/envs/{big['id']}").status_code == 204
 
         # request timeouts: waits are capped at 600 s and end (200) when theirs passes
