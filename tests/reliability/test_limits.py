@@ -1,9 +1,9 @@
 """Limits answer with clear errors: fork count, envs per key, volume size, timeouts, body size.
 
 A server of its own with small limits (``--max-envs-per-key 3 --max-volume-mb 1``) so each
-limit is reached with a few stand-in envs (a volume's: a write past it fails inside the env). Each error must carry its stable code and a
-message that names the limit and what to do; the env a refused request was about keeps
-running.
+limit is reached with a few stand-in envs (a volume's: a write past it fails inside the
+env). Each error must carry its stable code and a message that names the limit and what to
+do; the env a refused request was about keeps running.
 """
 
 from __future__ import annotations
