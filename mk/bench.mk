@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits bench-trainer
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-egress
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -28,3 +28,7 @@ bench-report: $(VENV_STAMP)
 ## What the limits (memory, pids, CPUs, /work size) cost a cold start, a warm fork(8), a snapshot.
 bench-limits: $(VENV_STAMP) docker images
 	$(PY) -m bench.bench_limits --state-dir $(BENCH_STATE_DIR)-limits
+
+## What egress costs: a cold start with deny, allow and an allowlist; the firewall's own operations.
+bench-egress: $(VENV_STAMP) docker images
+	$(PY) -m bench.bench_egress --state-dir $(BENCH_STATE_DIR)-egress

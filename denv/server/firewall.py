@@ -5,8 +5,13 @@ server's host, link-local addresses or private networks; an allowlist env (``dvl
 reaches only what its allowlist names. Two chains per family hold the rules:
 
 - ``DENV-EGRESS-IN``, jumped to from ``INPUT`` for ``dva+``/``dvl+``: what reaches the host;
-- ``DENV-EGRESS-FWD``, jumped to from ``DOCKER-USER`` (IPv4; Docker's place for user rules,
-  evaluated before its own) or ``FORWARD`` (IPv6): what is routed onward.
+- ``DENV-EGRESS-FWD`` in the ``mangle`` table, jumped to from its ``FORWARD``: what is
+  routed onward. Not in ``filter``'s ``DOCKER-USER``, Docker's place for user rules: Docker
+  deletes and re-inserts its jump to ``DOCKER-USER`` whenever it makes or removes a network,
+  and in between, traffic of a new bridge meets Docker's own ACCEPT first (seen here: an
+  allowlist env reached everything while other tests made networks). Docker never touches
+  ``mangle``; the price is that ``mangle`` cannot REJECT, so a refused routed connection is
+  dropped (the attempt times out) where the host (``INPUT``) answers at once.
 
 Each chain is per-env rules first (inserted at the top, tagged ``denv-egress env <bridge>``:
 an allowlist's destinations, or a whole bridge let through for a server started with
@@ -34,6 +39,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +68,8 @@ _REJECT = {
     "ip6tables": ["REJECT", "--reject-with", "icmp6-adm-prohibited"],
 }
 _RESTORE = {"iptables": "iptables-restore", "ip6tables": "ip6tables-restore"}
+_TABLE = {IN_CHAIN: "filter", FWD_CHAIN: "mangle"}  # the chain of a rule says its table
+ENSURE_ATTEMPTS = 3  # a transaction that raced another server's is read again and retried
 
 
 class FirewallError(RuntimeError):
@@ -153,10 +161,10 @@ class Firewall:
             ["-i", ALLOWLIST_PREFIX + "+", "-o", ALLOWLIST_PREFIX + "+", *tag, "-j", "RETURN"],
             *dns,
             *(
-                ["-i", ALLOW_PREFIX + "+", "-d", net, *tag, "-j", *reject]
+                ["-i", ALLOW_PREFIX + "+", "-d", net, *tag, "-j", "DROP"]
                 for net in PRIVATE_RANGES[tool]
             ),
-            ["-i", ALLOWLIST_PREFIX + "+", *tag, "-j", *reject],
+            ["-i", ALLOWLIST_PREFIX + "+", *tag, "-j", "DROP"],
         ]
         inp = [
             *common,
@@ -166,12 +174,11 @@ class Firewall:
         ]
         return {FWD_CHAIN: fwd, IN_CHAIN: inp}
 
-    def _jumps(self, tool: str) -> list[tuple[str, list[str]]]:
-        forward = "FORWARD" if tool == "ip6tables" or not _has_chain(tool, "DOCKER-USER") else ""
-        parent = forward or "DOCKER-USER"
+    def _jumps(self) -> list[tuple[str, list[str]]]:
+        """(parent chain, rule) of each jump; the table is the target chain's."""
         return [
-            (chain, ["-i", prefix + "+", "-j", target])
-            for chain, target in (("INPUT", IN_CHAIN), (parent, FWD_CHAIN))
+            (parent, ["-i", prefix + "+", "-j", target])
+            for parent, target in (("INPUT", IN_CHAIN), ("FORWARD", FWD_CHAIN))
             for prefix in (ALLOW_PREFIX, ALLOWLIST_PREFIX)
         ]
 
@@ -179,31 +186,58 @@ class Firewall:
         """Chains, jumps, generic rules and this server's env rules in place for one tool.
 
         Returns True if anything was missing and is now back; raises ``FirewallError``.
+        Other servers on the machine run the same check: a transaction that lost a race
+        (a rule it deletes was deleted a moment ago) is read again and retried.
         """
         with self._lock:
             changed = False
+            _drop_legacy(tool)
             for chain in (IN_CHAIN, FWD_CHAIN):
                 if not _has_chain(tool, chain):
-                    _run(tool, ["-N", chain])
+                    _run(tool, [*_t(chain), "-N", chain], check=False)  # another server may
+                    if not _has_chain(tool, chain):  # make it first
+                        _run(tool, [*_t(chain), "-N", chain])  # raises with the tool's message
                     changed = True
-            for parent, jump in self._jumps(tool):
-                if _run(tool, ["-C", parent, *jump], check=False).returncode != 0:
-                    _run(tool, ["-I", parent, "1", *jump])
+            for parent, jump in self._jumps():
+                table = _t(jump[-1])
+                if _run(tool, [*table, "-C", parent, *jump], check=False).returncode != 0:
+                    _run(tool, [*table, "-I", parent, "1", *jump])
                     changed = True
-            lines: list[str] = []
-            for chain, rules in self.generic(tool).items():
-                present = _tagged(tool, chain, GENERIC_TAG)
-                wanted = [_canonical(tool, chain, rule) for rule in rules]
-                if present != wanted:
-                    lines += ["-D" + line[2:] for line in present]
-                    lines += [_line("-A", chain, rule) for rule in rules]
-            for bridge, env_rules in self._envs.items():
-                lines += self._env_lines(tool, bridge, env_rules, only_missing=True)
-            lines += _stale_lines(tool)
-            if lines:
-                _restore(tool, lines)
-                changed = True
+            for attempt in range(ENSURE_ATTEMPTS):
+                lines = self._missing_lines(tool)
+                if not lines:
+                    break
+                try:
+                    _restore(tool, lines)
+                    changed = True
+                    break
+                except FirewallError:
+                    if attempt == ENSURE_ATTEMPTS - 1:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
+            stale = _stale_lines(tool)
+            if stale:
+                try:
+                    _restore(tool, stale)
+                except FirewallError as exc:  # another server removed them first: fine
+                    log.debug("stale egress rules not removed here: %s", exc)
             return changed
+
+    def _missing_lines(self, tool: str) -> list[str]:
+        """The restore lines that put the generic rules and this server's env rules back.
+
+        Each chain is read once (``-S``), however many envs the server has."""
+        seen = {chain: _chain_lines(tool, chain) for chain in (IN_CHAIN, FWD_CHAIN)}
+        lines: list[str] = []
+        for chain, rules in self.generic(tool).items():
+            present = _with_tag(seen[chain], GENERIC_TAG)
+            wanted = [_canonical(tool, chain, rule) for rule in rules]
+            if present != wanted:
+                lines += ["-D" + line[2:] for line in present]
+                lines += [_line("-A", chain, rule) for rule in rules]
+        for bridge, env_rules in self._envs.items():
+            lines += self._env_lines(tool, bridge, env_rules, seen=seen)
+        return lines
 
     # per-env rules
     def _env_rules(
@@ -232,11 +266,22 @@ class Firewall:
         return out
 
     def _env_lines(
-        self, tool: str, bridge: str, rules: list[EnvRule], *, only_missing: bool
+        self,
+        tool: str,
+        bridge: str,
+        rules: list[EnvRule],
+        *,
+        seen: dict[str, list[str]] | None = None,
+        fresh: bool = False,
     ) -> list[str]:
+        """Restore lines that give ``bridge`` exactly its rules: none when they are all there.
+
+        ``seen``: the chains as read (else read here); ``fresh``: a bridge just made, which
+        has no rules yet (nothing to read)."""
         wanted = self._env_rules(tool, bridge, rules)
-        if only_missing:
-            by_chain = {c: _tagged(tool, c, f"{ENV_TAG} {bridge}") for c in (IN_CHAIN, FWD_CHAIN)}
+        if not fresh:
+            seen = seen or {c: _chain_lines(tool, c) for c in (IN_CHAIN, FWD_CHAIN)}
+            by_chain = {c: _with_tag(seen[c], f"{ENV_TAG} {bridge}") for c in (IN_CHAIN, FWD_CHAIN)}
             if all(
                 len(by_chain[c]) == sum(1 for chain, _ in wanted if chain == c)
                 for c in (IN_CHAIN, FWD_CHAIN)
@@ -247,7 +292,9 @@ class Firewall:
             lines = []
         return lines + [_line("-I", chain, ["1", *rule]) for chain, rule in reversed(wanted)]
 
-    def add_env(self, tools: list[str], bridge: str, rules: list[EnvRule]) -> None:
+    def add_env(
+        self, tools: list[str], bridge: str, rules: list[EnvRule], *, fresh: bool = False
+    ) -> None:
         """Let ``bridge`` reach ``rules`` (an allowlist) or everything (a ``dva`` bridge).
 
         Idempotent: rules already in place are left, a partial set is replaced; the bridge
@@ -256,7 +303,7 @@ class Firewall:
         with self._lock:
             self._envs[bridge] = list(rules)
             for tool in tools:
-                lines = self._env_lines(tool, bridge, rules, only_missing=True)
+                lines = self._env_lines(tool, bridge, rules, fresh=fresh)
                 if lines:
                     _restore(tool, lines)
 
@@ -303,7 +350,7 @@ def _stale_lines(tool: str) -> list[str]:
 
 
 def _tagged_prefix(tool: str, chain: str, prefix: str) -> list[str]:
-    result = _run(tool, ["-S", chain], check=False)
+    result = _run(tool, [*_t(chain), "-S", chain], check=False)
     return (
         [
             line
@@ -315,13 +362,44 @@ def _tagged_prefix(tool: str, chain: str, prefix: str) -> list[str]:
     )
 
 
+def _t(chain: str) -> list[str]:
+    return ["-t", _TABLE.get(chain, "filter")]
+
+
+def _drop_legacy(tool: str) -> None:
+    """Remove the filter-table ``DENV-EGRESS-FWD`` of earlier versions (jumped to from
+    ``DOCKER-USER``/``FORWARD``): its catch-all rules would refuse what an allowlist allows."""
+    if _run(tool, ["-t", "filter", "-S", FWD_CHAIN], check=False).returncode != 0:
+        return
+    for parent in ("DOCKER-USER", "FORWARD"):
+        for prefix in (ALLOW_PREFIX, ALLOWLIST_PREFIX):
+            jump = ["-i", prefix + "+", "-j", FWD_CHAIN]
+            for _ in range(8):  # every copy
+                if _run(tool, ["-t", "filter", "-D", parent, *jump], check=False).returncode:
+                    break
+    _run(tool, ["-t", "filter", "-F", FWD_CHAIN], check=False)
+    _run(tool, ["-t", "filter", "-X", FWD_CHAIN], check=False)
+
+
 def _has_chain(tool: str, chain: str) -> bool:
-    return _run(tool, ["-S", chain], check=False).returncode == 0
+    return _run(tool, [*_t(chain), "-S", chain], check=False).returncode == 0
+
+
+def _chain_lines(tool: str, chain: str) -> list[str]:
+    """The ``-A`` lines of ``chain`` (none if it does not exist)."""
+    result = _run(tool, [*_t(chain), "-S", chain], check=False)
+    if result.returncode != 0:
+        return []
+    return [line for line in result.stdout.splitlines() if line.startswith("-A ")]
+
+
+def _with_tag(lines: list[str], tag: str) -> list[str]:
+    return [line for line in lines if f'"{tag}"' in line]
 
 
 def _tagged(tool: str, chain: str, tag: str) -> list[str]:
     """The ``-A`` lines of ``chain`` carrying exactly the comment ``tag``, in order."""
-    result = _run(tool, ["-S", chain], check=False)
+    result = _run(tool, [*_t(chain), "-S", chain], check=False)
     if result.returncode != 0:
         return []
     return [
@@ -340,23 +418,32 @@ def _canonical(tool: str, chain: str, rule: list[str]) -> str:
     key = (tool, chain, _line("-A", chain, rule))
     if key not in _CANONICAL:
         scratch = f"DENV-EGRESS-S{os.getpid()}"  # one per server: several may share the host
-        _run(tool, ["-N", scratch], check=False)
+        table = _t(chain)  # the table matters: REJECT is valid in filter only
+        _run(tool, [*table, "-N", scratch], check=False)
         try:
-            _run(tool, ["-F", scratch])
-            _run(tool, ["-A", scratch, *rule])
+            _run(tool, [*table, "-F", scratch])
+            _run(tool, [*table, "-A", scratch, *rule])
             printed = [
-                ln for ln in _run(tool, ["-S", scratch]).stdout.splitlines() if ln.startswith("-A ")
+                ln
+                for ln in _run(tool, [*table, "-S", scratch]).stdout.splitlines()
+                if ln.startswith("-A ")
             ]
         finally:
-            _run(tool, ["-F", scratch], check=False)
-            _run(tool, ["-X", scratch], check=False)
+            _run(tool, [*table, "-F", scratch], check=False)
+            _run(tool, [*table, "-X", scratch], check=False)
         _CANONICAL[key] = printed[0].replace(f"-A {scratch} ", f"-A {chain} ", 1)
     return _CANONICAL[key]
 
 
 def _restore(tool: str, lines: list[str]) -> None:
-    """Apply ``lines`` (``-A``/``-I``/``-D`` of the filter table) in one transaction."""
-    script = "*filter\n" + "\n".join(lines) + "\nCOMMIT\n"
+    """Apply ``lines`` (``-A``/``-I``/``-D``; each chain's table) in one transaction."""
+    by_table: dict[str, list[str]] = {}
+    for line in lines:
+        by_table.setdefault(_TABLE.get(line.split()[1], "filter"), []).append(line)
+    script = "".join(
+        f"*{table}\n" + "\n".join(table_lines) + "\nCOMMIT\n"
+        for table, table_lines in by_table.items()
+    )
     try:
         result = subprocess.run(
             [_RESTORE[tool], "-w", "5", "--noflush"],

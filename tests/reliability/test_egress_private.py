@@ -92,8 +92,9 @@ def connected(outcomes: list[str], targets: list[probes.Target]) -> list[str]:
     return [probes.describe(t) for t, o in zip(targets, outcomes, strict=True) if o == "connected"]
 
 
-def saved(tool: str) -> list[str]:
-    out = subprocess.run([f"{tool}-save"], capture_output=True, text=True, check=True)
+def saved(tool: str, table: str | None = None) -> list[str]:
+    only = ["-t", table] if table else []
+    out = subprocess.run([f"{tool}-save", *only], capture_output=True, text=True, check=True)
     return out.stdout.splitlines()
 
 
@@ -101,25 +102,27 @@ def test_the_installed_rules_refuse_every_private_range_in_both_families(
     server: LocalDenv, request: pytest.FixtureRequest
 ) -> None:
     checked = 0
-    for tool, reject in (
-        ("iptables", "icmp-admin-prohibited"),
-        ("ip6tables", "icmp6-adm-prohibited"),
-    ):
-        lines = saved(tool)
+    for tool in ("iptables", "ip6tables"):
+        host = saved(tool, "filter")  # what reaches the host: INPUT, REJECT (an answer at once)
+        routed = saved(tool, "mangle")  # what is routed: mangle FORWARD (Docker never moves it)
         for prefix in ("dva", "dvl"):
-            assert f"-A INPUT -i {prefix}+ -j {IN_CHAIN}" in lines, (tool, prefix)
-            parent = "DOCKER-USER" if tool == "iptables" else "FORWARD"
-            assert f"-A {parent} -i {prefix}+ -j {FWD_CHAIN}" in lines, (tool, prefix)
+            assert f"-A INPUT -i {prefix}+ -j {IN_CHAIN}" in host, (tool, prefix)
+            assert f"-A FORWARD -i {prefix}+ -j {FWD_CHAIN}" in routed, (tool, prefix)
             checked += 2
         for net in PRIVATE_RANGES[tool]:
-            rule = [ln for ln in lines if ln.startswith(f"-A {FWD_CHAIN} -d {net} -i dva+")]
-            assert rule and rule[0].endswith(f"-j REJECT --reject-with {reject}"), (tool, net)
+            rule = [ln for ln in routed if ln.startswith(f"-A {FWD_CHAIN} -d {net} -i dva+")]
+            assert rule and rule[0].endswith("-j DROP"), (tool, net)
             checked += 1
         # The host refuses both kinds of bridge; the routed path refuses allowlist bridges.
-        for chain, prefix in ((IN_CHAIN, "dva"), (IN_CHAIN, "dvl"), (FWD_CHAIN, "dvl")):
+        for lines, chain, prefix, target in (
+            (host, IN_CHAIN, "dva", "REJECT"),
+            (host, IN_CHAIN, "dvl", "REJECT"),
+            (routed, FWD_CHAIN, "dvl", "DROP"),
+        ):
             want = f"-A {chain} -i {prefix}+ -m comment"
-            assert any(ln.startswith(want) and "REJECT" in ln for ln in lines), (tool, want)
+            assert any(ln.startswith(want) and f"-j {target}" in ln for ln in lines), (tool, want)
             checked += 1
+        lines = routed
         # DNS to the host's resolvers stays open (checked by reading: they are off-machine).
         for address in resolvers():
             if (ipaddress.ip_address(address).version == 6) != (tool == "ip6tables"):
@@ -468,12 +471,13 @@ def _bridge_of(client: Any, env: dict[str, Any]) -> str:
 def _reload_firewall() -> None:
     """What a firewall reload does to denv's egress rules: the jumps and chains are gone."""
     for tool in ("iptables", "ip6tables"):
-        for line in saved(tool):
-            if line.startswith("-A ") and line.endswith(("-j " + IN_CHAIN, "-j " + FWD_CHAIN)):
-                subprocess.run([tool, "-w", "5", "-D", *line[3:].split()], check=True)
-        for chain in (IN_CHAIN, FWD_CHAIN):
-            subprocess.run([tool, "-w", "5", "-F", chain], check=False)
-            subprocess.run([tool, "-w", "5", "-X", chain], check=False)
+        for table, chain in (("filter", IN_CHAIN), ("mangle", FWD_CHAIN)):
+            where = [tool, "-w", "5", "-t", table]
+            for line in saved(tool, table):
+                if line.startswith("-A ") and line.endswith("-j " + chain):
+                    subprocess.run([*where, "-D", *line[3:].split()], check=False)
+            subprocess.run([*where, "-F", chain], check=False)
+            subprocess.run([*where, "-X", chain], check=False)
 
 
 def test_allowlist_rules_outlive_a_server_restart_and_a_firewall_reload(
