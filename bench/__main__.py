@@ -26,6 +26,7 @@ from . import (
     bench_density,
     bench_fork,
     bench_latency,
+    bench_live,
     bench_snapshot,
     bench_start,
     bench_trainer,
@@ -63,6 +64,9 @@ class Profile:
     trainer_get_rounds: int
     diff_files: int  # 1 MB files in the diffed volume
     diff_reps: int
+    live_tree: tuple[int, ...] = (4, 4)  # branching, depth of the tree search (bench_live)
+    live_tree_compare: bool = True  # also the tree by warm volume forks and by replay
+    live_sustained_s: int = 60  # seconds of live fork(8) after fork(8)
 
 
 FULL = Profile(
@@ -109,6 +113,8 @@ QUICK = Profile(
     trainer_get_rounds=3,
     diff_files=64,
     diff_reps=5,
+    live_tree=(2, 3),
+    live_sustained_s=10,
 )
 
 Runner = Callable[[Bench], dict[str, dict[str, Any]]]
@@ -119,6 +125,7 @@ BENCHMARKS: dict[str, Runner] = {
     "latency": bench_latency.run,
     "density": bench_density.run,
     "trainer": bench_trainer.run,
+    "live": bench_live.run,
 }
 
 

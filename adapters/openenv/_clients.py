@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from openenv.core.env_client import EnvClient
 from openenv.core.sync_client import SyncEnvClient
 
+from ._config import ForkKind
 from ._provider import DenvProvider
 
 ClientT = TypeVar("ClientT")
@@ -20,7 +21,7 @@ ClientT = TypeVar("ClientT")
 _MISSING: Any = object()
 
 
-def fork_client(client: ClientT) -> ClientT:
+def fork_client(client: ClientT, *, kind: ForkKind | None = None) -> ClientT:
     """A new client of the same class (sync stays sync, async stays async) on a fork of its env.
 
     Example::
@@ -30,26 +31,30 @@ def fork_client(client: ClientT) -> ClientT:
         with fork_client(root) as branch:      # its own env, deleted on close
             branch.step({"message": "only in the branch"})
     """
-    return fork_clients(client, 1)[0]
+    return fork_clients(client, 1, kind=kind)[0]
 
 
-def fork_clients(client: ClientT, n: int) -> list[ClientT]:
+def fork_clients(client: ClientT, n: int, *, kind: ForkKind | None = None) -> list[ClientT]:
     """n new clients like `client`, on n children forked from ONE snapshot of its env.
 
     The children start in parallel and are ready (health and WebSocket) when
     this returns. It blocks; in async code use `await fork_clients_async(client, n)`.
+    `kind`: `"volume"`, `"live"` (copies of the running server, its session included) or
+    `"auto"`; default: the provider's `fork` setting.
     """
     async_client, is_sync = _unwrap(client)
-    children = _provider_of(client, async_client).fork(n)
+    children = _provider_of(client, async_client).fork(n, kind=kind)
     return _clients_on(async_client, is_sync, children)
 
 
-async def fork_client_async(client: ClientT) -> ClientT:
+async def fork_client_async(client: ClientT, *, kind: ForkKind | None = None) -> ClientT:
     """`fork_client`, awaited: nothing in it blocks the event loop."""
-    return (await fork_clients_async(client, 1))[0]
+    return (await fork_clients_async(client, 1, kind=kind))[0]
 
 
-async def fork_clients_async(client: ClientT, n: int) -> list[ClientT]:
+async def fork_clients_async(
+    client: ClientT, n: int, *, kind: ForkKind | None = None
+) -> list[ClientT]:
     """`fork_clients`, awaited: n async clients (of the same class) on n children of ONE
     snapshot, each connected, without blocking the event loop.
 
@@ -62,7 +67,7 @@ async def fork_clients_async(client: ClientT, n: int) -> list[ClientT]:
         await asyncio.gather(*(b.close() for b in branches))
     """
     async_client, is_sync = _unwrap(client)
-    children = await _provider_of(client, async_client).fork_async(n)
+    children = await _provider_of(client, async_client).fork_async(n, kind=kind)
     clients = _clients_on(async_client, is_sync, children)
     if not is_sync:
         try:

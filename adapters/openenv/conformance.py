@@ -1,10 +1,12 @@
 """`denv conformance`: prove that an OpenEnv environment behaves on denv.
 
 For each target (an image, a version id, or a compose file to deploy) and
-each fork mode (cold, warm) it runs one episode through the real OpenEnv
+each fork mode (cold, warm, live) it runs one episode through the real OpenEnv
 client stack and checks, in order: start, ready, reset, step k times, the
 warm pool (warm mode: every spare booted; children then start warm, and in cold
-mode cold), fork, fork(n), `state()` equal across the root and every branch, branches stepped
+mode cold; live mode: an image started with `DenvProvider(fork="live")`, whose
+children are copies of its running server, start `live`), fork, fork(n),
+`state()` equal across the root and every branch, branches stepped
 differently diverge while the root is unchanged, close, and nothing left on
 the server. It prints a table (target x check, pass/fail with timings) and
 writes the same as JSON.
@@ -163,7 +165,7 @@ def run_target(
     report = TargetReport(target=target, mode=mode)
     run = _Run(report)
     warm = branches + 1 if mode == "warm" else 0
-    provider = provider_factory(warm=warm)
+    provider = provider_factory(warm=warm, fork="live" if mode == "live" else "volume")
     try:
         with run.check("start"):
             root = run.track(_start_root(target, provider))
@@ -180,6 +182,8 @@ def run_target(
             # `fork: cold` asks for none (state none) and forks cold in both modes.
             pool = provider.wait_warm(timeout_s=SPARES_TIMEOUT_S)
             start = "warm" if mode == "warm" and pool.state.value != "none" else "cold"
+            if mode == "live":  # the children are copies of the root's running server
+                start = "live"
         with run.check("fork"):
             child = run.track(fork_client(root))
             _expect_equal(_state(child), root_state, "the forked child's state()")
@@ -287,9 +291,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mode",
-        choices=["cold", "warm", "both"],
+        choices=["cold", "warm", "live", "both", "all"],
         default="both",
-        help="fork from freshly started children, from booted spares, or both (default)",
+        help="fork from freshly started children, from booted spares, both (default), live "
+        "(copies of the running server: an image whose command is uvicorn MODULE:APP), or all",
     )
     parser.add_argument("--egress", choices=["deny", "allow"], default="deny")
     parser.add_argument(
@@ -333,7 +338,7 @@ def main(args: argparse.Namespace) -> int:
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             print(f"denv conformance: bad --action {template!r}: {exc}", file=sys.stderr)
             return 2
-    modes = ["cold", "warm"] if args.mode == "both" else [args.mode]
+    modes = {"both": ["cold", "warm"], "all": ["cold", "warm", "live"]}.get(args.mode, [args.mode])
     reports = []
     for raw, action in zip(args.targets, actions, strict=True):
         target = _resolve_target(raw, args.server)
@@ -346,8 +351,8 @@ def main(args: argparse.Namespace) -> int:
                     steps=args.steps,
                     branches=args.branches,
                     action_template=action,
-                    provider_factory=lambda warm: DenvProvider(
-                        server=args.server, egress=args.egress, warm=warm
+                    provider_factory=lambda warm, fork: DenvProvider(
+                        server=args.server, egress=args.egress, warm=warm, fork=fork
                     ),
                 )
             )

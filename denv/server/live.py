@@ -29,6 +29,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,23 +225,22 @@ def fork(
             raise LiveError("live_fork_failed", str(out.get("message", out["error"])))
         timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
     t2 = time.perf_counter()
-    results: list[Proc | LiveError] = []
     pending = {c.env_id: c for c in children}
-    found: dict[str, Proc | LiveError] = {}
+    found: dict[str, Future[Proc | LiveError]] = {}
     deadline = time.monotonic() + timeout_s
-    # Each child binds its bootstrap socket in its forker's control dir, then waits.
-    while pending and time.monotonic() < deadline:
-        for env_id in list(pending):
-            path = ctl_path(parent.pid, f"{env_id}.sock")
-            if not os.path.exists(path):
-                continue
-            del pending[env_id]
-            found[env_id] = _plumb(parent, path, depth, timeout_s)
-        if pending:
-            time.sleep(0.0005)
-    for env_id in pending:
-        found[env_id] = LiveError("live_fork_failed", "the child did not come up")
-    results = [found[c.env_id] for c in children]
+    # Each child binds its bootstrap socket in its forker's control dir, then waits for its
+    # set-up; children are plumbed in parallel, as each shows up.
+    with ThreadPoolExecutor(max(1, min(len(children), 8)), "denv-live-plumb") as pool:
+        while pending and time.monotonic() < deadline:
+            for env_id in list(pending):
+                path = ctl_path(parent.pid, f"{env_id}.sock")
+                if os.path.exists(path):
+                    del pending[env_id]
+                    found[env_id] = pool.submit(_plumb, parent, path, depth, timeout_s)
+            if pending:
+                time.sleep(0.0005)
+        missing = LiveError("live_fork_failed", "the child did not come up")
+        results = [found[c.env_id].result() if c.env_id in found else missing for c in children]
     timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
     return results, timings
 

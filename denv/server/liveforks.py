@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -217,17 +218,23 @@ class LiveForks:
         path = version.service(records[0].agent_service).health_path
         if not path:
             return
-        with httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False) as http:
-            for rec in records:
-                proc = rec.runtime.live
-                if proc is None:
-                    continue
-                try:
-                    ok = http.get(f"http://{rec.runtime.agent_ip}:{proc.port}{path}").is_success
-                except httpx.HTTPError:
-                    ok = False
-                if not ok:
-                    error = EnvError(
-                        code="health_timeout", message=f"{path} did not answer after the fork"
-                    )
-                    self.ctx.store.set_status(rec.id, EnvStatus.FAILED, error)
+
+        def check(http: httpx.Client, rec: EnvRecord) -> None:
+            proc = rec.runtime.live
+            if proc is None:
+                return
+            try:
+                ok = http.get(f"http://{rec.runtime.agent_ip}:{proc.port}{path}").is_success
+            except httpx.HTTPError:
+                ok = False
+            if not ok:
+                error = EnvError(
+                    code="health_timeout", message=f"{path} did not answer after the fork"
+                )
+                self.ctx.store.set_status(rec.id, EnvStatus.FAILED, error)
+
+        with (
+            httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False) as http,
+            ThreadPoolExecutor(max(1, min(len(records), 8)), "denv-live-health") as pool,
+        ):
+            list(pool.map(lambda rec: check(http, rec), records))

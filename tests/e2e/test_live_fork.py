@@ -209,3 +209,21 @@ def test_live_refused_with_the_reason(denv_server: LocalDenv) -> None:
     finally:
         d.delete_env(plain.id)
     assert_gone(denv_server, [plain.id])
+
+
+def test_conformance_live_mode_on_the_reference_echo_env(denv_server: LocalDenv) -> None:
+    """`denv conformance --mode live`: OpenEnv's echo env, unchanged, passes every check;
+    its state() is equal across a live fork with no ForkableState."""
+    from denv.openenv.conformance import CHECKS, DEFAULT_ACTION, format_table, run_target
+
+    report = run_target(
+        ECHO_IMAGE,
+        mode="live",
+        steps=3,
+        branches=3,
+        action_template=DEFAULT_ACTION,
+        provider_factory=lambda warm, fork: provider(denv_server, warm=warm, fork=fork),
+    )
+    print(format_table([report]))
+    assert [c.name for c in report.checks] == list(CHECKS), format_table([report])
+    assert report.passed, format_table([report])

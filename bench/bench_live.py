@@ -1,0 +1,278 @@
+"""Live forks (issue 14) side by side with warm volume forks and with replay, in one run.
+
+- ``live_fork8``: `fork_clients(root, 8)` of a live echo env (`DenvProvider(fork="live")`)
+  against the same of a warm-volume root (`DenvProvider(warm=8)`, its 8 spares booted before
+  each round), to 8 ready clients (health and a WebSocket through the ingress), rounds
+  alternating; the children's state is checked equal to the root's.
+- ``live_tree``: a tree search from a stepped root, branching B, depth D, a fork at every
+  inner node and one step in every new node (B=4, D=4: 85 envs), by live forks, by warm
+  volume forks, and by replay (every node a fresh env replaying its path); one plot.
+- ``live_sustained``: live children made per second over S seconds (fork(8) after fork(8)
+  from one root, each batch deleted in the background).
+- ``live_memory``: private memory (smaps_rollup Private_*) of each of 8 live children after
+  one step each, against the root's.
+
+Nothing asserts on time; the ratios go to bench/results/live.json and SUMMARY.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from denv.openenv import DenvProvider, fork_clients
+from openenv.core import GenericEnvClient
+
+from .bench_start import READY_TIMEOUT_S
+from .harness import Bench, parallel, ratio, summarize
+from .measure import sh
+
+log = logging.getLogger("bench.live")
+
+
+class Root:
+    """A stepped root env: live (`fork="live"`) or warm volume (`warm=n`)."""
+
+    def __init__(self, b: Bench, kind: str, warm: int = 0, steps: int = 10) -> None:
+        options: dict[str, Any] = {"ttl_s": 7200, "timeout_s": READY_TIMEOUT_S}
+        if kind == "live":
+            options["fork"] = "live"
+        else:
+            options.update(warm=warm, warm_fork=True)
+        self.kind = kind
+        self.provider: DenvProvider = b.provider(**options)
+        url = self.provider.start_container(b.image)
+        self.provider.wait_for_ready(url)
+        self.client: Any = GenericEnvClient(base_url=url, provider=self.provider).sync()
+        self.client.reset()
+        for i in range(steps):
+            self.client.step({"message": f"prefix {i}"})
+        self.steps = steps
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _fork8_once(root: Root, n: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    children = fork_clients(root.client, n)
+    elapsed = time.perf_counter() - t0
+    try:
+        ok = all(c.state()["step_count"] == root.steps for c in children)
+        starts = [str(c.provider.start) for c in children]
+    finally:
+        parallel([c.close for c in children])
+    return {"ready_s": elapsed, "state_ok": ok, "starts": starts}
+
+
+def fork8(b: Bench) -> dict[str, Any]:
+    n, rounds = int(b.profile.fork8_n), int(b.profile.fork8_warm_runs)
+    live, warm = Root(b, "live"), Root(b, "warm", warm=n)
+    runs: dict[str, list[dict[str, Any]]] = {"live": [], "warm": []}
+    try:
+        for i in range(rounds):
+            plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+                ("live", lambda: _fork8_once(live, n)),
+                ("warm", lambda: _fork8_once(warm, n)),
+            ]
+            warm.provider.wait_warm(timeout_s=600)
+            b.settle(max_s=120)
+            for kind, fn in plan[i % 2 :] + plan[: i % 2]:
+                runs[kind].append(fn())
+                if kind == "warm":
+                    warm.provider.wait_warm(timeout_s=600)
+                    b.settle(max_s=120)
+    finally:
+        live.close()
+        warm.close()
+    ready = {k: summarize([r["ready_s"] for r in v]) for k, v in runs.items()}
+    return {
+        "n": n,
+        "ready": ready,
+        "state_ok": all(r["state_ok"] for v in runs.values() for r in v),
+        "warm_share": sum(s == "warm" for r in runs["warm"] for s in r["starts"])
+        / max(1, sum(len(r["starts"]) for r in runs["warm"])),
+        "ratios": {
+            "warm_over_live_median": ratio(ready["warm"]["median"], ready["live"]["median"])
+        },
+        "runs": runs,
+    }
+
+
+# --- the tree search -----------------------------------------------------------------------
+
+
+def _tree_fork(root: Root, branching: int, depth: int) -> dict[str, Any]:
+    """Every inner node forks `branching` children, each steps once; all nodes closed."""
+    made: list[Any] = []
+    t0 = time.perf_counter()
+    level = [root.client]
+    for d in range(depth - 1):
+        nxt: list[Any] = []
+
+        def grow(node: Any, d: int = d) -> list[Any]:
+            kids = fork_clients(node, branching)
+            for i, kid in enumerate(kids):
+                kid.step({"message": f"depth {d + 1} branch {i}"})
+            return kids
+
+        for kids in parallel([lambda n=node: grow(n) for node in level]):
+            nxt += kids
+        made += nxt
+        level = nxt
+    elapsed = time.perf_counter() - t0
+    parallel([c.close for c in made])
+    return {"s": elapsed, "envs": len(made) + 1}
+
+
+def _tree_replay(b: Bench, root_steps: int, branching: int, depth: int) -> dict[str, Any]:
+    """Every node but the root a fresh env that replays its path (8 at a time)."""
+    paths: list[int] = []
+    for d in range(1, depth):
+        paths += [root_steps + d] * (branching**d)
+
+    def replay(steps: int) -> None:
+        p = b.provider(timeout_s=READY_TIMEOUT_S)
+        url = p.start_container(b.image)
+        p.wait_for_ready(url)
+        client: Any = GenericEnvClient(base_url=url, provider=p).sync()
+        try:
+            client.reset()
+            for i in range(steps):
+                client.step({"message": f"replay {i}"})
+        finally:
+            client.close()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(replay, paths))
+    return {"s": time.perf_counter() - t0, "envs": len(paths) + 1}
+
+
+def tree(b: Bench) -> dict[str, Any]:
+    branching, depth = (int(x) for x in b.profile.live_tree)
+    out: dict[str, Any] = {"branching": branching, "depth": depth}
+    live = Root(b, "live")
+    try:
+        out["live"] = _tree_fork(live, branching, depth)
+    finally:
+        live.close()
+    b.settle(max_s=120)
+    if b.profile.live_tree_compare:
+        warm = Root(b, "warm", warm=branching)
+        try:
+            warm.provider.wait_warm(timeout_s=600)
+            b.settle(max_s=120)
+            out["warm"] = _tree_fork(warm, branching, depth)
+        finally:
+            warm.close()
+        b.settle(max_s=120)
+        out["replay"] = _tree_replay(b, 10, branching, depth)
+    out["ratios"] = {
+        "warm_over_live": ratio(out.get("warm", {}).get("s"), out["live"]["s"]),
+        "replay_over_live": ratio(out.get("replay", {}).get("s"), out["live"]["s"]),
+    }
+    return out
+
+
+# --- sustained rate and memory --------------------------------------------------------------
+
+
+def sustained(b: Bench) -> dict[str, Any]:
+    seconds = float(b.profile.live_sustained_s)
+    root = Root(b, "live")
+    api = b.denv()
+    env_id = root.provider.env_id or ""
+    made, deletes = 0, ThreadPoolExecutor(4)
+    outstanding = threading.BoundedSemaphore(6)  # batches not yet deleted: stay under quotas
+    t0 = time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < seconds:
+            outstanding.acquire()
+            fork = api.fork(env_id, 8, kind="live")
+            made += sum(str(e.status) == "healthy" for e in fork.envs)
+
+            def delete(ids: list[str]) -> None:
+                try:
+                    for i in ids:
+                        api.delete_env(i)
+                finally:
+                    outstanding.release()
+
+            deletes.submit(delete, [e.id for e in fork.envs])
+        elapsed = time.perf_counter() - t0
+    finally:
+        deletes.shutdown(wait=True)
+        root.close()
+        api.close()
+    return {"seconds": elapsed, "children": made, "per_s": made / elapsed}
+
+
+def _private_mb(pid: int) -> float:
+    total = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            total += int(line.split()[1])
+    return total / 1024
+
+
+def _pid_on_port(container: str, port: int) -> int:
+    pid1 = int(sh("docker", "inspect", "-f", "{{.State.Pid}}", container).strip())
+    inodes = {
+        f.split()[9]
+        for f in Path(f"/proc/{pid1}/net/tcp").read_text().splitlines()[1:]
+        if f.split()[3] == "0A" and int(f.split()[1].split(":")[1], 16) == port
+    }
+    full = sh("docker", "inspect", "-f", "{{.Id}}", container).strip()
+    for pid in Path(f"/sys/fs/cgroup/pids/docker/{full}/cgroup.procs").read_text().split():
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                if fd.readlink().as_posix()[8:-1] in inodes:
+                    return int(pid)
+            except OSError:
+                continue
+    raise RuntimeError(f"no process listens on {port}")
+
+
+def memory(b: Bench) -> dict[str, Any]:
+    root = Root(b, "live")
+    try:
+        children = fork_clients(root.client, 8)
+        try:
+            for i, c in enumerate(children):
+                c.step({"message": f"diverge {i}"})
+            container = sh(
+                "docker", "ps", "-q", "--filter", f"label=denv.env={root.provider.env_id}"
+            ).split()[0]
+            root_pid = _pid_on_port(container, 8000)
+            with b.denv() as api:
+                ports = [api.get_env(c.provider.env_id).endpoints[0].port for c in children]
+            child_mb = [_private_mb(_pid_on_port(container, p)) for p in ports]
+        finally:
+            parallel([c.close for c in children])
+        return {"root_mb": _private_mb(root_pid), "child_mb": summarize(child_mb)}
+    finally:
+        root.close()
+
+
+def run(b: Bench) -> dict[str, dict[str, Any]]:
+    out: dict[str, Any] = {}
+    for name, fn in (
+        ("fork8", fork8),
+        ("memory", memory),
+        ("sustained", sustained),
+        ("tree", tree),
+    ):
+        log.info("-- live %s", name)
+        try:
+            out[name] = fn(b)
+        except Exception as exc:
+            log.exception("live %s failed", name)
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        b.settle(max_s=120)
+    return {"live": out}
