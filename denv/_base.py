@@ -229,23 +229,25 @@ class AsyncClientBase(_Settings):
             if self._client is None:
                 if self._closed:
                     raise self._closed_error()
-                # Reading state files, probing /health, maybe starting `denv serve`: blocking
-                # work that must not stall the event loop.
-                server, key = await asyncio.to_thread(
-                    resolve_server, self._server_arg, self._key_arg
-                )
-                http = build_async_http_client(
-                    server,
-                    Secret(key),
-                    timeout_s=self.timeout_s,
-                    max_retries=self.max_retries,
-                    transport=self._transport,
-                    sleep=self._sleep,
-                    verify=tls_verify(self._ca_bundle),
-                )
-                self._client = api_client(server, Secret(key)).set_async_httpx_client(http)
-                self._server = server
+                # Reading state files, probing /health, maybe starting `denv serve`, and
+                # loading CA certificates for the HTTP client (tens of ms of CPU each time):
+                # blocking work that must not stall the event loop.
+                server, client = await asyncio.to_thread(self._build)
+                self._client, self._server = client, server
             return self._client
+
+    def _build(self) -> tuple[str, AuthenticatedClient]:
+        server, key = resolve_server(self._server_arg, self._key_arg)
+        http = build_async_http_client(
+            server,
+            Secret(key),
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            transport=self._transport,
+            sleep=self._sleep,
+            verify=tls_verify(self._ca_bundle),
+        )
+        return server, api_client(server, Secret(key)).set_async_httpx_client(http)
 
     async def _call(self, call: Call[T]) -> T:
         client = await self._api()

@@ -12,6 +12,7 @@ The generated client sends every request through one `httpx.Client` (`AsyncClien
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import ssl
@@ -113,6 +114,7 @@ def _proxy_for(server: str) -> str | None:
     return proxies.get(parts.scheme) or proxies.get("all")
 
 
+@functools.cache  # reading the package's metadata takes milliseconds: once is enough
 def _user_agent() -> str:
     try:
         version = metadata.version("denv")
@@ -121,12 +123,20 @@ def _user_agent() -> str:
     return f"denv-python/{version}"
 
 
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """httpx's default verification (certifi's CAs), built once and shared: building one
+    loads every CA certificate (about 70 ms of CPU), which each new client would repeat,
+    holding the GIL (an asyncio trainer's loop stalls while many clients are made)."""
+    return httpx.create_ssl_context()
+
+
 def tls_verify(ca_bundle: str | os.PathLike[str] | None = None) -> ssl.SSLContext | bool:
     """How a client checks a TLS server's certificate: against `ca_bundle` (a PEM file),
     else $DENV_CA_BUNDLE, else the CAs httpx trusts by default (True)."""
     path = ca_bundle if ca_bundle is not None else os.environ.get(_config.ENV_CA_BUNDLE) or None
     if path is None:
-        return True
+        return _default_tls()
     try:
         return ssl.create_default_context(cafile=os.fspath(path))
     except (OSError, ssl.SSLError) as exc:

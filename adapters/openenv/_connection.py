@@ -12,9 +12,11 @@ With none of these usable, the error says what to install or set.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
+import ssl
 import threading
 from typing import TYPE_CHECKING
 
@@ -41,6 +43,13 @@ _NO_SERVER = (
 )
 
 
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """The probes' TLS verification (httpx's default), built once: each build loads every CA
+    certificate, tens of ms of CPU that many probe clients made at once would repeat."""
+    return httpx.create_ssl_context()
+
+
 class Connection:
     """One denv client, shared by a provider and the providers forked from it.
 
@@ -53,7 +62,9 @@ class Connection:
         self.api_key = api_key
         # Probes go to the env's base URL (the server's ingress or a published
         # port on its host): never through a proxy when that host is this machine.
-        self.http = httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=not is_loopback(denv.server))
+        self.http = httpx.Client(
+            timeout=PROBE_TIMEOUT_S, trust_env=not is_loopback(denv.server), verify=default_tls()
+        )
         self._holders = 1
         self._lock = threading.Lock()
 
