@@ -13,19 +13,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import LocalDenv, start_server
 from denv.openenv import DenvProvider, fork_clients_async, from_denv_version
 from loop_watchdog import watchdog
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, assert_gone, live_env_ids, message
+from provider_helpers import (
+    ECHO_IMAGE,
+    PROBE_APP,
+    PROBE_IMAGE,
+    assert_gone,
+    live_env_ids,
+    message,
+)
 
 from denv import Denv, EnvReadyTimeout, EnvStartError, NotFound
 
 pytestmark = pytest.mark.e2e
 
-#: 32 roots started from a version and 32 children forked from them: 64 envs at once.
+#: 32 roots started and 32 children forked from them: 64 envs at once.
 ROOTS = 32
+#: Roots of OpenEnv's echo env, each forked into 2 (a real OpenEnv server boots in seconds).
+OPENENV_ROOTS = 4
 
 
 @pytest.fixture(scope="module")
@@ -64,39 +74,79 @@ def join_stops() -> None:
 
 
 def test_64_concurrent_starts_and_forks_on_one_loop(own_server: LocalDenv) -> None:
-    version_id = echo_version(own_server)
+    """32 starts of the stdlib probe app and a fork of each, all gathered on one loop.
+
+    The probe app is plain HTTP (`websocket=False`) and boots in a fraction of a second, so
+    64 envs fit a test's time on 2 cores; OpenEnv's clients over WebSockets are the next test.
+    """
     label = {"test": f"async-{time.monotonic_ns()}"}
 
-    async def branch(i: int) -> tuple[Any, Any]:
+    async def branch(i: int, http: httpx.AsyncClient) -> tuple[DenvProvider, DenvProvider]:
+        root = provider(own_server, labels=label, websocket=False)
+        await root.wait_for_ready_async(
+            await root.start_container_async(PROBE_IMAGE, command=["python3", "-c", PROBE_APP])
+        )
+        put = await http.put(f"{root.base_url}/files/prefix", content=f"root {i}")
+        assert put.status_code == 201
+        child = await root.fork_async()
+        return root, child
+
+    async def run() -> list[str]:
+        async with watchdog() as gaps, httpx.AsyncClient(trust_env=False, timeout=60) as http:
+            pairs = await asyncio.gather(*(branch(i, http) for i in range(ROOTS)))
+            everyone = [p for pair in pairs for p in pair]
+            ids = [str(p.env_id) for p in everyone]
+            assert len(set(ids)) == 2 * ROOTS
+            # Each child has its own root's /work at the fork, on its own URL.
+            got = await asyncio.gather(
+                *(http.get(f"{child.base_url}/files/prefix") for _, child in pairs)
+            )
+            assert [r.text for r in got] == [f"root {i}" for i in range(ROOTS)]
+            await asyncio.gather(*(p.stop_container_async() for p in everyone))
+            assert all(p.env_id is None for p in everyone)
+            assert len(gaps) > 10
+        return ids
+
+    ids = asyncio.run(run())
+    assert_gone(own_server, ids)
+    assert live_env_ids(own_server, next(iter(label.items()))) == []
+
+
+def test_openenv_async_clients_start_and_fork_on_one_loop(own_server: LocalDenv) -> None:
+    """`await from_denv_version(...)` and `fork_clients_async` with OpenEnv's async client."""
+    version_id = echo_version(own_server)
+    label = {"test": f"async-openenv-{time.monotonic_ns()}"}
+
+    async def branch(i: int) -> tuple[Any, list[Any]]:
         root = await from_denv_version(
             GenericEnvClient, version_id, provider=provider(own_server, labels=label)
         )
         await root.reset()
         await root.step(message(f"prefix {i}"))
-        (child,) = await fork_clients_async(root, 1)
-        return root, child
+        return root, await fork_clients_async(root, 2)
 
     async def run() -> list[str]:
         async with watchdog() as gaps:
-            pairs = await asyncio.gather(*(branch(i) for i in range(ROOTS)))
+            pairs = await asyncio.gather(*(branch(i) for i in range(OPENENV_ROOTS)))
             roots = [r for r, _ in pairs]
-            children = [c for _, c in pairs]
-            ids = [c.provider.env_id for c in roots + children]
-            assert len(set(ids)) == 2 * ROOTS
+            children = [c for _, cs in pairs for c in cs]
+            assert all(type(c) is GenericEnvClient for c in children)
+            ids = [str(c.provider.env_id) for c in roots + children]
+            assert len(set(ids)) == 3 * OPENENV_ROOTS
             results = await asyncio.gather(
                 *(c.step(message(f"child {i}")) for i, c in enumerate(children))
             )
             assert [r.observation["echoed_message"] for r in results] == [
-                f"child {i}" for i in range(ROOTS)
+                f"child {i}" for i in range(len(children))
             ]
-            # The child carries the root's state at the fork: one step before, one after.
+            # A child carries its root's state at the fork: one step before, one after.
             states = await asyncio.gather(*(c.state() for c in children))
             assert {s["step_count"] for s in states} == {2}
             # Roots stop awaited; children through OpenEnv's close (a sync stop, handed off).
             await asyncio.gather(*(r.provider.stop_container_async() for r in roots))
-            await asyncio.gather(*(r.close() for r in roots + children))
+            await asyncio.gather(*(c.close() for c in roots + children))
             assert len(gaps) > 10
-        return [str(i) for i in ids]
+        return ids
 
     ids = asyncio.run(run())
     join_stops()
