@@ -164,6 +164,29 @@ def _density(r: Result) -> Figure:
     return fig
 
 
+def _live(r: Result) -> Figure:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    f8 = r["fork8"]
+    _strip(
+        left,
+        [
+            ("live fork", _ok(f8["runs"]["live"])),
+            ("warm volume fork", _ok(f8["runs"]["warm"])),
+        ],
+    )
+    left.set_title(f"fork({f8['n']}) -> ready clients")
+    t = r["tree"]
+    kinds = [k for k in ("live", "warm", "replay") if k in t]
+    right.bar(
+        kinds, [t[k]["s"] for k in kinds], color=["tab:green", "tab:blue", "tab:gray"][: len(kinds)]
+    )
+    right.set_yscale("log")
+    right.set_ylabel("s (log)")
+    right.set_title(f"tree search B={t['branching']} D={t['depth']} ({t['live']['envs']} envs)")
+    right.grid(axis="y", alpha=0.3)
+    return fig
+
+
 DRAW: dict[str, Callable[[Result], Figure]] = {
     "start": _start,
     "fork8": _fork8,
@@ -171,6 +194,7 @@ DRAW: dict[str, Callable[[Result], Figure]] = {
     "snapshot": _snapshot,
     "latency": _latency,
     "density": _density,
+    "live": _live,
 }
 
 

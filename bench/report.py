@@ -225,6 +225,64 @@ def _density(r: Result) -> list[str]:
     ]
 
 
+def _live(r: Result) -> list[str]:
+    lines: list[str] = []
+    f8 = r.get("fork8", {})
+    if f8.get("ready"):
+        n = f8["n"]
+        lines += [
+            f"| fork({n}) -> {n} ready clients (health + WebSocket via ingress) | median | p90 "
+            "| runs |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, label in (("live", "live fork"), ("warm", "warm volume fork (spares booted)")):
+            x = f8["ready"].get(key, {})
+            lines.append(
+                f"| {label} | {fmt_s(x.get('median'))} | {fmt_s(x.get('p90'))} | {x.get('n', 0)} |"
+            )
+        lines += [
+            "",
+            f"warm / live (median): **{fmt_x(f8['ratios']['warm_over_live_median'])}**; "
+            f"children's state equal to the root's: {f8.get('state_ok')}.",
+            "",
+        ]
+    t = r.get("tree", {})
+    if t.get("live"):
+        lines += [
+            f"Tree search, branching {t['branching']}, depth {t['depth']} "
+            f"({t['live']['envs']} envs, a fork at every inner node, a step in every node):",
+            "",
+            "| by | time |",
+            "|---|---:|",
+        ]
+        for key in ("live", "warm", "replay"):
+            if key in t:
+                lines.append(f"| {key} | {fmt_s(t[key]['s'])} |")
+        lines += [
+            "",
+            f"warm / live: **{fmt_x(t['ratios']['warm_over_live'])}** (target >= 20x); "
+            f"replay / live: **{fmt_x(t['ratios']['replay_over_live'])}** (target >= 50x).",
+            "",
+        ]
+    s = r.get("sustained", {})
+    if s.get("per_s") is not None:
+        lines.append(
+            f"Sustained: **{s['per_s']:.0f} live children/s** over {s['seconds']:.0f} s "
+            f"({s['children']} children; target >= 100/s)."
+        )
+    m = r.get("memory", {})
+    if m.get("child_mb"):
+        lines.append(
+            f"Private memory of a live child after one step: median "
+            f"**{m['child_mb']['median']:.1f} MB** (max {m['child_mb']['max']:.1f} MB; target "
+            f"<= 30 MB); the root: {m['root_mb']:.1f} MB."
+        )
+    for part, x in r.items():
+        if isinstance(x, dict) and "error" in x:
+            lines.append(f"- {part}: {x['error']}")
+    return lines
+
+
 SECTIONS = [
     ("start", "Start -> ready and stop", _start),
     ("fork8", "fork(n) of a live env against one cold start", _fork8),
@@ -233,6 +291,7 @@ SECTIONS = [
     ("latency", "Per-step latency: published port against the ingress proxy", _latency),
     ("density", "Density", _density),
     *report_trainer.SECTIONS,
+    ("live", "Live forks: a running server copied, memory included", _live),
 ]
 
 
@@ -349,6 +408,36 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"{fmt_s(g('latency', 'step', 'ingress', 'p99'))} | published port "
             f"{fmt_s(g('latency', 'step', 'direct', 'median'))} / "
             f"{fmt_s(g('latency', 'step', 'direct', 'p99'))} | |"
+        )
+    if g("live", "fork8", "ready"):
+        n = g("live", "fork8", "n")
+        lines.append(
+            f"| live fork({n}), {n} ready branches (median) | "
+            f"{fmt_s(g('live', 'fork8', 'ready', 'live', 'median'))} | warm volume fork "
+            f"{fmt_s(g('live', 'fork8', 'ready', 'warm', 'median'))} | "
+            f"{fmt_x(g('live', 'fork8', 'ratios', 'warm_over_live_median'))} |"
+        )
+    if g("live", "tree", "live"):
+        t = g("live", "tree")
+        others = "-"
+        if "warm" in t and "replay" in t:
+            others = f"warm volume {fmt_s(t['warm']['s'])}, replay {fmt_s(t['replay']['s'])}"
+        ratios = t["ratios"]
+        lines.append(
+            f"| tree search B={t['branching']} D={t['depth']} ({t['live']['envs']} envs) | "
+            f"live {fmt_s(t['live']['s'])} | {others} | {fmt_x(ratios['warm_over_live'])} / "
+            f"{fmt_x(ratios['replay_over_live'])} |"
+        )
+    if g("live", "sustained", "per_s") is not None:
+        lines.append(
+            f"| live children per second, sustained | {g('live', 'sustained', 'per_s'):.0f}/s "
+            f"over {g('live', 'sustained', 'seconds'):.0f} s | | |"
+        )
+    if g("live", "memory", "child_mb"):
+        lines.append(
+            f"| private memory of a live child | "
+            f"{g('live', 'memory', 'child_mb', 'median'):.1f} MB | the root "
+            f"{g('live', 'memory', 'root_mb'):.1f} MB | |"
         )
     if g("density", "envs") is not None:
         lines.append(
