@@ -3,7 +3,8 @@
 Supported: top-level ``services``, ``volumes``, ``name``, ``version``, ``x-*`` and
 ``x-denv.agent.service`` (required; optional ``x-denv.agent.health_path`` and
 ``x-denv.agent.fork``: ``warm`` when every service reads its volumes per session, so
-children may start from booted spares, ``cold`` when not). Per service:
+children may start from booted spares, ``cold`` when not), and ``x-denv.tools`` (the MCP
+tools the agent service declares, kept on the version). Per service:
 ``image`` (required), ``command``, ``environment``, ``ports``, ``volumes`` (named or anonymous,
 never host paths), ``depends_on``, ``healthcheck``, and the service's own limits within the
 server's (``mem_limit``, ``pids_limit``, ``cpus``, or ``deploy.resources.limits`` with
@@ -32,6 +33,9 @@ from .bounded_yaml import BoundExceeded, load_bounded
 from .errors import ApiError
 
 SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+#: x-denv.tools: names of MCP tools (they end up in exported file and package names too).
+TOOL_NAME = SERVICE_NAME
+MAX_TOOLS = 256
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SERVICE_KEYS = {
     *("image", "command", "environment", "ports", "volumes", "depends_on", "healthcheck"),
@@ -77,6 +81,7 @@ class ComposeSpec:
     health_path: str
     services: list[ServiceSpec]  # in start order (dependencies first)
     fork: str | None = None  # x-denv.agent.fork: "warm", "cold", or None (undeclared)
+    tools: list[str] | None = None  # x-denv.tools: the MCP tools it declares, None: none said
 
 
 def parse_compose(text: str) -> ComposeSpec:
@@ -122,7 +127,27 @@ def parse_compose(text: str) -> ComposeSpec:
                     f"{where}.{dep}.condition",
                     f"service_healthy needs a healthcheck on '{dep}'",
                 )
-    return ComposeSpec(agent, health_path, _order(services), fork)
+    tools = _tools(doc["x-denv"])  # a mapping: _agent checked it
+    return ComposeSpec(agent, health_path, _order(services), fork, tools)
+
+
+def _tools(raw: dict[str, Any]) -> list[str] | None:
+    """x-denv.tools: tool names, or mappings with a `name` (as OpenEnv lists tools)."""
+    tools = raw.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise ComposeError("x-denv.tools", f"must be a list of at most {MAX_TOOLS} tool names")
+    names = []
+    for i, tool in enumerate(tools):
+        name = tool.get("name") if isinstance(tool, dict) else tool
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise ComposeError(
+                f"x-denv.tools[{i}]",
+                f"a tool name is letters, digits and _.- (at most 63), got {_SHORT.repr(name)}",
+            )
+        names.append(name)
+    return list(dict.fromkeys(names))
 
 
 def _agent(raw: Any, services: dict[str, ServiceSpec]) -> tuple[str, str, str | None]:

@@ -88,6 +88,7 @@ class Store:
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
             self._add_parent_version_column()
+            self._add_tools_column()
             self._digest_ingress_tokens()
 
     def _digest_ingress_tokens(self) -> None:
@@ -95,6 +96,13 @@ class Store:
         rows = self._db.execute("SELECT token FROM ingress WHERE token NOT LIKE 'sha256:%'")
         for (token,) in rows.fetchall():
             self._db.execute("UPDATE ingress SET token=? WHERE token=?", (ref(token), token))
+
+    def _add_tools_column(self) -> None:
+        """A database made before versions kept their MCP tools gains the column (NULL: the
+        version's compose file said none, or it was not kept)."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(versions)")}
+        if "tools" not in columns:
+            self._db.execute("ALTER TABLE versions ADD COLUMN tools TEXT")
 
     def _add_parent_version_column(self) -> None:
         """A database made before versions knew their parent version gains the column,
@@ -161,8 +169,8 @@ class Store:
     def insert_version(self, v: VersionRecord) -> None:
         self._run(
             "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, services, "
-            "volumes, warm_fork, labels, created_at, deleted, parent_version_id) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,0,?)",
+            "volumes, warm_fork, labels, created_at, deleted, parent_version_id, tools) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
             (
                 v.id,
                 v.owner,
@@ -175,6 +183,7 @@ class Store:
                 json.dumps(v.labels),
                 v.created_at,
                 v.parent_version_id,
+                None if v.tools is None else json.dumps(v.tools),
             ),
         )
         if v.project:
@@ -197,6 +206,7 @@ class Store:
             created_at=r["created_at"],
             deleted=bool(r["deleted"]),
             parent_version_id=r["parent_version_id"],
+            tools=None if r["tools"] is None else json.loads(r["tools"]),
         )
 
     def get_version(self, version_id: str, include_deleted: bool = False) -> VersionRecord | None:

@@ -121,8 +121,9 @@ class Versions:
         else:  # undeclared: warm when every image declares it
             warm_fork = all(self._warm_image(s.image_digest) for s in services)
         return self._record(
-            owner, project, None, spec.agent_service, services, vols, warm_fork, labels
-        )
+            owner, project, None, spec.agent_service, services, vols, warm_fork, labels,
+            tools=spec.tools,
+        )  # fmt: skip
 
     def _record(
         self,
@@ -135,6 +136,7 @@ class Versions:
         warm_fork: bool,
         labels: dict[str, str],
         parent_version_id: str | None = None,
+        tools: list[str] | None = None,
     ) -> VersionRecord:
         rec = VersionRecord(
             id=ids.new_id("ver"),
@@ -148,6 +150,7 @@ class Versions:
             warm_fork=warm_fork,
             labels=dict(labels),
             created_at=iso(now()),
+            tools=tools,
         )
         self.ctx.store.insert_version(rec)
         return rec
@@ -184,6 +187,7 @@ class Versions:
             parent.warm_fork,
             labels,
             parent.id,
+            parent.tools,
         )
 
     def get_owned(self, owner: str, version_id: str) -> VersionRecord:

@@ -82,6 +82,7 @@ def seeded(client: Denv) -> Iterator[Seeded]:
     project = f"export-{uuid.uuid4().hex[:8]}"
     compose = _compose(project)
     base = client.deploy(project, compose)
+    assert base.tools == TOOLS  # the version keeps x-denv.tools ...
     env = client.envs_from_version(base.id, wait_timeout_s=BOOT_TIMEOUT_S)[0]
     try:
         url = next(e.url for e in env.endpoints if e.service == "agent")
@@ -94,6 +95,7 @@ def seeded(client: Denv) -> Iterator[Seeded]:
     finally:
         client.delete_env(env.id)
     assert state["step_count"] == 2 and state["last_message"] == "seeded"
+    assert client.get_version(version.id).tools == TOOLS  # ... and so do its snapshots
     try:
         yield Seeded(version.id, project, compose, state)
     finally:
@@ -194,9 +196,9 @@ def test_openenv_export_runs_as_a_plain_openenv_image(
     url, key = denv_server.url, denv_server.key
     dest = tmp_path / "echo-export"
     began = time.monotonic()
-    plan = export_version(
-        client, f"{seeded.project}@{seeded.version_id}", dest, compose=seeded.compose
-    )
+    # No --compose, no --tool: the version's own declaration gives the MCP tools.
+    plan = export_version(client, f"{seeded.project}@{seeded.version_id}", dest)
+    assert plan.tools == TOOLS
     print(f"export: {time.monotonic() - began:.2f}s", file=sys.stderr)
     image_id = _docker("image", "inspect", "-f", "{{.Id}}", ECHO_IMAGE)
     assert plan.agent.image_id == image_id
@@ -329,7 +331,7 @@ def test_harbor_export_loads_with_harbors_task_loader(
 
     python = _harbor_python()
     dest = tmp_path / "echo-task"
-    export_version(client, seeded.version_id, dest, kind="harbor", compose=seeded.compose)
+    export_version(client, seeded.version_id, dest, kind="harbor")
     done = subprocess.run(
         [str(python), "-c", LOAD_TASK, str(dest)], capture_output=True, text=True, check=False
     )

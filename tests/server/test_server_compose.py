@@ -230,3 +230,26 @@ def test_a_file_at_the_size_limit_without_aliases_fits_the_bound() -> None:
     assert len(text) < 262_144  # the contract's maxLength of a compose file
     command = parse_compose(text).services[0].command
     assert command is not None and len(command) == 85_000
+
+
+def test_declared_mcp_tools_are_kept_in_order_once() -> None:
+    base = 'services:\n  agent: {image: "env:1", ports: ["8000"]}\n'
+    assert parse_compose(base + AGENT).tools is None
+    tools = "  tools: [echo_message, {name: echo_with_length}, echo_message]\n"
+    assert parse_compose(base + AGENT + tools).tools == ["echo_message", "echo_with_length"]
+    assert parse_compose(base + AGENT + "  tools: []\n").tools == []
+
+
+@pytest.mark.parametrize(
+    ("tools", "where"),
+    [
+        ("echo", "x-denv.tools"),
+        ("[ok, ../escape]", "x-denv.tools[1]"),
+        ("[{title: x}]", "x-denv.tools[0]"),
+        ("[1]", "x-denv.tools[0]"),
+    ],
+)
+def test_bad_tool_declarations_are_refused_naming_the_key(tools: str, where: str) -> None:
+    base = 'services:\n  agent: {image: "env:1", ports: ["8000"]}\n'
+    message = parse_error(base + AGENT + f"  tools: {tools}\n")
+    assert message.startswith(where), message

@@ -46,8 +46,10 @@ def export_version(
 ) -> ExportPlan:
     """Write the version `ref` names as `kind` into `dest`; nothing is written on error.
 
-    `client` is a `denv.Denv`. `compose` (the compose file the project was deployed from)
-    and `tools` supply the MCP tools the version declares (`x-denv.tools`).
+    `client` is a `denv.Denv`. The MCP tools to expose are the ones the version declares
+    (`Version.tools`, its compose file's `x-denv.tools`); `compose` (the compose file the
+    project was deployed from) supplies them for a version from a server that did not keep
+    them, and `tools` adds names.
     """
     progress = progress or Progress(quiet=True)
     check_destination(dest, force)  # before any request: a bad DIR fails fast
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         type=Path,
         help="the compose file the project was deployed from: its x-denv.tools are the MCP "
-        "tools to expose (the server does not store them yet)",
+        "tools to expose (only for a version whose server did not keep them: Version.tools)",
     )
     parser.add_argument(
         "--tool",

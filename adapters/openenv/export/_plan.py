@@ -154,9 +154,9 @@ def declared_tools(
 ) -> list[str] | None:
     """The MCP tools the version declares (x-denv.tools), or None when it declares none.
 
-    The contract does not carry `x-denv.tools` yet, so the compose file the project was
-    deployed from (`--compose`) or `--tool` names supply them; a version field `tools`, once
-    the server keeps it, wins.
+    The version keeps them (`Version.tools`); for a version from a server older than that
+    field, the compose file the project was deployed from (`--compose`) supplies them.
+    `--tool` names are added to either.
     """
     found: list[Any] | None = None
     stored = version.get("tools")
