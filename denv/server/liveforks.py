@@ -26,7 +26,6 @@ import httpx
 from . import ids, live
 from .context import Context
 from .errors import ApiError
-from .ingress import new_token
 from .models import EnvsCreate
 from .records import (
     READY,
@@ -172,10 +171,9 @@ class LiveForks:
         host = parent.runtime.agent_ip or ""
         for (env_id, port), proc in zip(children, procs, strict=True):
             ok = not isinstance(proc, str)
-            token = new_token()
-            endpoint = Endpoint(
-                service=parent.agent_service, port=port, url="", via="ingress", token=token
-            )
+            # Derived from the server's secret: the record keeps no token (ingress_keys).
+            token = ctx.ingress_keys.token(env_id, parent.agent_service, port)
+            endpoint = Endpoint(service=parent.agent_service, port=port, url="", via="ingress")
             records.append(
                 EnvRecord(
                     id=env_id,
