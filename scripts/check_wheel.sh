@@ -20,5 +20,9 @@ _check_can_serve()  # the embedded default's packages (fastapi, uvicorn, docker)
 
 templates = importlib.resources.files("denv.openenv.export") / "templates"
 assert (templates / "Dockerfile.tmpl").is_file(), "export templates are missing from the wheel"
+for shipped in ("denv-base-check.py", "harbor/docker-compose.yaml.tmpl", "harbor/tests.Dockerfile.tmpl"):
+    assert (templates / shipped).is_file(), f"export template {shipped} is missing from the wheel"
+runtime = importlib.resources.files("denv.openenv.export") / "runtime"
+assert (runtime / "episode.py").is_file(), "the export runtime's episode.py is missing"
 print("denv[openenv] imports denv, denv.openenv, denv.server, denv_api_client; export templates ship")
 PY

@@ -140,12 +140,17 @@ def test_the_task_passes_harbor_lint(harbor: Path, task: Path) -> None:
     assert rules <= {"unpinned-image"}, every.stdout
 
 
-def _trial_resources(name: str) -> list[str]:
-    """Containers and images the trial's compose projects left (Harbor names them after it)."""
+def _trial_resources(name: str) -> set[str]:
+    """Containers, networks and images of trials: Harbor names its compose projects (and so
+    their containers, networks and the `env` image) after the trial, and the task's own
+    images hb__<hash>."""
     key = name.lower()
     containers = _docker("ps", "-a", "--format", "{{.Names}}").splitlines()
+    networks = _docker("network", "ls", "--format", "{{.Name}}").splitlines()
     images = _docker("images", "--format", "{{.Repository}}").splitlines()
-    return [n for n in containers + images if key in n.lower()]
+    return {n for n in containers + networks + images if key in n.lower()} | {
+        i for i in images if i.startswith("hb__")
+    }
 
 
 def _trial(
@@ -154,6 +159,7 @@ def _trial(
     name = f"denv-{agent.rsplit(':', 1)[-1].lower()}-{uuid.uuid4().hex[:6]}"
     command = [str(harbor), "trial", "start", "-p", str(task), "-a", agent, "-e", "docker"]
     command += ["--trials-dir", str(trials), "--trial-name", name, "--delete"]
+    before = _trial_resources(name)
     began = time.monotonic()
     done = subprocess.run(
         command,
@@ -174,7 +180,7 @@ def _trial(
     assert results.exists(), f"no trial result:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     result: dict[str, Any] = json.loads(results.read_text())
     result["_dir"] = str(trials / name)
-    result["_left"] = _trial_resources(name)
+    result["_left"] = sorted(_trial_resources(name) - before)
     return result
 
 
