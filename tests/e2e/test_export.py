@@ -216,6 +216,9 @@ def test_openenv_export_runs_as_a_plain_openenv_image(
             built = tag if builder == "buildkit" else f"{tag}-{builder}"
             _build(dest, dest / "server" / "Dockerfile", built, builder)
             print(f"build ({builder}): {time.monotonic() - began:.2f}s", file=sys.stderr)
+    except BaseException:
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+        raise
     finally:
         subprocess.run(["docker", "image", "rm", "-f", f"{tag}-legacy"], capture_output=True)
     port = _free_port()
