@@ -77,7 +77,8 @@ def live_env_ids(state_dir: Path) -> set[str]:
 
 
 def all_leftovers(state_dir: Path) -> dict[str, list[str]]:
-    """What no live env owns: containers, networks, Docker volumes, mounts, upper dirs.
+    """What no live env owns: containers, networks, Docker volumes, mounts, upper dirs,
+    loop devices of volume filesystems.
 
     Containers and networks of a live env are not leftovers; with no live env, every
     container, network, mount and per-env dir of the server's instance is one.
@@ -104,6 +105,24 @@ def all_leftovers(state_dir: Path) -> dict[str, list[str]]:
     found["mounts"] = [
         m for m in found["mounts"] if not any(f"/envs/{env_id}/" in m for env_id in live)
     ]
+    found["loop_devices"] = [
+        f"{dev}: {backing}"
+        for dev, backing in loop_devices(envs_dir)
+        if backing.split("/")[0] not in live
+    ]
+    return found
+
+
+def loop_devices(envs_dir: Path) -> list[tuple[str, str]]:
+    """(device, backing file relative to ``envs_dir``) of each loop device backed by a
+    volume's filesystem image under ``envs_dir`` (the kernel appends " (deleted)" to a
+    backing file that was removed while attached: still a leftover)."""
+    prefix = str(envs_dir.resolve()) + "/"
+    found = []
+    for backing in sorted(Path("/sys/block").glob("loop*/loop/backing_file")):
+        path = backing.read_text().strip()
+        if path.startswith(prefix):
+            found.append((backing.parent.parent.name, path.removeprefix(prefix)))
     return found
 
 
