@@ -60,13 +60,13 @@ def _firewall(n: int) -> dict[str, Any]:
         fw.remove_env(have, bridge)
         remove.append(time.perf_counter() - t0)
     ensure: dict[str, float] = {}
-    made: list[str] = []  # dummy links, removed at the end
+    made: list[str] = []  # bridges made here, removed at the end
     try:
         for count in REGISTERED:
             while len(made) < count:
-                # A dummy link of the bridge's name: ensure() drops rules of missing bridges.
+                # A (down, empty) bridge of that name: ensure() drops the rules of missing ones.
                 bridge = f"dvlb{tag}{len(made):05d}"[:15]
-                subprocess.run(["ip", "link", "add", bridge, "type", "dummy"], check=True)
+                subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
                 made.append(bridge)
                 fw.add_env(have, bridge, RULES, fresh=True)
             runs = []
