@@ -15,6 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -275,11 +276,21 @@ class DockerNode:
                 self.volumes.stack(layer, slot.layers)
                 for slot, layer in zip(volumes, new, strict=True)
             )
-            for env_id, _ in children:
-                for slot, layers in zip(volumes, stacks, strict=True):
-                    self.volumes.attach_live(
-                        parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
-                    )
+            jobs = [
+                (env_id, slot, layers)
+                for env_id, _ in children
+                for slot, layers in zip(volumes, stacks, strict=True)
+            ]
+
+            def attach(job: tuple[str, VolumeSlot, list[str]]) -> None:
+                env_id, slot, layers = job
+                self.volumes.attach_live(
+                    parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
+                )
+
+            # The parent waits at its gate meanwhile: mount the children's volumes at once.
+            with ThreadPoolExecutor(max(1, min(len(jobs), 8)), "denv-live-mount") as pool:
+                list(pool.map(attach, jobs))
 
         specs = [
             live.ChildSpec(

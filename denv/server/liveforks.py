@@ -17,11 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
-
-import httpx
 
 from . import ids, live
 from .context import Context
@@ -44,7 +41,6 @@ from .versions import Versions
 
 log = logging.getLogger(__name__)
 
-HEALTH_TIMEOUT_S = 5.0
 
 
 def unsupported(rec: EnvRecord) -> str | None:
@@ -106,15 +102,12 @@ class LiveForks:
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
             version = self._version(rec, parent_version, stacks)
             records = self._records(owner, rec, version, opts, children, procs)
-        t1 = time.perf_counter()
-        self._check_health(records)
         log.info(
-            "live fork %s into %d: %s, total %.1f ms (health %.1f ms)",
+            "live fork %s into %d: %s, total %.1f ms",
             rec.id,
             len(records),
             ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
             (time.perf_counter() - t0) * 1e3,
-            (time.perf_counter() - t1) * 1e3,
         )
         ctx.notify()
         return {"version": version_json(version), "envs": [r.id for r in records]}
@@ -207,32 +200,3 @@ class LiveForks:
             ctx.store.add_ingress(token, env_id, parent.agent_service, port, host_ip)
             ctx.ingress.register(token, host_ip, port, owner)
         return records
-
-    def _check_health(self, records: list[EnvRecord]) -> None:
-        """Each child answers its health path (it listens before its set-up is answered)."""
-        version = self.ctx.store.get_version(records[0].version_id) if records else None
-        if version is None:
-            return
-        path = version.service(records[0].agent_service).health_path
-        if not path:
-            return
-
-        def check(http: httpx.Client, rec: EnvRecord) -> None:
-            proc = rec.runtime.live
-            if proc is None:
-                return
-            try:
-                ok = http.get(f"http://{rec.runtime.agent_ip}:{proc.port}{path}").is_success
-            except httpx.HTTPError:
-                ok = False
-            if not ok:
-                error = EnvError(
-                    code="health_timeout", message=f"{path} did not answer after the fork"
-                )
-                self.ctx.store.set_status(rec.id, EnvStatus.FAILED, error)
-
-        with (
-            httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False) as http,
-            ThreadPoolExecutor(max(1, min(len(records), 8)), "denv-live-health") as pool,
-        ):
-            list(pool.map(lambda rec: check(http, rec), records))

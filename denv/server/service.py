@@ -224,7 +224,7 @@ class Service:
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             same = rec.egress if opts.egress is None else self._egress(opts.egress)
             out = self.live.fork(owner, rec, opts, same)
-            states = self.states()
+            states = self._env_states(rec)  # the children run in the parent's container
             children = [self.ctx.store.get_env(i) for i in out["envs"]]
             views = [self.env_view(r, states) for r in children if r is not None]
             return {"version": out["version"], "envs": views}

@@ -417,17 +417,24 @@ class Live:
         t0 = time.perf_counter()
         try:
             for spec in children:
-                pid = os.fork()
+                pid = clone_into_namespaces()
                 if pid == 0:
-                    self._intermediate(spec, writer)  # returns only in the new live child
-                    return None
+                    try:
+                        self._child(spec, writer)
+                    except BaseException:
+                        traceback.print_exc()
+                        os._exit(1)
+                    return None  # the child's loop goes on running (it is the server's loop)
                 self.forked.append(pid)
         finally:
             gc.unfreeze()
-        asyncio.get_running_loop().call_later(0.02, self._reap)
+        if len(self.forked) == len(children):  # the first fork: start reaping
+            asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
         return {"ok": True, "fork_ms": (time.perf_counter() - t0) * 1e3}
 
     def _reap(self) -> None:
+        """Collect the children of this process that ended (only those: env code's own
+        subprocesses are waited for by env code)."""
         left = []
         for pid in self.forked:
             try:
@@ -438,22 +445,7 @@ class Live:
                 left.append(pid)
         self.forked = left
         if left:
-            asyncio.get_running_loop().call_later(0.05, self._reap)
-
-    def _intermediate(self, spec: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        """Forked child: new user, mount and pid namespaces; its own child is the live env."""
-        try:
-            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
-            if os.fork() == 0:
-                try:
-                    self._child(spec, writer)
-                except BaseException:
-                    traceback.print_exc()
-                    os._exit(1)
-                return  # the child's loop goes on running (it is the server's loop)
-        except BaseException:
-            traceback.print_exc()
-        os._exit(0)
+            asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
 
     def _child(self, spec: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         """pid 1 of its own pid namespace, on the server's event-loop thread, mid-callback."""
@@ -536,6 +528,11 @@ class Live:
         self.config.lifespan = "off"  # the app's startup ran in the parent: its state is ours
         self.server = uvicorn.Server(self.config)
         self.serving = asyncio.get_running_loop().create_task(self._serve_child(sock))
+        deadline = time.monotonic() + 10.0
+        while not self.server.started:  # answer the node once the app is served
+            if self.serving.done() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start serving the app in the child")
+            await asyncio.sleep(0.0005)
 
     async def _serve_child(self, sock: socket.socket) -> None:
         assert self.server is not None
@@ -543,6 +540,34 @@ class Live:
             await self.server.serve(sockets=[sock])
         finally:
             os._exit(0)
+
+
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
+REAP_EVERY_S = 0.5
+
+
+def clone_into_namespaces() -> int:
+    """fork(), with the child in new user, mount and pid namespaces at once (pid 1 of its
+    own): one copy of the page tables, where unshare() and a second fork() would make two.
+
+    clone(2) is called directly, so Python's fork bookkeeping is done as os.fork() does it
+    (PyOS_BeforeFork / AfterFork_*: the import lock, the GIL, threading, at-fork hooks). The
+    fork happens at the gated point, with every other thread an idle pool worker.
+    """
+    api = ctypes.pythonapi
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | signal.SIGCHLD
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    api.PyOS_BeforeFork()
+    pid = syscall(ctypes.c_long(SYS_CLONE), ctypes.c_ulong(flags), None, None, None, None)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
+    return int(pid)
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
