@@ -14,6 +14,8 @@ the server does); the process of an env is found by the port its endpoint names.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -227,3 +229,37 @@ def test_conformance_live_mode_on_the_reference_echo_env(denv_server: LocalDenv)
     print(format_table([report]))
     assert [c.name for c in report.checks] == list(CHECKS), format_table([report])
     assert report.passed, format_table([report])
+
+
+def test_live_children_survive_a_server_restart_and_a_dead_one_is_lost(tmp_path: Path) -> None:
+    """Reconcile after a restart keeps live envs whose process runs (their ingress URL
+    still works) and marks lost the one whose process was killed meanwhile; deleting
+    everything then leaves no container, network or mount."""
+    from conftest import leftovers, start_server
+
+    state = tmp_path / "state"
+    with start_server(state, cleanup=False) as srv:
+        d = Denv(srv.url, api_key=srv.key)
+        parent = d.create_sandbox(ECHO_IMAGE, live=True)
+        assert parent.status.value == "healthy", parent.error
+        a, b = d.fork(parent.id, 2, kind="live").envs
+        doomed = listening_pid(_group_container(parent.id), b.endpoints[0].port)
+    os.kill(doomed, signal.SIGKILL)  # while the server is down
+    with start_server(state) as srv:
+        d = Denv(srv.url, api_key=srv.key)
+        kept = d.get_env(a.id)
+        assert kept.status.value == "healthy", kept.error
+        with connect(kept.endpoints[0].url.replace("http", "ws", 1) + "/ws") as ws:
+            ws.send(json.dumps({"type": "state"}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "state"
+        lost = d.get_env(b.id)
+        assert lost.status.value == "failed" and lost.error and lost.error.code.value == "lost"
+        for env_id in (b.id, parent.id, a.id):
+            d.delete_env(env_id)
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
+
+
+def _group_container(group: str) -> str:
+    found = docker.from_env().containers.list(filters={"label": f"denv.env={group}"})
+    assert len(found) == 1, found
+    return str(found[0].id)
