@@ -42,7 +42,6 @@ from .versions import Versions
 log = logging.getLogger(__name__)
 
 
-
 def unsupported(rec: EnvRecord) -> str | None:
     """Why ``rec`` cannot be live-forked now, or None."""
     if rec.runtime.live is None:
@@ -55,6 +54,11 @@ def unsupported(rec: EnvRecord) -> str | None:
     if rec.status not in READY:
         return f"env {rec.id} is {rec.status}"
     return None
+
+
+def _egress_name(egress: str) -> str:
+    """deny, allow, or "an allowlist" (a record keeps an allowlist as its JSON)."""
+    return egress if egress in ("deny", "allow") else "an allowlist"
 
 
 def refuse(reason: str) -> ApiError:
@@ -86,7 +90,7 @@ class LiveForks:
         if egress != rec.egress:
             raise refuse(
                 f"a live child runs in its parent's network namespace, so it keeps the "
-                f"parent's egress ({rec.egress}), not {egress}"
+                f"parent's egress ({_egress_name(rec.egress)}), not {_egress_name(egress)}"
             )
         if opts.env:
             raise refuse("a live child keeps its parent's process environment (env)")
