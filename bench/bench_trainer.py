@@ -5,7 +5,8 @@ Three measurements, each side by side in the same run and reported as ratios:
 - warm16: `n` envs of one image started at once and ready (health and a WebSocket), by `n`
   threads each with its own provider: DenvProvider(warm=n) with the image's n spares booted
   beforehand (a first env asked for them, `wait_warm`), against `n` concurrent OpenEnv
-  LocalDockerProvider starts, and `n` cold DenvProvider starts for reference. Rounds rotate
+  LocalDockerProvider starts (container names made unique: it names them by the
+  millisecond), and `n` cold DenvProvider starts for reference. Rounds rotate
   the order; the machine settles between measurements.
 - async_get_env: `m` `get_env` calls of one env, gathered on one event loop through
   `AsyncDenv`, against the same `m` calls one after another through `Denv`.
@@ -18,6 +19,7 @@ Three measurements, each side by side in the same run and reported as ratios:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -55,8 +57,19 @@ def _denv_concurrent(b: Bench, n: int, warm: int) -> dict[str, Any]:
     return {"ready_s": elapsed, "starts": starts}
 
 
+class _LocalProvider(LocalDockerProvider):  # type: ignore[misc]  # openenv ships no type hints
+    """OpenEnv's LocalDockerProvider, its container names made unique: it names them after
+    the current millisecond, so concurrent starts collide ("name already in use"). Its
+    `docker run` and readiness (1 s sleep, /health every 0.5 s) are unchanged."""
+
+    _numbers = itertools.count()
+
+    def _generate_container_name(self, image: str) -> str:
+        return f"{super()._generate_container_name(image)}-{next(self._numbers)}"
+
+
 def _local_concurrent(b: Bench, n: int) -> dict[str, Any]:
-    providers = [LocalDockerProvider() for _ in range(n)]
+    providers = [_LocalProvider() for _ in range(n)]
 
     def start(p: LocalDockerProvider) -> Callable[[], None]:
         def run() -> None:
