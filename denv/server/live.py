@@ -223,9 +223,10 @@ def fork(
         out = _ask(sock, {"op": "fork", "children": specs}, reader)
         if "error" in out:
             raise LiveError("live_fork_failed", str(out.get("message", out["error"])))
+        not_forked: dict[str, str] = dict(out.get("failed") or {})
         timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
     t2 = time.perf_counter()
-    pending = {c.env_id: c for c in children}
+    pending = {c.env_id: c for c in children if c.env_id not in not_forked}
     found: dict[str, Future[Proc | LiveError]] = {}
     deadline = time.monotonic() + timeout_s
     # Each child binds its bootstrap socket in its forker's control dir, then waits for its
@@ -239,8 +240,15 @@ def fork(
                     found[env_id] = pool.submit(_plumb, parent, path, depth, timeout_s)
             if pending:
                 time.sleep(0.0005)
-        missing = LiveError("live_fork_failed", "the child did not come up")
-        results = [found[c.env_id].result() if c.env_id in found else missing for c in children]
+        results: list[Proc | LiveError] = []
+        for c in children:
+            if c.env_id in found:
+                results.append(found[c.env_id].result())
+            elif c.env_id in not_forked:
+                why = not_forked[c.env_id]
+                results.append(LiveError("live_fork_failed", f"the fork failed: {why}"))
+            else:
+                results.append(LiveError("live_fork_failed", "the child did not come up"))
     timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
     return results, timings
 

@@ -187,13 +187,17 @@ class LiveForks:
                     expires_at=iso(created + timedelta(seconds=opts.ttl_s)),
                     error=None if ok else EnvError(code="start_failed", message=str(proc)),
                     spec=EnvSpec(wait_timeout_s=opts.wait_timeout_s, live=True),
+                    # A child that did not come up has nothing of its own to remove: it
+                    # must not name its parent's container (a delete would remove that).
                     runtime=Runtime(
                         network=parent.runtime.network,
                         containers=dict(parent.runtime.containers),
-                        endpoints=[endpoint] if ok else [],
+                        endpoints=[endpoint],
                         agent_ip=parent.runtime.agent_ip,
-                        live=proc if ok else None,
-                    ),
+                        live=proc,
+                    )
+                    if ok
+                    else Runtime(),
                 )
             )
             if ok:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import httpx
 import pytest
 from conftest import LocalDenv
 from denv.openenv import DenvProvider, fork_clients
@@ -263,3 +264,35 @@ def _group_container(group: str) -> str:
     found = docker.from_env().containers.list(filters={"label": f"denv.env={group}"})
     assert len(found) == 1, found
     return str(found[0].id)
+
+
+def test_children_the_pids_limit_refuses_fail_alone(tmp_path: Path) -> None:
+    """A fork past the container's pids limit: the children that could not be made are
+    `failed` with the reason, the others run, and deleting a failed one leaves its parent
+    and its siblings running."""
+    from conftest import leftovers, start_server
+
+    state = tmp_path / "state"
+    with start_server(state, "--env-pids", "16") as srv:
+        d = Denv(srv.url, api_key=srv.key)
+        parent = d.create_sandbox(ECHO_IMAGE, live=True)
+        assert parent.status.value == "healthy", parent.error
+        children = d.fork(parent.id, 16, kind="live").envs
+        failed = [c for c in children if c.status.value == "failed"]
+        running = [c for c in children if c.status.value == "healthy"]
+        print(f"fork(16) under a pids limit of 16: {len(running)} running, {len(failed)} failed")
+        assert failed and running
+        assert all(c.error and "fork failed" in c.error.message for c in failed), failed[0].error
+        for c in failed:
+            d.delete_env(c.id)
+        assert d.get_env(parent.id).status.value == "healthy"
+        # (A WebSocket session needs a thread, which the pids limit may refuse: /health.)
+        assert all(httpx.get(c.endpoints[0].url + "/health").status_code == 200 for c in running)
+        for c in running[1:]:
+            d.delete_env(c.id)
+        time.sleep(1.5)  # their parent collects the ended processes every 0.5 s
+        again = d.fork(running[0].id, 1, kind="live").envs  # the pids freed: forks go on
+        assert again[0].status.value == "healthy", again[0].error
+        for e in d.list_envs():
+            d.delete_env(e.id)
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}

@@ -322,7 +322,8 @@ class Live:
         self.env_id = env_id
         self.server: Any = None
         self.ctl: asyncio.AbstractServer | None = None
-        self.forked: list[int] = []  # pids of intermediate processes still to reap
+        self.forked: list[int] = []  # pids of live children still to reap
+        self.reaping = False
         self.serving: asyncio.Task[None] | None = None
         self.setting_up: asyncio.Task[None] | None = None
 
@@ -368,7 +369,10 @@ class Live:
                     if not gated:
                         out = {"error": "not_gated", "message": "send gate first"}
                     else:
-                        forked = self._fork(req["children"], writer)
+                        try:
+                            forked = self._fork(req["children"], writer)
+                        except Exception as exc:  # answered, never a dropped connection
+                            forked = {"error": "fork_failed", "message": f"{exc!r}"}
                         if forked is None:  # this is a new child: the connection is not ours
                             gated = False
                             return
@@ -415,9 +419,14 @@ class Live:
         """The parent's answer; None in a new child, which then leaves the handler."""
         gc.freeze()  # a child's collections then leave the parent's objects' pages shared
         t0 = time.perf_counter()
+        failed: dict[str, str] = {}
         try:
             for spec in children:
-                pid = clone_into_namespaces()
+                try:
+                    pid = clone_into_namespaces()
+                except OSError as exc:  # e.g. the container's pids limit: this child only
+                    failed[spec["env"]] = str(exc)
+                    continue
                 if pid == 0:
                     try:
                         self._child(spec, writer)
@@ -428,9 +437,10 @@ class Live:
                 self.forked.append(pid)
         finally:
             gc.unfreeze()
-        if len(self.forked) == len(children):  # the first fork: start reaping
+        if not self.reaping:
+            self.reaping = True
             asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
-        return {"ok": True, "fork_ms": (time.perf_counter() - t0) * 1e3}
+        return {"ok": True, "fork_ms": (time.perf_counter() - t0) * 1e3, "failed": failed}
 
     def _reap(self) -> None:
         """Collect the children of this process that ended (only those: env code's own
@@ -444,6 +454,7 @@ class Live:
             if done == 0:
                 left.append(pid)
         self.forked = left
+        self.reaping = bool(left)
         if left:
             asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
 
@@ -465,7 +476,7 @@ class Live:
         adopt_sessions()
         self.gate.bind()
         self.env_id = spec["env"]
-        self.forked = []
+        self.forked, self.reaping = [], False
         path = os.path.join(CTL_DIR, f"{self.env_id}.sock")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -477,7 +488,8 @@ class Live:
 
         async def setup() -> None:
             try:
-                conn, _ = await loop.sock_accept(boot)
+                # The node sets a child up at once; one it never reaches ends by itself.
+                conn, _ = await asyncio.wait_for(loop.sock_accept(boot), SETUP_WAIT_S)
                 with conn:
                     line = b""
                     while not line.endswith(b"\n"):
@@ -543,6 +555,7 @@ class Live:
 
 
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
+SETUP_WAIT_S = 60.0
 REAP_EVERY_S = 0.5
 
 
