@@ -126,6 +126,7 @@ BENCHMARKS: dict[str, Runner] = {
     "density": bench_density.run,
     "trainer": bench_trainer.run,
     "live": bench_live.run,
+    "live_tree": bench_live.run_tree,
 }
 
 

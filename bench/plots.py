@@ -165,25 +165,28 @@ def _density(r: Result) -> Figure:
 
 
 def _live(r: Result) -> Figure:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, ax = plt.subplots(figsize=(7, 3))
     f8 = r["fork8"]
     _strip(
-        left,
+        ax,
         [
             ("live fork", _ok(f8["runs"]["live"])),
             ("warm volume fork", _ok(f8["runs"]["warm"])),
         ],
     )
-    left.set_title(f"fork({f8['n']}) -> ready clients")
-    t = r["tree"]
+    ax.set_title(f"fork({f8['n']}) -> ready clients (health + WebSocket)")
+    return fig
+
+
+def _live_tree(t: Result) -> Figure:
+    fig, ax = plt.subplots(figsize=(7, 4))
     kinds = [k for k in ("live", "warm", "replay") if k in t]
-    right.bar(
-        kinds, [t[k]["s"] for k in kinds], color=["tab:green", "tab:blue", "tab:gray"][: len(kinds)]
-    )
-    right.set_yscale("log")
-    right.set_ylabel("s (log)")
-    right.set_title(f"tree search B={t['branching']} D={t['depth']} ({t['live']['envs']} envs)")
-    right.grid(axis="y", alpha=0.3)
+    colors = ["tab:green", "tab:blue", "tab:gray"][: len(kinds)]
+    ax.bar(kinds, [t[k]["s"] for k in kinds], color=colors)
+    ax.set_yscale("log")
+    ax.set_ylabel("s (log)")
+    ax.set_title(f"tree search B={t['branching']} D={t['depth']} ({t['live']['envs']} envs)")
+    ax.grid(axis="y", alpha=0.3)
     return fig
 
 
@@ -195,6 +198,7 @@ DRAW: dict[str, Callable[[Result], Figure]] = {
     "latency": _latency,
     "density": _density,
     "live": _live,
+    "live_tree": _live_tree,
 }
 
 

@@ -246,24 +246,6 @@ def _live(r: Result) -> list[str]:
             f"children's state equal to the root's: {f8.get('state_ok')}.",
             "",
         ]
-    t = r.get("tree", {})
-    if t.get("live"):
-        lines += [
-            f"Tree search, branching {t['branching']}, depth {t['depth']} "
-            f"({t['live']['envs']} envs, a fork at every inner node, a step in every node):",
-            "",
-            "| by | time |",
-            "|---|---:|",
-        ]
-        for key in ("live", "warm", "replay"):
-            if key in t:
-                lines.append(f"| {key} | {fmt_s(t[key]['s'])} |")
-        lines += [
-            "",
-            f"warm / live: **{fmt_x(t['ratios']['warm_over_live'])}** (target >= 20x); "
-            f"replay / live: **{fmt_x(t['ratios']['replay_over_live'])}** (target >= 50x).",
-            "",
-        ]
     s = r.get("sustained", {})
     if s.get("per_s") is not None:
         lines.append(
@@ -283,6 +265,29 @@ def _live(r: Result) -> list[str]:
     return lines
 
 
+def _live_tree(r: Result) -> list[str]:
+    lines: list[str] = []
+    t = r
+    if t.get("live"):
+        lines += [
+            f"Tree search, branching {t['branching']}, depth {t['depth']} "
+            f"({t['live']['envs']} envs, a fork at every inner node, a step in every node):",
+            "",
+            "| by | time |",
+            "|---|---:|",
+        ]
+        for key in ("live", "warm", "replay"):
+            if key in t:
+                lines.append(f"| {key} | {fmt_s(t[key]['s'])} |")
+        lines += [
+            "",
+            f"warm / live: **{fmt_x(t['ratios']['warm_over_live'])}** (target >= 20x); "
+            f"replay / live: **{fmt_x(t['ratios']['replay_over_live'])}** (target >= 50x).",
+            "",
+        ]
+    return lines
+
+
 SECTIONS = [
     ("start", "Start -> ready and stop", _start),
     ("fork8", "fork(n) of a live env against one cold start", _fork8),
@@ -292,6 +297,7 @@ SECTIONS = [
     ("density", "Density", _density),
     *report_trainer.SECTIONS,
     ("live", "Live forks: a running server copied, memory included", _live),
+    ("live_tree", "Tree search: live forks, warm volume forks, replay", _live_tree),
 ]
 
 
@@ -417,8 +423,8 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"{fmt_s(g('live', 'fork8', 'ready', 'warm', 'median'))} | "
             f"{fmt_x(g('live', 'fork8', 'ratios', 'warm_over_live_median'))} |"
         )
-    if g("live", "tree", "live"):
-        t = g("live", "tree")
+    if g("live_tree", "live"):
+        t = g("live_tree")
         others = "-"
         if "warm" in t and "replay" in t:
             others = f"warm volume {fmt_s(t['warm']['s'])}, replay {fmt_s(t['replay']['s'])}"
