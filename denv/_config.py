@@ -29,6 +29,10 @@ BACKOFF_MULTIPLIER = 2.0
 BACKOFF_MAX_S = 8.0
 # A server's Retry-After is honored up to this many seconds.
 RETRY_AFTER_MAX_S = 60.0
+#: A 429 `rate_limited` (a per-key cap on work in flight) is back-pressure, not a failure:
+#: it is retried after its Retry-After this many times (~5 min at the server's 1 s), so a
+#: burst (64 concurrent starts) queues behind the cap instead of failing.
+RATE_LIMITED_MAX_RETRIES = 300
 # Statuses that say "try again later" (retried only for idempotent calls).
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 

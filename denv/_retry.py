@@ -5,7 +5,9 @@ What is retried cannot repeat work the server already did: a connection that was
 (GET, DELETE, calls marked idempotent, and POSTs that carry an Idempotency-Key, which the
 facade adds to every create). Backoff is exponential with jitter and honors Retry-After.
 A 429 `quota_exceeded` (too many live envs, versions or warm spares) is never retried: it
-frees only when the caller deletes something, however long it waits.
+frees only when the caller deletes something, however long it waits. A 429 `rate_limited`
+(too much of a key's work in flight) is waited out: retried after its Retry-After up to
+`RATE_LIMITED_MAX_RETRIES` times, so a burst of creates queues instead of failing.
 httpx's transport failures become `Timeout` and `ConnectionFailed`.
 
 `RetryPolicy` decides, for one attempt's outcome, whether to return, raise or wait and retry;
@@ -80,6 +82,17 @@ def is_quota(response: httpx.Response) -> bool:
     return isinstance(body, dict) and body.get("code") == "quota_exceeded"
 
 
+def is_rate_limited(response: httpx.Response) -> bool:
+    """Whether a (read) response is a 429 `rate_limited`: work in flight, clears by waiting."""
+    if response.status_code != 429:
+        return False
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("code") == "rate_limited"
+
+
 def backoff_s(attempt: int, rand: Callable[[], float] = random.random) -> float:
     """Delay before retry number `attempt` (0-based): exponential, capped, half of it jittered."""
     base = min(
@@ -118,10 +131,13 @@ class RetryPolicy:
         """
         retry_after: float | None = None
         if isinstance(outcome, httpx.Response):
+            limit = self.max_retries
+            if is_rate_limited(outcome):  # back-pressure: wait our turn
+                limit = max(limit, _config.RATE_LIMITED_MAX_RETRIES)
             if (
                 outcome.status_code not in _config.RETRYABLE_STATUSES
                 or not is_idempotent(request)
-                or attempt >= self.max_retries
+                or attempt >= limit
                 or is_quota(outcome)
             ):
                 return None

@@ -37,3 +37,22 @@ def test_quota_exceeded_is_raised_at_once(kind: str) -> None:
     assert script.calls == 1
     assert sleeps_of(denv) == []
     assert info.value.code == "quota_exceeded" and info.value.retry_after_s == 30.0
+
+
+def test_rate_limited_is_waited_out_past_the_usual_retries(kind: str) -> None:
+    """A burst of creates (a trainer's 64 starts at once) queues behind the per-key caps:
+    a `rate_limited` 429 is retried well past the two retries other errors get."""
+    busy = error_response(429, "rate_limited", "--max-creates-per-key", **{"retry-after": "1"})
+    script = Script(*([busy] * 10), ENV_OK)
+    with mock_denv(script, kind=kind) as denv:
+        denv.get_env(ENV_ID)
+    assert script.calls == 11
+    assert sleeps_of(denv) == [1.0] * 10
+
+
+def test_an_other_429_still_stops_after_the_usual_retries(kind: str) -> None:
+    other = error_response(429, "limit_exceeded", "--something", **{"retry-after": "1"})
+    script = Script(*([other] * 10), ENV_OK)
+    with mock_denv(script, kind=kind) as denv, pytest.raises(RateLimited):
+        denv.get_env(ENV_ID)
+    assert script.calls == 3
