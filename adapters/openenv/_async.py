@@ -32,6 +32,7 @@ from ._connection import PROBE_TIMEOUT_S, Connection, default_tls
 from ._readiness import (
     WebSocketProbe,
     _session_error,
+    child_probe,
     is_loopback,
     no_websocket,
     probe_websocket,
@@ -382,6 +383,7 @@ async def fork(provider: P, count: int, kind: ForkKind | None = None) -> list[P]
         try:
             for env in result.envs:
                 child = provider._blank_child(ln.connection)
+                child.ws_probe = child_probe(str(env.start), child.ws_probe)
                 children.append(child)
                 await _adopt(child, ln.denv, env, f"a fork of {env_id}")
             waits = [wait_for_ready(c, ln, c.base_url or "", config.timeout_s) for c in children]

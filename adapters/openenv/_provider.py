@@ -35,7 +35,7 @@ from ._config import (
     command_list,
 )
 from ._connection import Connection, open_connection
-from ._readiness import WebSocketProbe, no_websocket, probe_websocket
+from ._readiness import WebSocketProbe, child_probe, no_websocket, probe_websocket
 from ._waits import FAILED, ReadyWait, agent_url, start_error
 
 if TYPE_CHECKING:
@@ -450,7 +450,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         """A provider bound to `env` (a fork of this one's), sharing its connection."""
         child = DenvProvider.__new__(DenvProvider)
         child._setup(self._config)
-        child.ws_probe = self.ws_probe
+        child.ws_probe = child_probe(str(env.start), self.ws_probe)
         child._connection = connection.share()
         try:
             child._adopt(env, f"a fork of {self._env_id}")

@@ -110,3 +110,13 @@ def _session_error(frame: str | bytes) -> str | None:
         data = message.get("data") or {}
         return f"/ws refused a session: {data.get('message', 'unknown error')}"
     return None
+
+
+def child_probe(start: str, probe: WebSocketProbe) -> WebSocketProbe:
+    """The WebSocket readiness probe for a child started `start`: none for a live child.
+
+    A live child's first WebSocket session continues the parent's session (the launcher
+    hands it the parent's Environment); a probe session would take it and end it. The
+    server answers a live fork only once each child serves, so health is enough.
+    """
+    return no_websocket if start == "live" else probe

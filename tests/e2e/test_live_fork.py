@@ -87,6 +87,9 @@ def test_live_fork_keeps_the_session_and_separates_work(denv_server: LocalDenv) 
         group = parent.id
         parent_work = work_of(parent, group)
         (parent_work / "before.txt").write_text("parent's, before the fork")
+        # The echo env also saves its episode under /work (ForkableState, for volume forks):
+        # drop that file, so that only the copied memory can carry the session into children.
+        (parent_work / ".denv" / "state.json").unlink()
 
         children = fork_clients(root, 3)
         ids += [c.provider.env_id or "" for c in children]
@@ -95,6 +98,7 @@ def test_live_fork_keeps_the_session_and_separates_work(denv_server: LocalDenv) 
             assert [e.start.value for e in envs] == ["live"] * 3
             assert all(e.parent_id == parent.id and e.live for e in envs)
             assert len({e.endpoints[0].url for e in envs} | {parent.endpoints[0].url}) == 4
+            assert not (work_of(envs[0], group) / ".denv" / "state.json").exists()
             # The session goes on in every child: the env's own Python state, not /work.
             for child in children:
                 assert state_of(child) == parent_state
