@@ -42,7 +42,7 @@ MB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Profile:
-    """How much each benchmark measures. `full` aims at < 15 min on 2 quiet cores."""
+    """How much each benchmark measures. `full` takes ~35 min on 2 quiet cores (the tree search ~10)."""
 
     name: str
     start_runs: int

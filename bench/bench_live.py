@@ -59,11 +59,14 @@ class Root:
 
 
 def _fork8_once(root: Root, n: int) -> dict[str, Any]:
+    """fork_clients(root, n), until every child has answered state() over its WebSocket
+    (through the ingress): the same finish line for both kinds."""
     t0 = time.perf_counter()
     children = fork_clients(root.client, n)
+    states = parallel([c.state for c in children])
     elapsed = time.perf_counter() - t0
     try:
-        ok = all(c.state()["step_count"] == root.steps for c in children)
+        ok = all(s["step_count"] == root.steps for s in states)
         starts = [str(c.provider.start) for c in children]
     finally:
         parallel([c.close for c in children])

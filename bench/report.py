@@ -231,7 +231,8 @@ def _live(r: Result) -> list[str]:
     if f8.get("ready"):
         n = f8["n"]
         lines += [
-            f"| fork({n}) -> {n} ready clients (health + WebSocket via ingress) | median | p90 "
+            f"| fork({n}) -> {n} clients that answered state() (WebSocket via ingress) | median "
+            "| p90 "
             "| runs |",
             "|---|---:|---:|---:|",
         ]

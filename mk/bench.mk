@@ -1,6 +1,6 @@
 # Benchmarks (bench/), included by the Makefile. They never run in `make test` and never
 # assert on time; results go to bench/results/ (<name>.json, SUMMARY.md, PNG plots).
-#   make bench          the full run (< 15 min on 2 quiet cores): the committed results
+#   make bench          the full run (~35 min on 2 quiet cores): the committed results
 #   make bench-quick    a small run (< 3 min) that checks the benchmarks work; its results go
 #                       to .cache/bench-quick/, so the committed full run is never overwritten
 # BENCH_ARGS passes options, e.g. BENCH_ARGS="--only start,latency".
@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-egress
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -20,6 +20,11 @@ bench-quick: $(VENV_STAMP) docker images
 ## against sequential Denv calls, Denv.diff of a 1 GB volume (bench/bench_trainer.py).
 bench-trainer: $(VENV_STAMP) docker images
 	$(PY) -m bench --only trainer --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
+
+## Issue 14's targets alone: live fork(8) against a warm volume fork, the sustained rate, a live
+## child's memory, and the tree search by live forks, warm volume forks and replay.
+bench-live: $(VENV_STAMP) docker images
+	$(PY) -m bench --only live,live_tree --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
 
 ## Rewrite bench/results/SUMMARY.md and the plots from the result files.
 bench-report: $(VENV_STAMP)
