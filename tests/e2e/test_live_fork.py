@@ -24,7 +24,7 @@ from typing import Any
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv
+from conftest import LocalDenv, leftovers, start_server
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, assert_gone, message, state_of
@@ -240,8 +240,6 @@ def test_live_children_survive_a_server_restart_and_a_dead_one_is_lost(tmp_path:
     """Reconcile after a restart keeps live envs whose process runs (their ingress URL
     still works) and marks lost the one whose process was killed meanwhile; deleting
     everything then leaves no container, network or mount."""
-    from conftest import leftovers, start_server
-
     state = tmp_path / "state"
     with start_server(state, cleanup=False) as srv:
         d = Denv(srv.url, api_key=srv.key)
@@ -274,8 +272,6 @@ def test_children_the_pids_limit_refuses_fail_alone(tmp_path: Path) -> None:
     """A fork past the container's pids limit: the children that could not be made are
     `failed` with the reason, the others run, and deleting a failed one leaves its parent
     and its siblings running."""
-    from conftest import leftovers, start_server
-
     state = tmp_path / "state"
     with start_server(state, "--env-pids", "16") as srv:
         d = Denv(srv.url, api_key=srv.key)

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import LocalDenv, start_server
+from flood_worker import flood
 from reliability_helpers import (
     STANDIN,
     STANDIN_CMD,
@@ -74,27 +75,6 @@ def measure(c: httpx.Client, parent: str, samples: int) -> tuple[list[float], li
     return creates, forks
 
 
-def flood(url: str, key: str, parent: str, stop: Any, out: Any) -> None:
-    """Create, fork and delete as fast as the server answers, ignoring every refusal.
-
-    Runs in a process of its own, so the flood does not take this process's GIL from the
-    thread that measures the other key."""
-    seen: Counter[str] = Counter()
-    headers = {"Authorization": f"Bearer {key}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=300, trust_env=False) as c:
-        while not stop.is_set():
-            res = c.post("/v1/sandboxes", json=CREATE)
-            seen[f"create {res.status_code}"] += 1
-            made = [res.json()["id"]] if res.status_code == 201 else []
-            res = c.post(f"/v1/envs/{parent}/fork", json={"count": 2})
-            seen[f"fork {res.status_code}"] += 1
-            if res.status_code == 201:
-                made += [e["id"] for e in res.json()["envs"]]
-            for env_id in made:
-                c.delete(f"/v1/envs/{env_id}")
-    out.put(dict(seen))
-
-
 def test_a_flooding_key_does_not_slow_another_past_2x(
     server: LocalDenv, request: pytest.FixtureRequest
 ) -> None:
@@ -109,7 +89,7 @@ def test_a_flooding_key_does_not_slow_another_past_2x(
         procs = multiprocessing.get_context("spawn")
         stop, out = procs.Event(), procs.Queue()
         workers = [
-            procs.Process(target=flood, args=(server.url, flooder, a_parent, stop, out))
+            procs.Process(target=flood, args=(server.url, flooder, a_parent, CREATE, stop, out))
             for _ in range(threads)
         ]
         for w in workers:
