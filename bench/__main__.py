@@ -42,7 +42,8 @@ MB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Profile:
-    """How much each benchmark measures. `full` takes ~35 min on 2 quiet cores (the tree search ~10)."""
+    """How much each benchmark measures. `full` takes ~35 min on 2 quiet cores (the tree
+    search ~10 of them)."""
 
     name: str
     start_runs: int
