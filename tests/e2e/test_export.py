@@ -140,7 +140,17 @@ def _try_build(
     if CA_BUNDLE.is_file():  # used only if the build must pip install (see the Dockerfile)
         shutil.copy(CA_BUNDLE, context / "denv-ca.crt")
     if builder == "legacy":
-        command = ["docker", "build", "--no-cache", "-f", str(dockerfile), "-t", tag, str(context)]
+        command = [
+            "docker",
+            "build",
+            "--no-cache",
+            "--force-rm",
+            "-f",
+            str(dockerfile),
+            "-t",
+            tag,
+            str(context),
+        ]
         env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     else:
         _compose_v2()
