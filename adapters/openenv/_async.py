@@ -27,7 +27,7 @@ import httpx
 from denv import AsyncDenv, Env
 from denv.errors import Conflict, DenvError, EnvReadyTimeout, EnvStartError, NotFound
 
-from ._config import DEFAULT_PORT, ForkKind, ProviderConfig, check_start_options, command_list
+from ._config import ForkKind, ProviderConfig, check_start_options
 from ._connection import PROBE_TIMEOUT_S, Connection, default_tls
 from ._readiness import (
     WebSocketProbe,
@@ -300,30 +300,14 @@ async def start_container(
     provider._require_unbound()
     wait_timeout = kwargs.get("wait_timeout")
     async with link(provider) as ln:
-
-        async def create(live: bool) -> Env:
-            return await ln.denv.create_sandbox(
-                image,
-                ports=[port or DEFAULT_PORT],
-                env=dict(env_vars) if env_vars else None,
-                egress=config.egress,
-                command=command_list(kwargs.get("command", kwargs.get("cmd"))),
-                labels=config.merged_labels(kwargs.get("labels")),
-                ttl_s=config.ttl_s,
-                wait="running",
-                wait_timeout_s=float(wait_timeout or config.timeout_s),
-                warm=config.warm,
-                warm_fork=bool(config.warm_fork),
-                live=live,
-            )
-
+        options = config.sandbox_options(port, env_vars, kwargs)
         try:
-            env = await create(config.fork != "volume")
+            env = await ln.denv.create_sandbox(image, live=config.fork != "volume", **options)
         except Conflict as exc:
-            if config.fork != "auto" or exc.code != "live_unsupported":
+            if not config.volume_fallback(exc.code):
                 raise
             logger.info("fork='auto': %s; starting for volume forks", exc)
-            env = await create(False)
+            env = await ln.denv.create_sandbox(image, live=False, **options)
         provider._ready_timeout_s = float(wait_timeout) if wait_timeout else None
         return await _adopt(provider, ln.denv, env, f"image {image!r}")
 

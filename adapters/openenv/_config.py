@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from denv.types import EgressAllowlist
 
@@ -56,6 +56,29 @@ class ProviderConfig:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         if self.warm_fork is None:
             object.__setattr__(self, "warm_fork", self.warm > 0)
+
+    def sandbox_options(
+        self, port: int | None, env_vars: Mapping[str, str] | None, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The keyword arguments of `create_sandbox` for a start of this provider (the sync
+        and the async start send the same), `live` aside."""
+        wait_timeout = options.get("wait_timeout")
+        return {
+            "ports": [port or DEFAULT_PORT],
+            "env": dict(env_vars) if env_vars else None,
+            "egress": self.egress,
+            "command": command_list(options.get("command", options.get("cmd"))),
+            "labels": self.merged_labels(options.get("labels")),
+            "ttl_s": self.ttl_s,
+            "wait": "running",
+            "wait_timeout_s": float(wait_timeout or self.timeout_s),
+            "warm": self.warm,
+            "warm_fork": bool(self.warm_fork),
+        }
+
+    def volume_fallback(self, code: str | None) -> bool:
+        """Whether a live start refused with `code` starts again for volume forks."""
+        return self.fork == "auto" and code == "live_unsupported"
 
     def fork_kind(self, kind: ForkKind | None) -> ForkKind:
         """The kind of a fork: the call's, else the provider's."""

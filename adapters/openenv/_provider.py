@@ -27,12 +27,10 @@ from openenv.core.containers.runtime import ContainerProvider
 from . import _async, _waits
 from ._async import delete_on_a_thread, in_event_loop
 from ._config import (
-    DEFAULT_PORT,
     Egress,
     ForkKind,
     ProviderConfig,
     check_start_options,
-    command_list,
 )
 from ._connection import Connection, open_connection
 from ._readiness import WebSocketProbe, child_probe, no_websocket, probe_websocket
@@ -196,29 +194,14 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             self._require_unbound()
             denv = self._conn().denv
 
-            def create(live: bool) -> Env:
-                return denv.create_sandbox(
-                    image,
-                    ports=[port or DEFAULT_PORT],
-                    env=dict(env_vars) if env_vars else None,
-                    egress=config.egress,
-                    command=command_list(kwargs.get("command", kwargs.get("cmd"))),
-                    labels=config.merged_labels(kwargs.get("labels")),
-                    ttl_s=config.ttl_s,
-                    wait="running",
-                    wait_timeout_s=float(wait_timeout or config.timeout_s),
-                    warm=config.warm,
-                    warm_fork=bool(config.warm_fork),
-                    live=live,
-                )
-
+            options = config.sandbox_options(port, env_vars, kwargs)
             try:
-                env = create(config.fork != "volume")
+                env = denv.create_sandbox(image, live=config.fork != "volume", **options)
             except Conflict as exc:
-                if config.fork != "auto" or exc.code != "live_unsupported":
+                if not config.volume_fallback(exc.code):
                     raise
                 logger.info("fork='auto': %s; starting for volume forks", exc)
-                env = create(False)
+                env = denv.create_sandbox(image, live=False, **options)
             self._ready_timeout_s = float(wait_timeout) if wait_timeout else None
             return self._adopt(env, f"image {image!r}")
 
