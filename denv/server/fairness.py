@@ -14,7 +14,11 @@ cap and the flag that sets it:
 * ingress: open ingress connections, HTTP requests and WebSockets (``rate_limited``).
 
 A slot is held by the worker thread doing the work, not by the HTTP request: a caller that
-disconnects does not free its slot before the thread it started is done.
+disconnects does not free its slot before the thread it started is done. A request that finds
+its key's ``creates`` or ``waits`` cap reached first waits up to ``QUEUE_S`` for a slot (on
+the event loop, holding no thread), then gets its 429: a client that ignores Retry-After and
+asks again at once sends a few requests a second, not hundreds, so its refusals cost the
+server, and the keys it shares it with, next to nothing.
 
     fair = Fairness(config)
     env = await fair.hold(owner, "creates", service.create_sandbox, owner, body)
@@ -42,6 +46,8 @@ from .config import (
 from .errors import QUOTA_RETRY_AFTER_S, RETRY_AFTER_S, ApiError
 
 T = TypeVar("T")
+QUEUE_S = 1.0  # how long a request past a creates/waits cap waits for a slot before its 429
+_POLL_S = 0.05
 Kind = Literal["creates", "waits", "ingress"]
 
 _WHAT: dict[str, tuple[str, str]] = {  # kind -> (what is counted, the flag that sets its cap)
@@ -114,7 +120,7 @@ class Fairness:
 
     async def hold(self, owner: str, kind: Kind, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` on a worker thread holding one slot of ``kind`` while it runs."""
-        self.acquire(owner, kind)
+        await self._acquire_soon(owner, kind)
         state = {"started": False, "released": False}
         lock = threading.Lock()
 
@@ -138,6 +144,15 @@ class Fairness:
             if not state["started"]:  # cancelled in the executor's queue: it never runs
                 release_once()
             raise
+
+    async def _acquire_soon(self, owner: str, kind: Kind) -> None:
+        """:meth:`acquire`, waiting up to ``QUEUE_S`` for a slot before the 429."""
+        deadline = asyncio.get_running_loop().time() + QUEUE_S
+        while not self.try_acquire(owner, kind):
+            if asyncio.get_running_loop().time() >= deadline:
+                self.acquire(owner, kind)  # raises the 429 (or takes a slot freed just now)
+                return
+            await asyncio.sleep(_POLL_S)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
