@@ -69,6 +69,16 @@ class DockerNode:
     def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
         return self._limits.of(service.limits)  # the same for cold starts and spares
 
+    # placement and loss: one machine, no cap of its own, nothing remote to lose
+    def room(self) -> int | None:
+        return None
+
+    def lost(self) -> dict[str, str]:
+        return {}
+
+    def layer_storage(self, layer_ids: list[str]) -> str:
+        return "node"
+
     # images and layers
     def engine_version(self) -> str:
         return self.engine.version()

@@ -28,6 +28,7 @@ The calls, by what they serve::
     states(env_id?) / logs(env_id, service, n) / memory_bytes([container])
     exit_reason(env_id, service)         "out of memory ..." when the OOM killer ended it
     owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
+    room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
     layer_ids() / delete_layers([layer])
 """
@@ -72,6 +73,7 @@ class Booted(_Record):
     containers: dict[str, str]
     agent_ip: str
     host_ports: dict[int, int] = {}  # container port -> published host port (egress allow)
+    node: str = "local"  # the node it runs on (a cluster's node name)
 
 
 class Owned(_Record):
@@ -220,6 +222,21 @@ class Node(Protocol):
         ...
 
     def live_private_bytes(self, proc: LiveProc) -> int: ...
+
+    # placement and loss (a cluster of nodes; one machine has no cap and loses nothing)
+    def room(self) -> int | None:
+        """How many more envs the node(s) accept now; None: no cap."""
+        ...
+
+    def lost(self) -> dict[str, str]:
+        """Envs that were on a node found dead since the last call: env id -> reason."""
+        ...
+
+    def layer_storage(self, layer_ids: list[str]) -> str:
+        """Where a version's layers are kept: "node" (only on the node that made them),
+        "uploading", "durable" (all in object storage) or "lost" (on no live node and not
+        stored)."""
+        ...
 
     # reconcile
     def owned(self) -> Owned: ...
