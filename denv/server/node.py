@@ -109,6 +109,17 @@ class Cancelled(Exception):
     """The boot was cancelled (its env deleted, its pool dropped, the node stopping)."""
 
 
+class NodeLost(Exception):
+    """The node does not answer: its machine (or its agent) is gone or unreachable."""
+
+    def __init__(self, node: str, reason: str = "") -> None:
+        super().__init__(f"node {node} is lost" + (f": {reason}" if reason else ""))
+        self.node, self.reason = node, reason
+
+    def __reduce__(self) -> tuple[type[NodeLost], tuple[str, str]]:
+        return (NodeLost, (self.node, self.reason))
+
+
 class Node(Protocol):
     """One machine's part in running envs. Every call blocks; callers run them in threads."""
 
