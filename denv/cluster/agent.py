@@ -1,0 +1,214 @@
+"""The node agent: the node seam of one Ray node, run by a Ray actor pinned to that node.
+
+What ``create_app`` builds for one machine, minus the API and the database: an ``Engine``
+labelled with the agent's own instance id, a ``SubnetPool``, the host guard (firewall
+rules of egress, kept in place by a thread), ``Volumes`` under the agent's own state dir,
+and the ``DockerNode`` over them. The control plane calls any ``Node`` method through
+:meth:`NodeAgent.call` (``RemoteNode`` in ``remote``); arguments, results and exceptions are
+plain picklable values (``node`` says which).
+
+The state dir is ``<state_root>/<node name>`` on the agent's machine and holds a file
+``instance`` with the agent's instance id: a restarted agent (Ray restarts a dead actor on its
+node), or an agent of a restarted control plane, labels what it makes with the same id and so
+finds its containers, networks, volumes and layers again.
+
+Several agents may share one machine and its Docker Engine (the local cluster): each has
+its own instance id (``owned()`` sees only its own objects) and its own state dir. They
+share the subnet pool's range safely: a ``SubnetPool`` skips subnets Docker already has and
+takes the next one when Docker answers "Pool overlaps" (see ``subnets``); and the firewall's
+generic rules are the same for every agent while each adds and removes only the per-env rules
+of its own envs (see ``firewall``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from denv.server import ids
+from denv.server.auth import private_dir
+from denv.server.boot import WARM_LABEL
+from denv.server.config import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_VOLUME_MB,
+    HOST_GUARD_CHECK_S,
+)
+from denv.server.docker_node import DockerNode
+from denv.server.engine import Engine
+from denv.server.guard import HostGuardWatch
+from denv.server.netpolicy import HostGuardError
+from denv.server.node import Node
+from denv.server.records import Limits
+from denv.server.subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, SubnetPool
+from denv.server.volumes import Volumes
+
+log = logging.getLogger(__name__)
+
+INSTANCE_FILE = "instance"
+ACTOR_PREFIX = "denv-node-"  # the agent of node "a" is the actor "denv-node-a"
+NAMESPACE = "denv"
+MAX_CONCURRENCY = 128  # calls at once: boots and waits block a thread for their whole time
+STOP_DRAIN_S = 60.0  # after stop(): how long boots in flight may take to end (Cancelled)
+# Methods of the Node seam the control plane may call (every public one of ``Node``).
+NODE_METHODS = frozenset(
+    name for name in dir(Node) if not name.startswith("_") and callable(getattr(Node, name))
+)
+
+
+class AgentConfig(BaseModel):
+    """What every agent of a cluster is started with (the same for all its nodes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_root: str  # on each machine; an agent's state dir is <state_root>/<node name>
+    subnet_pool: str = DEFAULT_SUBNET_POOL
+    subnet_prefix: int = DEFAULT_SUBNET_PREFIX
+    allow_private_egress: bool = False
+    pull_credentials: bool = False
+    max_volume_mb: int = DEFAULT_MAX_VOLUME_MB
+    limits: Limits = DEFAULT_LIMITS
+    max_envs: int = 0  # envs (spares included) one node holds; 0: no cap
+    max_memory_mb: int = 0  # memory the envs of one node may use together; 0: no cap
+
+
+def instance_id(state_dir: Path) -> str:
+    """The agent's instance id, made once and kept in ``<state_dir>/instance``."""
+    path = state_dir / INSTANCE_FILE
+    try:
+        value = path.read_text().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = ids.ulid().lower()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(value + "\n")
+    os.replace(tmp, path)
+    return value
+
+
+class NodeAgent:
+    """One node's ``DockerNode``, its host guard and what the control plane asks of it.
+
+    Ray runs it as a threaded actor (``ray_cluster.start_agent``); it is also a plain class,
+    so it can run in-process.
+    """
+
+    def __init__(self, name: str, cfg: AgentConfig) -> None:
+        self.name, self.cfg = name, cfg
+        self.state_dir = Path(cfg.state_root) / name
+        private_dir(self.state_dir)
+        self.instance_id = instance_id(self.state_dir)
+        # Fail fast, as denv serve does: without the guard, deny envs could reach the host.
+        self.guard = HostGuardWatch()
+        self.guard.check()
+        self.engine = Engine(
+            self.instance_id,
+            SubnetPool(cfg.subnet_pool, cfg.subnet_prefix),
+            firewall=self.guard.firewall,
+            allow_private_egress=cfg.allow_private_egress,
+        )
+        self.engine.pull_credentials = cfg.pull_credentials
+        self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
+        if self.volumes.fs is not None:
+            self.volumes.fs.check()  # OSError naming the fix, before any env
+        self.node = DockerNode(self.engine, self.volumes, cfg.limits)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        try:  # the firewall rules of envs that outlived the last agent process
+            self.engine.adopt_egress()
+        except Exception:
+            log.exception("node %s: the egress rules of running envs were not taken back", name)
+        threading.Thread(target=self._watch_guard, name="denv-guard", daemon=True).start()
+        log.info("denv node agent %s (instance %s) on %s", name, self.instance_id, self.state_dir)
+
+    def _watch_guard(self) -> None:
+        while not self._closed.wait(HOST_GUARD_CHECK_S):
+            try:
+                self.guard.check()
+            except HostGuardError:
+                pass  # logged by check, reported by info()
+            except Exception:
+                log.exception("node %s: host guard check failed", self.name)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``Node.<method>(*args, **kwargs)`` on this node's ``DockerNode``."""
+        if method not in NODE_METHODS:
+            raise AttributeError(f"{method!r} is not a method of the node seam")
+        if method == "stop":
+            return self._stop()
+        with self._lock:
+            node = self.node
+        return getattr(node, method)(*args, **kwargs)
+
+    def _stop(self) -> None:
+        """The control plane stops: boots in flight end (Cancelled); the agent stays up.
+
+        ``DockerNode.stop`` is for good, but this agent outlives the control plane (its next
+        process reconnects): later calls go to a fresh ``DockerNode`` over the same engine
+        and volumes, while the stopped one's boots run into ``Cancelled``.
+        """
+        with self._lock:
+            stopped = self.node
+            self.node = DockerNode(self.engine, self.volumes, self.cfg.limits)
+        stopped.stop()
+
+    def ping(self) -> str:
+        """Its instance id: an answer means the agent is up."""
+        return self.instance_id
+
+    def info(self) -> dict[str, Any]:
+        """The node's load and caps, for placement and ``denv cluster status``."""
+        with self._lock:
+            node = self.node
+        containers = self.engine.my_containers()
+        env_ids = sorted({(c.get("Labels") or {}).get("denv.env", "") for c in containers} - {""})
+        warm = sorted(
+            {
+                (c.get("Labels") or {}).get("denv.env", "")
+                for c in containers
+                if (c.get("Labels") or {}).get(WARM_LABEL)
+            }
+            - {""}
+        )
+        ray_node_id, ip = _ray_place()
+        return {
+            "name": self.name,
+            "ray_node_id": ray_node_id,
+            "ip": ip,
+            "pid": os.getpid(),
+            "instance_id": self.instance_id,
+            "state_dir": str(self.state_dir),
+            "envs": len(env_ids),
+            "env_ids": env_ids,
+            "warm_env_ids": warm,  # booted as spares (a taken spare keeps its label)
+            "memory_bytes": node.memory_bytes([str(c["Id"]) for c in containers]),
+            "max_envs": self.cfg.max_envs,
+            "max_memory_mb": self.cfg.max_memory_mb,
+            "host_guard": self.guard.status(),
+            "egress_unsafe": self.guard.egress_unsafe(),
+            "time": time.time(),
+        }
+
+    def close(self) -> None:
+        """Stop the guard's thread (a test running the agent in-process)."""
+        self._closed.set()
+
+
+def _ray_place() -> tuple[str, str]:
+    """(Ray node id, IP) of the process, ("", "") outside Ray."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return "", ""
+        ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return ray.get_runtime_context().get_node_id(), ip
+    except Exception:
+        return "", ""

@@ -1,0 +1,196 @@
+"""``RemoteNode``: the node seam (``denv.server.node.Node``) over a node agent's Ray actor.
+
+Every call is ``NodeAgent.call(method, *args)`` on the agent's actor and blocks until it
+answers, as ``DockerNode``'s calls do. Exceptions come back as their own class
+(``BootFailed`` with its fields, ``Cancelled``, ``ApiError``...; Ray's ``RayTaskError`` is
+unwrapped). A node that does not answer raises ``NodeLost(name)``: its Ray node died (Ray's
+health checks notice within seconds), its agent died, or the call outlived its time limit:
+a few seconds past the boot's own limit for ``bring_up`` and ``wait_healthy``, generous ones
+for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the quick calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import ray
+import ray.exceptions
+
+from denv.server.config import DOCKER_TIMEOUT_S
+from denv.server.node import Booted, BootSpec, NodeLost, Owned
+from denv.server.records import LiveProc, VolumeSlot
+
+CALL_TIMEOUT_S = float(DOCKER_TIMEOUT_S) + 30.0  # a quick call: a Docker call's limit and some
+BOOT_MARGIN_S = 60.0  # past a boot's own time limit (the agent answers BootFailed first)
+LONG_TIMEOUT_S = 1800.0  # pulls, image exports, snapshots, layer transfers
+
+
+class RemoteNode:
+    """A node agent (``denv-node-<name>``) behind the ``Node`` calls. Thread-safe."""
+
+    def __init__(self, name: str, handle: Any) -> None:
+        self.name = name
+        self.handle = handle  # ray.actor.ActorHandle of the NodeAgent
+
+    def __repr__(self) -> str:
+        return f"RemoteNode({self.name!r})"
+
+    def _call(self, timeout_s: float, method: str, *args: Any) -> Any:
+        try:
+            ref = self.handle.call.remote(method, *args)
+            return ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
+                raise cause from None  # BootFailed, Cancelled, ApiError... as raised there
+            raise NodeLost(self.name, f"{method} failed in Ray: {cause}") from exc
+        except ray.exceptions.GetTimeoutError as exc:
+            raise NodeLost(self.name, f"{method} got no answer within {timeout_s:.0f} s") from exc
+        except ray.exceptions.RayError as exc:  # the actor or its node died, unschedulable...
+            raise NodeLost(self.name, f"{type(exc).__name__} during {method}") from exc
+
+    # the agent itself
+    def info(self, timeout_s: float = CALL_TIMEOUT_S) -> dict[str, Any]:
+        """The node's load and caps (see ``NodeAgent.info``)."""
+        try:
+            return cast(dict[str, Any], ray.get(self.handle.info.remote(), timeout=timeout_s))
+        except ray.exceptions.RayError as exc:
+            raise NodeLost(self.name, f"{type(exc).__name__} during info") from exc
+
+    def ping(self, timeout_s: float = 10.0) -> str:
+        """The agent's instance id; NodeLost when it does not answer in ``timeout_s``."""
+        try:
+            return cast(str, ray.get(self.handle.ping.remote(), timeout=timeout_s))
+        except ray.exceptions.RayError as exc:
+            raise NodeLost(self.name, f"{type(exc).__name__} during ping") from exc
+
+    # images and layers
+    def engine_version(self) -> str:
+        return cast(str, self._call(CALL_TIMEOUT_S, "engine_version"))
+
+    def resolve_image(self, image: str, pull: bool) -> str:
+        timeout = LONG_TIMEOUT_S if pull else CALL_TIMEOUT_S
+        return cast(str, self._call(timeout, "resolve_image", image, pull))
+
+    def image_labels(self, image_id: str) -> dict[str, str]:
+        return cast(dict[str, str], self._call(CALL_TIMEOUT_S, "image_labels", image_id))
+
+    def image_command(self, image_id: str) -> list[str]:
+        return cast(list[str], self._call(CALL_TIMEOUT_S, "image_command", image_id))
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        return cast("str | None", self._call(LONG_TIMEOUT_S, "seed_layer", image_id, path))
+
+    def has_layer(self, layer_id: str) -> bool:
+        return cast(bool, self._call(CALL_TIMEOUT_S, "has_layer", layer_id))
+
+    def layer_ids(self) -> set[str]:
+        return cast(set[str], self._call(CALL_TIMEOUT_S, "layer_ids"))
+
+    def delete_layers(self, layer_ids: list[str]) -> None:
+        self._call(LONG_TIMEOUT_S, "delete_layers", layer_ids)
+
+    def drop_partial_layers(self) -> None:
+        self._call(LONG_TIMEOUT_S, "drop_partial_layers")
+
+    # one env
+    def bring_up(self, spec: BootSpec) -> Booted:
+        return cast(Booted, self._call(spec.timeout_s + BOOT_MARGIN_S, "bring_up", spec))
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        self._call(timeout_s + BOOT_MARGIN_S, "wait_healthy", spec, booted, timeout_s)
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        self._call(CALL_TIMEOUT_S, "mount_volumes", env_id, volumes)
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        self._call(CALL_TIMEOUT_S, "prioritize", env_id, containers)
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        return cast(
+            list[list[str]], self._call(LONG_TIMEOUT_S, "snapshot", env_id, containers, volumes)
+        )
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        result = self._call(LONG_TIMEOUT_S, "changed_bytes", env_id, volumes, stop_after)
+        return cast(list[int], result)
+
+    def diff_layers(
+        self, base: list[str], layers: list[str], limit: int
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        result = self._call(LONG_TIMEOUT_S, "diff_layers", base, layers, limit)
+        return cast(tuple[list[tuple[str, str, int]], bool], result)
+
+    def cancel(self, env_id: str) -> None:
+        self._call(CALL_TIMEOUT_S, "cancel", env_id)
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        self._call(LONG_TIMEOUT_S, "teardown", env_id, containers)
+
+    def stop(self) -> None:
+        self._call(CALL_TIMEOUT_S, "stop")
+
+    # what runs
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        return cast(dict[str, str], self._call(CALL_TIMEOUT_S, "states", env_id))
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]:
+        return cast(list[str], self._call(CALL_TIMEOUT_S, "logs", env_id, service, tail))
+
+    def memory_bytes(self, containers: list[str]) -> int:
+        return cast(int, self._call(CALL_TIMEOUT_S, "memory_bytes", containers))
+
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        return cast("str | None", self._call(CALL_TIMEOUT_S, "exit_reason", env_id, service))
+
+    # live forks
+    def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
+        return cast(LiveProc, self._call(LONG_TIMEOUT_S, "live_root", env_id, container, port))
+
+    def live_fork(
+        self,
+        parent_env: str,
+        parent: LiveProc,
+        volumes: list[VolumeSlot],
+        children: list[tuple[str, int]],
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        result = self._call(LONG_TIMEOUT_S, "live_fork", parent_env, parent, volumes, children)
+        return cast(tuple[list[list[str]], list[LiveProc | str], dict[str, float]], result)
+
+    def live_alive(self, proc: LiveProc) -> bool:
+        return cast(bool, self._call(CALL_TIMEOUT_S, "live_alive", proc))
+
+    def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
+        self._call(LONG_TIMEOUT_S, "live_teardown", env_id, proc, last)
+
+    def live_private_bytes(self, proc: LiveProc) -> int:
+        return cast(int, self._call(CALL_TIMEOUT_S, "live_private_bytes", proc))
+
+    # placement and loss (what the agent's own DockerNode says: no cap, nothing lost)
+    def room(self) -> int | None:
+        return cast("int | None", self._call(CALL_TIMEOUT_S, "room"))
+
+    def lost(self) -> dict[str, str]:
+        return cast(dict[str, str], self._call(CALL_TIMEOUT_S, "lost"))
+
+    def layer_storage(self, layer_ids: list[str]) -> str:
+        return cast(str, self._call(CALL_TIMEOUT_S, "layer_storage", layer_ids))
+
+    # reconcile
+    def owned(self) -> Owned:
+        return cast(Owned, self._call(CALL_TIMEOUT_S, "owned"))
+
+    def remove_owned(self, owned: Owned) -> None:
+        self._call(LONG_TIMEOUT_S, "remove_owned", owned)
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        result = self._call(LONG_TIMEOUT_S, "recover", env_id, containers, volumes, states)
+        return cast("str | None", result)
