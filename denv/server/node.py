@@ -31,6 +31,8 @@ The calls, by what they serve::
     room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
     layer_ids() / delete_layers([layer])
+    layer_digest / read_layer / write_layer / upload_layer / fetch_layer
+                                         layers between nodes and object storage (layerpack)
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from .objstore import StoreConfig
 from .records import LiveProc, ServiceSpec, VolumeSlot
 
 
@@ -262,4 +265,27 @@ class Node(Protocol):
         states: dict[str, str],
     ) -> str | None:
         """After a restart: thaw what an interrupted snapshot froze; what is lost, if any."""
+        ...
+
+    # layer transfer (packed layers with a content digest: see layerpack, objstore)
+    def layer_digest(self, layer_id: str) -> str:
+        """The digest ("sha256:<hex>") of the layer packed (once, then cached on the node)."""
+        ...
+
+    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+        """The packed layer and its digest, to copy it to another node."""
+        ...
+
+    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+        """Check ``data`` has ``digest``, unpack it and publish the layer (a no-op when the
+        node has it); LayerDigestMismatch when the digest differs."""
+        ...
+
+    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+        """Store the packed layer in object storage unless stored already; its digest."""
+        ...
+
+    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+        """Download the layer from object storage, check ``digest``, unpack and publish it
+        (a no-op when the node has it); StoreError, LayerNotStored, LayerDigestMismatch."""
         ...
