@@ -24,6 +24,10 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("denv._cli_versions:DIFF", "the files that changed between two versions"),
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
     "stop": ("denv._stop_cli", "stop the local server (its envs keep running until deleted)"),
+    "cluster": (
+        "denv.cluster.cli",
+        "a Ray cluster of N nodes on this machine: up, status, down (see docs/cluster.md)",
+    ),
     "conformance": (
         "denv.openenv.conformance",
         "check that OpenEnv environments start, step, fork and close correctly on denv",
@@ -34,7 +38,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
-_EXTRA_FOR_MODULE = {"denv.server": "server", "denv.openenv": "openenv"}
+_EXTRA_FOR_MODULE = {
+    "denv.server": "server",
+    "denv.openenv": "openenv",
+    "denv.cluster": "cluster",
+}
 
 
 def _load(target: str) -> object:
@@ -83,7 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         parser.print_help()
         return 2
-    module = _load(_SUBCOMMANDS[command][0])
+    target = _SUBCOMMANDS[command][0]
+    if command == "serve" and any(a == "--cluster" or a.startswith("--cluster=") for a in argv):
+        target = "denv.cluster.serve"  # the same server, its envs on a Ray cluster's nodes
+    module = _load(target)
     module.add_arguments(_subparser(parser, command))  # type: ignore[attr-defined]
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -265,6 +265,9 @@ class Env(_Record):
     expires_at: datetime.datetime
     error: EnvError | None
     live: bool = False  # created with live=True (or a live child): fork(kind="live") works
+    #: The node it runs on: "local" on one machine, a node's name on a cluster; None before
+    #: it is placed (and from older servers).
+    node: str | None = None
 
     @classmethod
     def from_api(cls, m: api.Env) -> Env:
@@ -288,6 +291,7 @@ class Env(_Record):
             expires_at=m.expires_at,
             error=None if m.error is None else EnvError.from_api(m.error),
             live=m.live is True,
+            node=m.node if isinstance(m.node, str) else None,
         )
 
 
@@ -336,6 +340,9 @@ class Version(_Record):
     created_at: datetime.datetime
     #: The MCP tools it declares (the compose file's x-denv.tools); None when none were.
     tools: list[str] | None = None
+    #: Where its /work layers are kept: "node" (only where they were made), "uploading",
+    #: "durable" (in object storage: it forks on any node) or "lost"; None from older servers.
+    storage: str | None = None
 
     @classmethod
     def from_api(cls, m: api.Version) -> Version:
@@ -351,6 +358,7 @@ class Version(_Record):
             labels=_dict(m.labels),
             created_at=m.created_at,
             tools=list(m.tools) if isinstance(m.tools, list) else None,
+            storage=m.storage.value if isinstance(m.storage, enum.Enum) else None,
         )
 
 

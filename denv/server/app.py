@@ -24,6 +24,7 @@ from .guard import HostGuardWatch
 from .ingress import IngressTable, mount_ingress
 from .ingress_keys import IngressKeys
 from .json_limits import BoundedJson
+from .node import Node
 from .reconcile import reap_forever
 from .routes import router
 from .service import Service
@@ -116,8 +117,9 @@ def _remove_server_json(config: ServerConfig) -> None:
             path.unlink()
 
 
-def create_app(config: ServerConfig) -> FastAPI:
-    """The denv API on the local Docker Engine, with state under ``config.state_dir``."""
+def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
+    """The denv API on the local Docker Engine, with state under ``config.state_dir``; or
+    on ``node`` (a cluster's nodes, ``denv serve --cluster``), which runs every env."""
     private_dir(config.state_dir)
     store = Store(config.db_path)
     store.add_key_digest(digest(config.api_key))
@@ -133,7 +135,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     volumes = Volumes(config.state_dir, config.max_volume_mb)
     if volumes.fs is not None:
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
-    node = DockerNode(engine, volumes, config.limits)
+    clustered = node is not None
+    node = node or DockerNode(engine, volumes, config.limits)
     ctx = Context(config=config, store=store, node=node, ingress=table, host_guard=guard)
     ctx.ingress_keys = IngressKeys.load_or_create(config.state_dir)  # beside api_key, 0600
     service = Service(ctx)
@@ -151,7 +154,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         except Exception:
             log.exception("reconcile failed; serving anyway (is dockerd running?)")
         try:  # the firewall rules of envs that outlived the last server process
-            await asyncio.to_thread(engine.adopt_egress)
+            if not clustered:  # a cluster's node agents take back their own
+                await asyncio.to_thread(engine.adopt_egress)
         except Exception:
             log.exception("the egress rules of running envs were not taken back")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))

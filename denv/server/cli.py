@@ -28,12 +28,13 @@ import logging.handlers
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from denv.local import ENV_API_KEY, read_local_server
 from denv.local import state_dir as default_state_dir
 
-from . import fairness, tls
+from . import clusteropts, fairness, tls
 from .config import (
     DEFAULT_HOST,
     DEFAULT_LIMITS,
@@ -46,6 +47,7 @@ from .config import (
     DEFAULT_WARM_MIN_FREE_MB,
     ServerConfig,
 )
+from .node import Node
 from .records import Limits
 from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, parse_pool
 
@@ -97,6 +99,9 @@ LINUX_CAPABILITIES = frozenset(
 )
 
 log = logging.getLogger("denv.server")
+
+# Builds the node of a cluster (``denv.cluster.serve``): its settings, the server's config.
+NodeFactory = Callable[[clusteropts.ClusterSettings, ServerConfig], Node]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -233,6 +238,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     fairness.add_arguments(parser)
     tls.add_arguments(parser)
+    clusteropts.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", help="default %(default)s")
 
 
@@ -266,8 +272,12 @@ def _setup_logging(state_dir: Path, level: str) -> None:
     root.setLevel(level.upper())
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run the server until interrupted; returns the process exit code."""
+def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
+    """Run the server until interrupted; returns the process exit code.
+
+    ``make_node`` builds the node that runs envs from the cluster settings (``denv serve
+    --cluster`` routes through ``denv.cluster.serve``, which passes it); without it, this
+    machine's Docker Engine."""
     import uvicorn
 
     from .app import create_app
@@ -284,8 +294,16 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         fair = fairness.config_fields(args)
+        cluster = clusteropts.settings(args)
     except ValueError as exc:
         print(f"denv serve: {exc}", file=sys.stderr)
+        return 2
+    if cluster is not None and make_node is None:
+        print(
+            "denv serve: --cluster needs the cluster package: run it as `denv serve --cluster "
+            "...` (pip install 'denv[cluster]')",
+            file=sys.stderr,
+        )
         return 2
     if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
         print("denv serve: --env-memory, --env-pids and --env-cpus are >= 0", file=sys.stderr)
@@ -361,8 +379,9 @@ def main(args: argparse.Namespace) -> int:
         allow_private_egress=args.allow_private_egress,
     )
     try:
-        app = create_app(config)
-    except OSError as exc:
+        node = make_node(cluster, config) if cluster is not None and make_node else None
+        app = create_app(config, node)
+    except (OSError, ConnectionError, RuntimeError) as exc:
         print(f"denv serve: {exc}", file=sys.stderr)
         return 1
     print(f"denv serve: listening at {config.public_url()}; API key in {key_path}", flush=True)

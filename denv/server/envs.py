@@ -111,6 +111,17 @@ class Envs:
                 )
             self.check_fair(owner, version, egress, env, count, warm)
             spares = self.warm.take(version, egress, env, count) if use_spares else []
+            room = self.ctx.node.room()  # a cluster's nodes under their caps; None: no cap
+            if room is not None and count - len(spares) > room:
+                self.warm.give_back(version, egress, env, spares)
+                raise ApiError(
+                    429,
+                    "rate_limited",
+                    f"the cluster's nodes have room for {room} more env(s) and {count} were "
+                    "asked for: retry later, delete envs, or add nodes (denv serve "
+                    "--node-max-envs / --node-max-memory set each node's cap)",
+                    {"limit": "cluster", "room": room, "asked": count, "retry_after_s": 5},
+                )
             for i, rec in enumerate(records):
                 rec.id = spares[i][0] if i < len(spares) else ids.new_id("env")
                 rec.start = "warm" if i < len(spares) else "cold"
@@ -185,6 +196,7 @@ class Envs:
     @staticmethod
     def _runtime(booted: Booted, endpoints: list[Endpoint]) -> Runtime:
         return Runtime(
+            node=booted.node,
             network=booted.network,
             containers=booted.containers,
             endpoints=endpoints,

@@ -35,7 +35,7 @@ from .records import (
     VersionRecord,
     volume_slots,
 )
-from .render import version_json
+from .render import version_json, version_layers
 from .store import iso, now
 from .versions import Versions
 
@@ -114,7 +114,8 @@ class LiveForks:
             (time.perf_counter() - t0) * 1e3,
         )
         ctx.notify()
-        return {"version": version_json(version), "envs": [r.id for r in records]}
+        storage = ctx.node.layer_storage(version_layers(version))
+        return {"version": version_json(version, storage), "envs": [r.id for r in records]}
 
     def _new_ids(self, n: int) -> list[str]:
         return [ids.new_id("env") for _ in range(n)]
@@ -195,6 +196,7 @@ class LiveForks:
                         endpoints=[endpoint],
                         agent_ip=parent.runtime.agent_ip,
                         live=proc,
+                        node=parent.runtime.node,
                     )
                     if ok
                     else Runtime(),

@@ -133,6 +133,7 @@ class Runtime(_Record):
     endpoints: list[Endpoint] = []
     agent_ip: str | None = None
     live: LiveProc | None = None  # a live env's server process
+    node: str | None = None  # the node it runs on ("local": this machine's engine)
 
 
 class EnvSpec(_Record):

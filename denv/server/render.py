@@ -66,13 +66,20 @@ def env_json(
         "endpoints": _endpoints(rec, base_url, keys) if rec.status != EnvStatus.DELETED else [],
         "start": rec.start,
         "live": rec.spec.live,
+        "node": rec.runtime.node,
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,
         "error": rec.error.model_dump() if rec.error else None,
     }
 
 
-def version_json(rec: VersionRecord) -> dict[str, Any]:
+def version_layers(rec: VersionRecord) -> list[str]:
+    """Every layer of a version's volumes, once each."""
+    return list(dict.fromkeys(x for v in rec.volumes for x in v.layers))
+
+
+def version_json(rec: VersionRecord, storage: str | None = None) -> dict[str, Any]:
+    """The contract's Version; ``storage`` from the node (``Node.layer_storage``)."""
     return {
         "id": rec.id,
         "project": rec.project,
@@ -85,4 +92,5 @@ def version_json(rec: VersionRecord) -> dict[str, Any]:
         "labels": rec.labels,
         "created_at": rec.created_at,
         "tools": rec.tools,
+        "storage": storage,
     }

@@ -28,7 +28,7 @@ from .liveforks import LiveForks
 from .models import Egress, EnvsCreate, SandboxCreate, WaitFor
 from .reconcile import reconcile
 from .records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
-from .render import env_json, version_json
+from .render import env_json, version_json, version_layers
 from .versions import Versions
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,9 @@ class Service:
         return env_json(
             rec, version, states or {}, self.ctx.config.public_url(), self.ctx.ingress_keys
         )
+
+    def version_view(self, rec: VersionRecord) -> dict[str, Any]:
+        return version_json(rec, self.ctx.node.layer_storage(version_layers(rec)))
 
     def get_env(self, owner: str, env_id: str) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)
@@ -214,7 +217,7 @@ class Service:
         rec = self.owned_env(owner, env_id)
         self._check_versions(owner)
         check_volume_sizes(self.ctx, rec)
-        return version_json(self.versions.snapshot(rec, labels))
+        return self.version_view(self.versions.snapshot(rec, labels))
 
     def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
         """One snapshot of the env, ``opts.count`` children started from it."""
@@ -248,7 +251,7 @@ class Service:
             (t2 - t1) * 1000,
             (time.perf_counter() - t2) * 1000,
         )
-        return {"version": version_json(version), "envs": envs}
+        return {"version": self.version_view(version), "envs": envs}
 
     def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
         version = self.versions.get_owned(owner, version_id)
@@ -298,17 +301,17 @@ class Service:
 
     def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
         self._check_versions(owner)
-        return version_json(self.versions.deploy(owner, name, compose, labels))
+        return self.version_view(self.versions.deploy(owner, name, compose, labels))
 
     # versions and projects
     def get_version(self, owner: str, version_id: str) -> dict[str, Any]:
-        return version_json(self.versions.get_owned(owner, version_id))
+        return self.version_view(self.versions.get_owned(owner, version_id))
 
     def list_versions(
         self, owner: str, limit: int, cursor: str | None, project: str | None
     ) -> tuple[list[dict[str, Any]], str | None]:
         recs = self.ctx.store.list_versions(owner, limit + 1, cursor, project)
-        items = [version_json(r) for r in recs[:limit]]
+        items = [self.version_view(r) for r in recs[:limit]]
         return items, recs[limit - 1].id if len(recs) > limit else None
 
     def delete_version(self, owner: str, version_id: str) -> None:

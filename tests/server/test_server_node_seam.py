@@ -86,6 +86,15 @@ class FakeNode:
     def engine_version(self) -> str:
         return "fake"
 
+    def room(self) -> int | None:
+        return None
+
+    def lost(self) -> dict[str, str]:
+        return {}
+
+    def layer_storage(self, layer_ids: list[str]) -> str:
+        return "node"
+
     def resolve_image(self, image: str, pull: bool) -> str:
         return "sha256:" + image
 

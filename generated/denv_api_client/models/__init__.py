@@ -37,6 +37,7 @@ from .version import Version
 from .version_diff import VersionDiff
 from .version_list import VersionList
 from .version_service import VersionService
+from .version_storage_type_0 import VersionStorageType0
 from .wait_for import WaitFor
 from .wait_request import WaitRequest
 from .wait_request_until import WaitRequestUntil
@@ -81,6 +82,7 @@ __all__ = (
     "VersionDiff",
     "VersionList",
     "VersionService",
+    "VersionStorageType0",
     "WaitFor",
     "WaitRequest",
     "WaitRequestUntil",

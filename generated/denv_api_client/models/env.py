@@ -54,6 +54,10 @@ class Env:
             share its container (and so its network namespace and limits);
             see docs/live-forks.md for what separates them.
              Default: False.
+        node (None | str | Unset): The node the env runs on: `local` on a server of one machine, the
+            node's name on a cluster (`denv serve --cluster`; see
+            docs/cluster.md). Null before the env is placed, and from servers
+            older than this field.
     """
 
     id: str
@@ -71,6 +75,7 @@ class Env:
     expires_at: datetime.datetime
     error: EnvError | None
     live: bool | Unset = False
+    node: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +127,12 @@ class Env:
 
         live = self.live
 
+        node: None | str | Unset
+        if isinstance(self.node, Unset):
+            node = UNSET
+        else:
+            node = self.node
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -144,6 +155,8 @@ class Env:
         )
         if live is not UNSET:
             field_dict["live"] = live
+        if node is not UNSET:
+            field_dict["node"] = node
 
         return field_dict
 
@@ -234,6 +247,15 @@ class Env:
 
         live = d.pop("live", UNSET)
 
+        def _parse_node(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        node = _parse_node(d.pop("node", UNSET))
+
         env = cls(
             id=id,
             status=status,
@@ -250,6 +272,7 @@ class Env:
             expires_at=expires_at,
             error=error,
             live=live,
+            node=node,
         )
 
         env.additional_properties = d

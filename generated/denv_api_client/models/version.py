@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.version_storage_type_0 import VersionStorageType0
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
@@ -39,6 +40,13 @@ class Version:
             it. `denv export` exposes exactly these. Null when none were
             declared (a sandbox's version, or a compose file without the
             key); absent from servers older than this field.
+        storage (None | Unset | VersionStorageType0): Where the version's /work layers are kept. `node`: only on the
+            node that made them (a server without object storage);
+            `uploading`: on that node, being copied to object storage;
+            `durable`: every layer is in object storage, so the version
+            forks on any node even after its own node is gone; `lost`: its
+            node was lost before the upload finished, and forks of it fail.
+            Null from servers older than this field.
     """
 
     id: str
@@ -52,6 +60,7 @@ class Version:
     labels: Labels
     created_at: datetime.datetime
     tools: list[str] | None | Unset = UNSET
+    storage: None | Unset | VersionStorageType0 = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +99,14 @@ class Version:
         else:
             tools = self.tools
 
+        storage: None | str | Unset
+        if isinstance(self.storage, Unset):
+            storage = UNSET
+        elif isinstance(self.storage, VersionStorageType0):
+            storage = self.storage.value
+        else:
+            storage = self.storage
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -108,6 +125,8 @@ class Version:
         )
         if tools is not UNSET:
             field_dict["tools"] = tools
+        if storage is not UNSET:
+            field_dict["storage"] = storage
 
         return field_dict
 
@@ -174,6 +193,23 @@ class Version:
 
         tools = _parse_tools(d.pop("tools", UNSET))
 
+        def _parse_storage(data: object) -> None | Unset | VersionStorageType0:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                storage_type_0 = VersionStorageType0(data)
+
+                return storage_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | Unset | VersionStorageType0, data)
+
+        storage = _parse_storage(d.pop("storage", UNSET))
+
         version = cls(
             id=id,
             project=project,
@@ -186,6 +222,7 @@ class Version:
             labels=labels,
             created_at=created_at,
             tools=tools,
+            storage=storage,
         )
 
         version.additional_properties = d

@@ -1,0 +1,56 @@
+"""``denv serve --cluster``: the control plane of a Ray cluster.
+
+``denv/cli.py`` routes ``denv serve`` here when ``--cluster`` is given: the same server
+(``denv.server.cli``), whose envs run on the node agents of the Ray cluster at that address
+(``ray_cluster``) behind one ``ClusterNode``, with versions' layers in the object store.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from denv.server import cli as server_cli
+from denv.server.cluster_node import ClusterNode
+from denv.server.clusteropts import ClusterSettings
+from denv.server.config import ServerConfig
+from denv.server.node import Node
+
+from .agent import AgentConfig
+
+add_arguments = server_cli.add_arguments
+
+
+def default_state_root() -> str:
+    """Where each node agent keeps its state on its machine, unless --node-state-dir says."""
+    return str(Path.home() / ".local" / "state" / "denv" / "nodes")
+
+
+def agent_config(settings: ClusterSettings, config: ServerConfig) -> AgentConfig:
+    """What every node agent gets: the server's limits and egress rules, the node caps."""
+    return AgentConfig(
+        state_root=settings.node_state_dir or default_state_root(),
+        subnet_pool=config.subnet_pool,
+        subnet_prefix=config.subnet_prefix,
+        allow_private_egress=config.allow_private_egress,
+        pull_credentials=config.pull_credentials,
+        max_volume_mb=config.max_volume_mb,
+        limits=config.limits,
+        max_envs=settings.caps.max_envs,
+        max_memory_mb=settings.caps.max_memory_mb,
+    )
+
+
+def make_node(settings: ClusterSettings, config: ServerConfig) -> Node:
+    """The cluster's nodes behind the node seam (connects to Ray; ConnectionError if it
+    cannot)."""
+    try:
+        from . import ray_cluster
+    except ImportError as exc:
+        raise RuntimeError(f"--cluster needs {exc.name}: pip install 'denv[cluster]'") from exc
+    members = ray_cluster.members_fn(settings.address, agent_config(settings, config))
+    return ClusterNode(members, settings.store, settings.caps)
+
+
+def main(args: argparse.Namespace) -> int:
+    return server_cli.main(args, make_node=make_node)
