@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 BUCKET = "denv-layers"
 START_TIMEOUT_S = 60.0  # a restart over old data waits ~15 s for its master's election
-STOP_TIMEOUT_S = 20.0
+# Then SIGKILL: its filer's graceful gRPC stop can hang on open streams; what S3 acknowledged
+# is in the volume files and the filer's leveldb log already, which a kill does not lose.
+STOP_TIMEOUT_S = 3.0
 STATE_FILE = "seaweed.json"
 SERVICES = ("master", "volume", "filer", "s3")  # each has an http and a grpc port
 PROBE_KEY = ".denv-probe"
@@ -155,6 +157,7 @@ def _command(data_dir: Path, ports: dict[str, int]) -> list[str]:
         f"-s3.port={port('s3', 'http')}",
         f"-s3.port.grpc={port('s3', 'grpc')}",
         f"-s3.config={data_dir / 's3.json'}",
+        "-s3.autoCreateBucket=false",  # as on S3: a missing bucket is an error, not made
         "-s3.port.iceberg=0",  # no Iceberg or Lance catalog: nothing listens but what S3 needs
         "-s3.port.lance=0",
     ]
@@ -263,7 +266,7 @@ def _end(pid: int, timeout_s: float) -> None:
         if not _alive(pid):
             return
         time.sleep(0.05)
-    log.warning("SeaweedFS (pid %s) ignored SIGTERM for %.0f s: killing it", pid, timeout_s)
+    log.info("SeaweedFS (pid %s) still stopping after %.0f s: killing it", pid, timeout_s)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     while _alive(pid):

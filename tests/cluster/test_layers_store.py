@@ -1,0 +1,211 @@
+"""Layers moving between nodes: through a real SeaweedFS (S3) and agent to agent (issue 18).
+
+Each "node" is a ``DockerNode`` on its own state dir, as the node agents run it; the layer
+transfer calls touch no container, so nothing here starts one. Needs root (overlay mounts).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from cluster_helpers import snapshot_layers, tree_manifest
+
+from denv.cluster import seaweed as sw
+from denv.server.docker_node import DockerNode
+from denv.server.engine import Engine
+from denv.server.layerpack import LayerDigestMismatch, file_digest
+from denv.server.mounts import mount_points_under
+from denv.server.objstore import LayerNotStored, LayerStore, StoreConfig, StoreError
+from denv.server.volumes import Volumes
+
+pytestmark = pytest.mark.e2e
+
+
+def make_node(root: Path, name: str) -> DockerNode:
+    # The engine is never reached: layer transfer is files and S3 only.
+    return DockerNode(Engine(f"h2test-{name}"), Volumes(root / name))
+
+
+def leftovers(node: DockerNode) -> list[str]:
+    """Half-made layers or downloads a failed transfer would have left."""
+    found = [p.name for p in node.volumes.layers_dir.iterdir() if p.name.startswith(".")]
+    if node.packed_dir.exists():
+        found += [p.name for p in node.packed_dir.iterdir() if ".part-" in p.name]
+    return found
+
+
+def s3(store: StoreConfig) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=store.endpoint,
+        aws_access_key_id=store.access_key,
+        aws_secret_access_key=store.secret_key,
+        region_name=store.region,
+    )
+
+
+def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
+    tmp_path: Path, seaweed: StoreConfig
+) -> None:
+    origin, other, peer = (make_node(tmp_path, n) for n in ("origin", "other", "peer"))
+    base, top = snapshot_layers(origin.volumes)
+    layers = LayerStore(seaweed)
+
+    digests = {x: origin.upload_layer(x, seaweed) for x in (base, top)}
+    assert digests[top] == origin.layer_digest(top) == file_digest(origin.packed_dir / f"{top}.tar")
+    assert layers.digest_of(top) == digests[top]
+    head = s3(seaweed).head_object(Bucket=seaweed.bucket, Key=f"layers/{top}.tar")
+    assert head["Metadata"]["digest"] == digests[top]
+    # Idempotent: stored already with this digest, not uploaded again.
+    assert origin.upload_layer(top, seaweed) == digests[top]
+    again = s3(seaweed).head_object(Bucket=seaweed.bucket, Key=f"layers/{top}.tar")
+    assert again["LastModified"] == head["LastModified"]
+
+    for x in (base, top):
+        other.fetch_layer(x, digests[x], seaweed)
+        other.fetch_layer(x, digests[x], seaweed)  # a no-op once there
+        assert tree_manifest(other.volumes.layer_path(x)) == tree_manifest(
+            origin.volumes.layer_path(x)
+        )
+        digest, data = origin.read_layer(x)  # agent to agent, no store
+        assert digest == digests[x]
+        peer.write_layer(x, digest, data)
+        assert tree_manifest(peer.volumes.layer_path(x)) == tree_manifest(
+            origin.volumes.layer_path(x)
+        )
+    # The fetched node keeps the packed form: it can pass the layer on, same digest.
+    assert other.read_layer(top) == origin.read_layer(top)
+    assert other.layer_ids() == origin.layer_ids() == {base, top}
+
+    # Mounted as a volume, the fetched stack shows what the original shows.
+    seen = []
+    for node in (origin, other, peer):
+        mnt = node.volumes.mount("env_view", "agent", 0, [top, base])
+        seen.append(sorted(p.relative_to(mnt).as_posix() for p in mnt.rglob("*")))
+        assert (mnt / "remade" / "new.txt").read_text() == "new"
+        assert not (mnt / "remade" / "hidden.txt").exists()
+        assert not (mnt / "deleted.txt").exists()
+        node.volumes.remove_env("env_view")
+    assert seen[0] == seen[1] == seen[2]
+    assert "deleted.txt" not in seen[0] and "kept.txt" in seen[0]
+    assert [leftovers(n) for n in (origin, other, peer)] == [[], [], []]
+
+    origin.delete_layers([top])
+    assert not (origin.packed_dir / f"{top}.tar").exists()
+    layers.delete([base, top, "lyr_neverstored"])
+    assert layers.digest_of(top) is None
+    with pytest.raises(LayerNotStored, match=top):
+        make_node(tmp_path, "late").fetch_layer(top, digests[top], seaweed)
+    assert mount_points_under(tmp_path) == []
+
+
+def test_a_tampered_object_is_refused_with_both_digests(
+    tmp_path: Path, seaweed: StoreConfig
+) -> None:
+    origin, other = make_node(tmp_path, "origin"), make_node(tmp_path, "other")
+    _, top = snapshot_layers(origin.volumes, big_bytes=1 << 20)
+    digest = origin.upload_layer(top, seaweed)
+    tar = (origin.packed_dir / f"{top}.tar").read_bytes()
+    tampered = tar[:2048] + bytes([tar[2048] ^ 1]) + tar[2049:]
+    client = s3(seaweed)
+    client.put_object(
+        Bucket=seaweed.bucket, Key=f"layers/{top}.tar", Body=tampered, Metadata={"digest": digest}
+    )
+    with pytest.raises(LayerDigestMismatch) as err:
+        other.fetch_layer(top, digest, seaweed)
+    assert digest in str(err.value) and "sha256:" in str(err.value).replace(digest, "")
+    assert not other.has_layer(top) and leftovers(other) == []
+
+    # The store's metadata names another digest than the control plane expects.
+    client.put_object(
+        Bucket=seaweed.bucket, Key=f"layers/{top}.tar", Body=tar, Metadata={"digest": "sha256:0"}
+    )
+    with pytest.raises(LayerDigestMismatch, match="sha256:0"):
+        other.fetch_layer(top, digest, seaweed)
+    assert not other.has_layer(top) and leftovers(other) == []
+
+    # A node handed damaged bytes by a peer refuses them too.
+    with pytest.raises(LayerDigestMismatch):
+        other.write_layer(top, digest, tampered)
+    assert not other.has_layer(top) and leftovers(other) == []
+    LayerStore(seaweed).delete([top])
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_store_that_cannot_serve_says_which_and_what_to_do(
+    tmp_path: Path, seaweed: StoreConfig
+) -> None:
+    node = make_node(tmp_path, "n")
+    _, top = snapshot_layers(node.volumes, big_bytes=1 << 10)
+    down = seaweed.model_copy(update={"endpoint": f"http://127.0.0.1:{_closed_port()}"})
+    with pytest.raises(StoreError, match="does not answer") as err:
+        node.upload_layer(top, down)
+    assert down.endpoint in str(err.value) and "denv cluster up" in str(err.value)
+
+    wrong_key = seaweed.model_copy(update={"secret_key": "not-the-secret"})
+    with pytest.raises(StoreError, match="refused the credentials") as err:
+        node.upload_layer(top, wrong_key)
+    assert seaweed.endpoint in str(err.value) and "not-the-secret" not in str(err.value)
+    assert "not-the-secret" not in repr(wrong_key)
+
+    no_bucket = seaweed.model_copy(update={"bucket": "denv-no-such-bucket"})
+    with pytest.raises(StoreError, match="has no such bucket") as err:
+        LayerStore(no_bucket).put(top, node.packed_dir / f"{top}.tar", node.layer_digest(top))
+    assert "denv-no-such-bucket" in str(err.value) and "ensure_bucket" in str(err.value)
+    LayerStore(no_bucket).ensure_bucket()  # creates it; twice is fine
+    LayerStore(no_bucket).ensure_bucket()
+    assert node.upload_layer(top, no_bucket) == node.layer_digest(top)
+    LayerStore(no_bucket).delete([top])
+    s3(no_bucket).delete_bucket(Bucket=no_bucket.bucket)
+
+
+def _listening(pid: int) -> list[str]:
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    return [ln.split()[3] for ln in out.splitlines() if f"pid={pid}," in ln]
+
+
+def test_seaweedfs_listens_on_loopback_only_and_stops_from_another_process(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "sw"
+    store = sw.start(data)
+    state = sw._read_state(data.resolve())
+    assert state is not None
+    pid, ports = int(state["pid"]), set(state["ports"].values())
+    try:
+        assert sw.start(data) == store  # already running: the same store, no second one
+        addresses = _listening(pid)
+        assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
+        assert {int(a.rsplit(":", 1)[1]) for a in addresses} <= ports
+        assert oct((data / "s3.json").stat().st_mode & 0o777) == "0o600"
+        LayerStore(store).probe()
+    finally:
+        # `denv cluster down` stops it from another process: do the same.
+        code = "import sys, pathlib, denv.cluster.seaweed as s; s.stop(pathlib.Path(sys.argv[1]))"
+        subprocess.run([sys.executable, "-c", code, str(data)], check=True)
+        sw._children.pop(pid, None)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        os.waitpid(pid, os.WNOHANG)  # our child: reap it
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
+    assert sw.running(data) is None
+    assert [
+        p for p in Path("/tmp").glob("seaweedfs-*.sock") if int(p.stem.rsplit("-", 1)[1]) in ports
+    ] == []
+    assert (data / "data").is_dir()  # the stored layers stay
+    sw.stop(data, purge=True)
+    assert not data.exists()
