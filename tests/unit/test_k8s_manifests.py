@@ -1,0 +1,319 @@
+"""The Kubernetes manifests of deploy/kubernetes: valid, and safe in the ways users rely on.
+
+No Kubernetes runs here, so the manifests are checked on paper: against the API schemas of
+Kubernetes 1.34 to 1.37 (scripts/k8s-validate.sh, kubernetes-validate --strict, offline), and
+here for what a schema cannot say: the node agents' mount propagation, the API key kept out of
+argv, deny envs without egress, limits on every container, least-privilege RBAC, and the
+settings that must agree with `denv serve` (its flags, its egress ranges, its env limits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from denv.cluster import ray_cluster
+from denv.server import cli as serve_cli
+from denv.server.config import DEFAULT_LIMITS
+from denv.server.firewall import PRIVATE_RANGES
+from denv.server.netpolicy import DENY_DNS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+
+Resource = dict[str, Any]
+
+
+def _resources() -> list[tuple[str, Resource]]:
+    out = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        out += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return out
+
+
+RESOURCES = _resources()
+
+
+def _of_kind(kind: str) -> list[Resource]:
+    return [r for _, r in RESOURCES if r["kind"] == kind]
+
+
+def _one(kind: str, name: str) -> Resource:
+    found = [r for r in _of_kind(kind) if r["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name} in {DEPLOY}, found {len(found)}"
+    return found[0]
+
+
+def _pod_specs() -> Iterator[tuple[str, Resource]]:
+    """Every pod spec: of the Deployments, the DaemonSets and the env PodTemplate."""
+    for r in RESOURCES:
+        kind, name = r[1]["kind"], r[1]["metadata"]["name"]
+        if kind in ("Deployment", "DaemonSet"):
+            yield f"{kind}/{name}", r[1]["spec"]["template"]["spec"]
+        elif kind == "PodTemplate":
+            yield f"{kind}/{name}", r[1]["template"]["spec"]
+
+
+def _containers(spec: Resource) -> list[Resource]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def _all_containers() -> Iterator[tuple[str, Resource]]:
+    for where, spec in _pod_specs():
+        for c in _containers(spec):
+            yield f"{where}/{c['name']}", c
+
+
+def test_every_manifest_passes_kubernetes_validate_strict_for_1_34_to_1_37() -> None:
+    res = subprocess.run(
+        [str(ROOT / "scripts" / "k8s-validate.sh")], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    expected = f"{len(RESOURCES)} resources in "
+    assert expected in res.stdout, res.stdout
+    assert f"against Kubernetes {', '.join(VERSIONS)} ({len(RESOURCES) * 4} checks)" in res.stdout
+
+
+def test_the_validation_fails_on_a_field_the_schema_does_not_know(tmp_path: Path) -> None:
+    # The check above can fail: an unknown field (here a misspelt one) is an error.
+    for path in DEPLOY.glob("*.yaml"):
+        text = path.read_text()
+        if path.name == "csidriver.yaml":
+            text = text.replace("attachRequired:", "attachRequird:")
+        (tmp_path / path.name).write_text(text)
+    res = subprocess.run(
+        [str(ROOT / "scripts" / "k8s-validate.sh"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 1
+    assert "'attachRequird' was unexpected" in res.stdout + res.stderr
+
+
+def test_node_agents_mount_state_and_pod_volumes_with_bidirectional_propagation() -> None:
+    agent = _one("DaemonSet", "denv-node")["spec"]["template"]["spec"]
+    container = next(c for c in agent["containers"] if c["name"] == "agent")
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in agent["volumes"]}
+    for path in ("/var/lib/denv", "/var/lib/kubelet"):
+        assert mounts[path].get("mountPropagation") == "Bidirectional", path
+        assert volumes[mounts[path]["name"]]["hostPath"]["path"] == path
+    runtime = mounts["/run/containerd/containerd.sock"]
+    assert volumes[runtime["name"]]["hostPath"]["type"] == "Socket"
+    # Kubernetes refuses Bidirectional on a container that is not privileged (the schema
+    # does not say so): every such mount anywhere must be on a privileged container.
+    for where, c in _all_containers():
+        for m in c.get("volumeMounts", []):
+            if m.get("mountPropagation") == "Bidirectional":
+                assert c.get("securityContext", {}).get("privileged") is True, where
+    # Agents run on the nodes kept for envs, tainted or not.
+    assert agent["nodeSelector"] == {"denv.ai/node": "true"}
+    assert {"key": "denv.ai/envs", "operator": "Exists"} in agent["tolerations"]
+
+
+def _agent_start(tmp_path: Path, node: str) -> list[str]:
+    """The `ray` command line the agent's start script runs on node `node` (a stand-in
+    `ray` prints it)."""
+    agent = _one("DaemonSet", "denv-node")["spec"]["template"]["spec"]["containers"][0]
+    assert agent["command"] == ["/bin/sh", "-c"]
+    stub = tmp_path / "ray"
+    stub.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    stub.chmod(0o755)
+    res = subprocess.run(
+        ["/bin/sh", "-c", agent["args"][0]],
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin", "NODE_NAME": node},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert res.returncode == 0, res.stderr
+    argv: list[str] = json.loads(res.stdout)
+    return argv
+
+
+def test_node_agents_join_ray_as_denv_nodes_named_after_their_node(tmp_path: Path) -> None:
+    names = {}
+    for node in (
+        "worker-1",
+        "ip-10-0-1-23.EC2.internal",
+        "gke-research-pool-large-memory-5f2a9c1e-zx8q",
+        "gke-research-pool-large-memory-5f2a9c1e-zx9r",
+    ):
+        argv = _agent_start(tmp_path, node)
+        assert argv[0] == "start" and "--block" in argv
+        assert "--address=denv-ray.denv-system.svc.cluster.local:6379" in argv
+        (given,) = [a.removeprefix("--resources=") for a in argv if a.startswith("--resources=")]
+        resources = json.loads(given)
+        (name_key,) = set(resources) - {ray_cluster.RESOURCE}
+        assert resources == {ray_cluster.RESOURCE: 1, name_key: 1}
+        name = ray_cluster.node_name(resources, "0" * 56)
+        assert name_key == ray_cluster.NAME_RESOURCE + name
+        assert ray_cluster.check_name(name) == name
+        assert _agent_start(tmp_path, node) == argv  # the same name after a restart
+        names[node] = name
+    assert names["worker-1"] == "worker-1"
+    assert names["ip-10-0-1-23.EC2.internal"] == "ip-10-0-1-23-ec2-internal"
+    # Long names that differ only at the end stay apart.
+    long_names = [n for n in names if n.startswith("gke-")]
+    assert all(len(names[n]) == 40 for n in long_names)
+    assert len({names[n] for n in long_names}) == 2
+
+
+def test_the_env_pod_sees_late_mounts_and_has_no_host_path() -> None:
+    spec = _one("PodTemplate", "denv-env")["template"]["spec"]
+    (c,) = spec["containers"]
+    work = next(m for m in c["volumeMounts"] if m["mountPath"] == "/work")
+    assert work["mountPropagation"] == "HostToContainer"
+    assert all("hostPath" not in v for v in spec["volumes"])
+    csi = next(v for v in spec["volumes"] if v["name"] == work["name"])["csi"]
+    assert csi["driver"] == _one("CSIDriver", "volumes.denv.ai")["metadata"]["name"]
+
+
+def test_the_api_key_is_never_in_a_command_line_or_a_literal_value() -> None:
+    for where, c in _all_containers():
+        argv = " ".join([*c.get("command", []), *c.get("args", [])])
+        assert "dak_" not in argv, where
+        assert "--api-key " not in argv and "--api-key=" not in argv, where
+        for e in c.get("env", []):
+            assert not (e["name"] == "DENV_API_KEY" and "value" in e), where
+    for s in _of_kind("Secret"):
+        pytest.fail(f"a Secret is committed in {DEPLOY}: {s['metadata']['name']}")
+    # The control plane reads it from a file of the mounted Secret denv-api-key.
+    spec = _one("Deployment", "denv-control-plane")["spec"]["template"]["spec"]
+    denv = next(c for c in spec["containers"] if c["name"] == "denv")
+    key_file = next(a.split("=", 1)[1] for a in denv["args"] if a.startswith("--api-key-file="))
+    mount = next(m for m in denv["volumeMounts"] if key_file.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "denv-api-key"
+    assert volume["secret"]["defaultMode"] == 0o400
+
+
+def test_the_control_plane_arguments_are_real_denv_serve_flags() -> None:
+    spec = _one("Deployment", "denv-control-plane")["spec"]["template"]["spec"]
+    denv = next(c for c in spec["containers"] if c["name"] == "denv")
+    assert denv["command"] == ["denv", "serve"]
+    parser = argparse.ArgumentParser(prog="denv serve", exit_on_error=False, allow_abbrev=False)
+    serve_cli.add_arguments(parser)
+    try:
+        args = parser.parse_args(denv["args"])
+    except (argparse.ArgumentError, SystemExit) as exc:
+        pytest.fail(f"denv serve refuses {shlex.join(denv['args'])}: {exc}")
+    # Beyond loopback: TLS, from the mounted Secret denv-tls; state on the volume.
+    assert args.host == "0.0.0.0" and args.tls_cert and args.tls_key and not args.insecure
+    assert str(args.state_dir).startswith("/var/lib/denv/")
+    # A cluster: the Ray head in this pod; each agent's state where its DaemonSet mounts it.
+    assert args.cluster == "auto"
+    assert any(c["name"] == "ray-head" for c in spec["containers"])
+    agent = _one("DaemonSet", "denv-node")["spec"]["template"]["spec"]["containers"][0]
+    state = next(m for m in agent["volumeMounts"] if m["name"] == "state")
+    assert args.node_state_dir == state["mountPath"]
+    # The object store's keys come from a file of a mounted Secret, not from argv.
+    assert args.store_credentials is not None
+    assert any(
+        str(args.store_credentials).startswith(m["mountPath"] + "/") for m in denv["volumeMounts"]
+    )
+    port = next(p["containerPort"] for p in denv["ports"] if p["name"] == "https")
+    assert args.port == port
+    service = _one("Service", "denv")["spec"]["ports"][0]
+    assert service["targetPort"] == "https"
+
+
+def test_deny_envs_have_no_egress_and_are_reachable_only_from_denv_system() -> None:
+    deny = _one("NetworkPolicy", "env-egress-deny")["spec"]
+    assert deny["podSelector"]["matchLabels"]["denv.ai/egress"] == "deny"
+    assert "Egress" in deny["policyTypes"] and deny["egress"] == []
+    (rule,) = deny["ingress"]
+    assert "ports" not in rule
+    for peer in rule["from"]:
+        assert peer["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": "denv-system"}
+        }
+        assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] in (
+            "control-plane",
+            "node-agent",
+        )
+    # Everything else in denv-envs is refused unless a policy lets it through.
+    default = _one("NetworkPolicy", "default-deny")["spec"]
+    assert default == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    # An env pod made from the template is a deny env, without a resolver (as on Docker).
+    template = _one("PodTemplate", "denv-env")["template"]
+    labels = template["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in deny["podSelector"]["matchLabels"].items())
+    assert template["spec"]["dnsPolicy"] == "None"
+    assert template["spec"]["dnsConfig"]["nameservers"] == DENY_DNS
+
+
+def test_allow_envs_reach_public_addresses_but_not_private_or_link_local_ones() -> None:
+    allow = _one("NetworkPolicy", "env-egress-allow")["spec"]
+    blocks = [p["ipBlock"] for rule in allow["egress"] for p in rule["to"] if "ipBlock" in p]
+    by_cidr = {b["cidr"]: b["except"] for b in blocks}
+    # The same ranges `denv serve` keeps allow envs out of on a Docker Engine host.
+    assert by_cidr["0.0.0.0/0"] == PRIVATE_RANGES["iptables"]
+    assert by_cidr["::/0"] == PRIVATE_RANGES["ip6tables"]
+    assert "169.254.0.0/16" in by_cidr["0.0.0.0/0"]
+    # Besides those, only the cluster's DNS, on port 53.
+    others = [rule for rule in allow["egress"] if not any("ipBlock" in p for p in rule["to"])]
+    (dns,) = others
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert dns["to"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "kube-system"
+    }
+
+
+def test_every_container_has_cpu_and_memory_limits() -> None:
+    checked = 0
+    for where, c in _all_containers():
+        limits = c.get("resources", {}).get("limits", {})
+        assert {"cpu", "memory"} <= limits.keys(), f"{where} has no cpu and memory limits"
+        checked += 1
+    assert checked >= 5  # control plane (2), node agent (2), env template (1)
+
+
+def test_env_pods_have_the_limits_and_capabilities_of_denv_serve() -> None:
+    (c,) = _one("PodTemplate", "denv-env")["template"]["spec"]["containers"]
+    assert c["resources"]["limits"]["memory"] == f"{DEFAULT_LIMITS.memory_mb // 1024}Gi"
+    assert float(c["resources"]["limits"]["cpu"]) == DEFAULT_LIMITS.cpus
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": list(DEFAULT_LIMITS.capabilities)}
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    spec = _one("PodTemplate", "denv-env")["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_rbac_grants_no_wildcards_and_nothing_cluster_wide() -> None:
+    assert _of_kind("ClusterRole") == [] and _of_kind("ClusterRoleBinding") == []
+    roles = _of_kind("Role")
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+            assert "secrets" not in rule["resources"], rule
+    # Each binding names an existing Role and ServiceAccount.
+    accounts = {
+        (a["metadata"]["namespace"], a["metadata"]["name"]) for a in _of_kind("ServiceAccount")
+    }
+    names = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles}
+    for b in _of_kind("RoleBinding"):
+        assert (b["metadata"]["namespace"], b["roleRef"]["name"]) in names
+        for s in b["subjects"]:
+            assert (s["namespace"], s["name"]) in accounts
+    # Every pod runs under a ServiceAccount of its own, and only the node agents get a token.
+    for where, spec in _pod_specs():
+        assert spec.get("serviceAccountName"), where
+        if "node-agent" not in where and "denv-node" not in where:
+            assert spec.get("automountServiceAccountToken") is False, where
