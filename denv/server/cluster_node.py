@@ -18,18 +18,20 @@ What it adds to the nodes it holds:
   ``states``, ``layer_ids``) merge every live member's answer.
 * Layers. A member that lacks a layer gets it from a live member that has it (its packed
   bytes, digest checked on arrival), else from object storage (digest checked); a layer that
-  is in neither fails the boot (``start_failed``, naming the layer). Each new layer (a snapshot's, a seed) is
-  uploaded in the background when there is a store; a version is ``durable`` once all its
-  layers are stored.
-* Loss. A member whose agent cannot be reached (``NodeLost``), or that the membership
-  callback no longer lists, is lost: its envs are reported by ``lost()`` (the reaper fails them
-  with code ``lost`` and the node's name), calls for them stop going out, and a version whose
-  layers only it held is ``lost``. When a member of that name comes back, whatever it still
-  holds that no live env owns is removed before it takes new envs.
+  is in neither fails the boot (``start_failed``, naming the layer). Each new layer (a
+  snapshot's, a seed) is uploaded in the background when there is a store; a version is
+  ``durable`` once all its layers are stored.
+* Loss. A member that the membership callback no longer lists is lost (a ``NodeLost`` from
+  a member asks the callback at once; a member still listed had a passing failure): its
+  envs are reported by ``lost()`` (the reaper fails them with code ``lost`` and the node's
+  name), calls for them stop going out, and a version whose layers only it held is
+  ``lost``. When a member of that name comes back, whatever it still holds that no live env
+  owns is removed before it takes new envs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -125,7 +127,7 @@ class ClusterNode:
             gone = [e for e, m in self._env.items() if m == name]
             for env_id in gone:
                 self._lost_envs[env_id] = why
-            for layer, holders in self._layers.items():
+            for holders in self._layers.values():
                 holders.discard(name)
             log.warning("cluster: %s; %d env(s) on it are lost", why, len(gone))
 
@@ -185,9 +187,7 @@ class ClusterNode:
         with self._lock:
             envs = Counter(self._env.values())
             return {
-                n: (envs[n], self._memory.get(n, 0))
-                for n in self._members
-                if n not in self._dead
+                n: (envs[n], self._memory.get(n, 0)) for n in self._members if n not in self._dead
             }
 
     def _has_room(self, name: str, load: tuple[int, int]) -> bool:
@@ -251,19 +251,25 @@ class ClusterNode:
                 digest, data = self._call(origin, lambda n: n.read_layer(layer))
             except NodeLost:
                 continue
-            self._call(name, lambda n: n.write_layer(layer, digest, data))
+            self._call(name, lambda n, d=digest, b=data: n.write_layer(layer, d, b))  # type: ignore[misc]
             log.info(
                 "cluster: layer %s copied from %s to %s (%d bytes, %.0f ms)",
-                layer, origin, name, len(data), (time.monotonic() - started) * 1000,
+                layer,
+                origin,
+                name,
+                len(data),
+                (time.monotonic() - started) * 1000,
             )
             return
-        digest = self._stored_digest(layer)
-        if digest is not None and self._store_cfg is not None:
+        stored = self._stored_digest(layer)
+        if stored is not None and self._store_cfg is not None:
             cfg = self._store_cfg
-            self._call(name, lambda n: n.fetch_layer(layer, digest, cfg))
+            self._call(name, lambda n: n.fetch_layer(layer, stored, cfg))
             log.info(
                 "cluster: layer %s fetched from object storage to %s (%.0f ms)",
-                layer, name, (time.monotonic() - started) * 1000,
+                layer,
+                name,
+                (time.monotonic() - started) * 1000,
             )
             return
         raise BootFailed(
@@ -331,7 +337,9 @@ class ClusterNode:
             self._uploads.pop(layer, None)
         log.info(
             "cluster: layer %s stored (%s, %.0f ms)",
-            layer, digest[:19], (time.monotonic() - started) * 1000,
+            layer,
+            digest[:19],
+            (time.monotonic() - started) * 1000,
         )
 
     def wait_uploads(self, timeout_s: float) -> bool:
@@ -345,10 +353,8 @@ class ClusterNode:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            try:
+            with contextlib.suppress(Exception):
                 pending[0].result(timeout=left)
-            except Exception:
-                pass
 
     def layer_storage(self, layer_ids: list[str]) -> str:
         layers = [x for x in layer_ids if x and x != EMPTY_LAYER]
@@ -412,7 +418,9 @@ class ClusterNode:
         return layer
 
     def has_layer(self, layer_id: str) -> bool:
-        return bool(self._holders(layer_id, exclude="")) or self._stored_digest(layer_id) is not None
+        return (
+            bool(self._holders(layer_id, exclude="")) or self._stored_digest(layer_id) is not None
+        )
 
     def layer_ids(self) -> set[str]:
         out: set[str] = set()
@@ -438,11 +446,40 @@ class ClusterNode:
             try:
                 self._store.delete(layer_ids)
             except Exception:
-                log.exception("cluster: deleting %d layer(s) from object storage failed", len(layer_ids))
+                log.exception(
+                    "cluster: deleting %d layer(s) from object storage failed", len(layer_ids)
+                )
         with self._lock:
             for x in layer_ids:
                 self._layers.pop(x, None)
                 self._stored.pop(x, None)
+
+    # Node: layer transfer (a cluster's members move layers; the cluster as a whole does
+    # this for a caller holding the layer's id: ``denv export`` on a cluster, tests)
+    def _holder(self, layer_id: str) -> str:
+        holders = self._holders(layer_id, exclude="")
+        if not holders:
+            raise BootFailed("start_failed", f"layer {layer_id} is on no live node")
+        return holders[0]
+
+    def layer_digest(self, layer_id: str) -> str:
+        return self._call(self._holder(layer_id), lambda n: n.layer_digest(layer_id))
+
+    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+        return self._call(self._holder(layer_id), lambda n: n.read_layer(layer_id))
+
+    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+        name = min(self._load().items(), key=lambda kv: (kv[1][0], kv[0]))[0]
+        self._call(name, lambda n: n.write_layer(layer_id, digest, data))
+        self._remember_layers(name, [layer_id])
+
+    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+        return self._call(self._holder(layer_id), lambda n: n.upload_layer(layer_id, store))
+
+    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+        name = min(self._load().items(), key=lambda kv: (kv[1][0], kv[0]))[0]
+        self._call(name, lambda n: n.fetch_layer(layer_id, digest, store))
+        self._remember_layers(name, [layer_id])
 
     def drop_partial_layers(self) -> None:
         for name in self.live_members():
@@ -465,7 +502,7 @@ class ClusterNode:
                 self._ensure_layers(name, [x for v in spec.volumes for x in v.layers])
             booted = self._call(name, lambda n: n.bring_up(spec))
         except NodeLost as exc:
-            raise BootFailed("lost", f"node {exc} was lost while the env started") from exc
+            raise BootFailed("lost", f"{exc} (while the env started)") from exc
         finally:
             with self._lock:
                 self._booting.discard(spec.env_id)
@@ -478,19 +515,19 @@ class ClusterNode:
     def _routed(self, env_id: str, fn: Callable[[Node], T]) -> T:
         name = self._env_member(env_id)
         if name is None:
-            raise NodeLost(f"(no node holds {env_id})")
+            raise NodeLost("(none)", f"no node holds {env_id}")
         return self._call(name, fn)
 
     def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
         try:
             self._routed(spec.env_id, lambda n: n.wait_healthy(spec, booted, timeout_s))
         except NodeLost as exc:
-            raise BootFailed("lost", f"node {exc} was lost while the env started") from exc
+            raise BootFailed("lost", f"{exc} (while the env started)") from exc
 
     def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
         name = self._env_member(env_id)
         if name is None:
-            raise NodeLost(f"(no node holds {env_id})")
+            raise NodeLost("(none)", f"no node holds {env_id}")
         self._ensure_layers(name, [x for v in volumes for x in v.layers])
         self._call(name, lambda n: n.mount_volumes(env_id, volumes))
 
@@ -502,7 +539,7 @@ class ClusterNode:
     ) -> list[list[str]]:
         name = self._env_member(env_id)
         if name is None:
-            raise NodeLost(f"(no node holds {env_id})")
+            raise NodeLost("(none)", f"no node holds {env_id}")
         stacks = self._call(name, lambda n: n.snapshot(env_id, containers, volumes))
         new = [x for stack in stacks for x in stack]
         self._remember_layers(name, new)
@@ -533,10 +570,8 @@ class ClusterNode:
             self._cancelled.add(env_id)
             name = self._env.get(env_id)
         if name is not None:
-            try:
+            with contextlib.suppress(NodeLost):
                 self._call(name, lambda n: n.cancel(env_id))
-            except NodeLost:
-                pass
 
     def teardown(self, env_id: str, containers: list[str]) -> None:
         name = self._env_member(env_id)
@@ -561,10 +596,8 @@ class ClusterNode:
             booting = [(e, self._env.get(e)) for e in self._booting]
         for env_id, name in booting:
             if name is not None:
-                try:
+                with contextlib.suppress(NodeLost):
                     self._call(name, lambda n, e=env_id: n.cancel(e))  # type: ignore[misc]
-                except NodeLost:
-                    pass
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # Node: what runs
@@ -604,7 +637,7 @@ class ClusterNode:
         try:
             return self._routed(env_id, lambda n: n.logs(env_id, service, tail))
         except NodeLost as exc:
-            return [f"(the env's node {exc} is lost: no log)"]
+            return [f"({exc}: no log)"]
 
     def memory_bytes(self, containers: list[str]) -> int:
         with self._lock:
@@ -645,7 +678,7 @@ class ClusterNode:
     ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
         name = self._env_member(parent.group)
         if name is None:
-            raise NodeLost(f"(no node holds {parent.group})")
+            raise NodeLost("(none)", f"no node holds {parent.group}")
         with self._lock:
             for child, _ in children:
                 self._env[child] = name
@@ -662,10 +695,8 @@ class ClusterNode:
             return False
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
-        try:
+        with contextlib.suppress(NodeLost):
             self._routed(proc.group, lambda n: n.live_teardown(env_id, proc, last))
-        except NodeLost:
-            pass
         if env_id != proc.group:
             self._forget(env_id, [])
 

@@ -1,0 +1,176 @@
+"""The denv API on a 3-node local cluster (issue 18): placement, layers, durability, loss.
+
+Everything is real: three Ray nodes on this machine (each with its node agent, its own
+state dir and layer cache), SeaweedFS as the object store, ``denv serve --cluster`` as the
+control plane, the stand-in image's containers on the Docker Engine the nodes share. The
+``cluster`` fixture (conftest) starts it once for the session, with a cap of envs per node.
+Each test prints one summary line of what it checked.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from cluster_helpers import LocalCluster
+
+pytestmark = pytest.mark.e2e
+
+STANDIN = "denv-http-standin:latest"
+STANDIN_CMD = [
+    "sh",
+    "-c",
+    "echo seeded > /work/seed.txt; exec python3 -m http.server 8000 --directory /srv/www",
+]
+DURABLE_WAIT_S = 60.0
+LOST_WAIT_S = 30.0
+
+
+@pytest.fixture
+def api(cluster: LocalCluster) -> Iterator[httpx.Client]:
+    """A client of the cluster's API; every env it made is deleted afterwards."""
+    with httpx.Client(
+        base_url=cluster.url,
+        headers={"Authorization": f"Bearer {cluster.api_key}"},
+        timeout=300,
+        trust_env=False,
+    ) as c:
+        yield c
+        for env in live_envs(c):
+            c.delete(f"/v1/envs/{env['id']}")
+
+
+def ok(res: httpx.Response, status: int = 201) -> dict[str, Any]:
+    assert res.status_code == status, f"{res.request.method} {res.request.url}: {res.text}"
+    body: dict[str, Any] = res.json()
+    return body
+
+
+def live_envs(c: httpx.Client) -> list[dict[str, Any]]:
+    page = ok(c.get("/v1/envs", params={"limit": 200}), 200)
+    return [e for e in page["items"] if e["status"] != "deleted"]
+
+
+def standin(c: httpx.Client) -> dict[str, Any]:
+    return ok(c.post("/v1/sandboxes", json={"image": STANDIN, "command": STANDIN_CMD}))
+
+
+def in_env(env: dict[str, Any], *cmd: str) -> str:
+    """Run ``cmd`` in the env's agent container (the nodes share this machine's engine)."""
+    name = f"denv-{env['id'].lower()}-agent"
+    out = subprocess.run(
+        ["docker", "exec", name, *cmd], capture_output=True, text=True, check=True, timeout=60
+    )
+    return out.stdout
+
+
+def health(c: httpx.Client, env: dict[str, Any]) -> int:
+    url = env["endpoints"][0]["url"]
+    return c.get(f"{url}/health").status_code
+
+
+def wait_storage(c: httpx.Client, version_id: str, want: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        storage = ok(c.get(f"/v1/versions/{version_id}"), 200)["storage"]
+        if storage == want or time.monotonic() > deadline:
+            return str(storage)
+        time.sleep(0.5)
+
+
+def test_fresh_envs_spread_over_the_nodes_and_answer_through_one_url(
+    api: httpx.Client, cluster: LocalCluster
+) -> None:
+    envs = [standin(api) for _ in range(3)]
+    nodes = [e["node"] for e in envs]
+    assert sorted(nodes) == sorted(cluster.nodes), f"3 fresh envs on an idle cluster: {nodes}"
+    assert all(health(api, e) == 200 for e in envs)
+    # no env port is published: each is reached through the control plane's ingress
+    assert all(ep["via"] == "ingress" for e in envs for ep in e["endpoints"])
+    listed = {e["id"]: e["node"] for e in live_envs(api)}
+    assert all(listed[e["id"]] == e["node"] for e in envs)
+    print(f"\n  placement: 3 fresh envs on nodes {nodes}; 3/3 healthy through ingress")
+
+
+def test_a_version_becomes_durable_and_its_fork_spans_nodes(
+    api: httpx.Client, cluster: LocalCluster
+) -> None:
+    parent = standin(api)
+    in_env(parent, "sh", "-c", "echo from-the-parent > /work/marker.txt")
+    version = ok(api.post(f"/v1/envs/{parent['id']}/snapshot", json={}))
+    assert version["storage"] in ("uploading", "durable"), version
+    assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
+    room = cluster.max_envs - 1  # on the parent's node, beside the parent
+    count = room + 2  # more than the parent's node holds: the fork must span nodes
+    fork = ok(api.post(f"/v1/versions/{version['id']}/envs", json={"count": count}))
+    children = [ok(api.post(f"/v1/envs/{e['id']}/wait", json={}), 200) for e in fork["envs"]]
+    assert all(e["status"] == "healthy" for e in children), [e["error"] for e in children]
+    placed = Counter(e["node"] for e in children)
+    assert placed[parent["node"]] == room, placed  # the node with the layers first, to its cap
+    assert len(placed) >= 2, placed
+    marks = {e["node"]: in_env(e, "cat", "/work/marker.txt").strip() for e in children}
+    assert set(marks.values()) == {"from-the-parent"}, marks
+    print(
+        f"\n  fork across nodes: version {version['id']} durable; {count} children placed "
+        f"{dict(placed)}; each read the parent's /work file"
+    )
+
+
+def test_past_every_node_cap_a_create_gets_429(api: httpx.Client, cluster: LocalCluster) -> None:
+    total = cluster.max_envs * len(cluster.nodes)
+    res = api.post(
+        "/v1/sandboxes", json={"image": STANDIN, "command": STANDIN_CMD, "count": total + 1}
+    )
+    assert res.status_code == 429, res.text
+    body = res.json()
+    assert body["code"] == "rate_limited" and "node" in body["message"], body
+    assert res.headers.get("Retry-After")
+    assert live_envs(api) == []  # refused before anything started
+    print(
+        f"\n  capacity: {total + 1} envs asked of {total} places: 429 ({body['message'][:80]}...)"
+    )
+
+
+def test_a_dead_node_loses_its_envs_and_its_durable_version_forks_elsewhere(
+    api: httpx.Client, cluster: LocalCluster
+) -> None:
+    envs = [standin(api) for _ in range(3)]
+    victim = next(e for e in envs if e["node"] != cluster.head)
+    in_env(victim, "sh", "-c", "echo survives > /work/marker.txt")
+    version = ok(api.post(f"/v1/envs/{victim['id']}/snapshot", json={}))
+    assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
+    killed = time.monotonic()
+    cluster.kill_node(victim["node"])
+    try:
+        deadline = killed + LOST_WAIT_S
+        while (got := ok(api.get(f"/v1/envs/{victim['id']}"), 200))["status"] != "failed":
+            assert time.monotonic() < deadline, f"still {got['status']} after {LOST_WAIT_S} s"
+            time.sleep(0.5)
+        lost_after = time.monotonic() - killed
+        assert got["error"]["code"] == "lost" and victim["node"] in got["error"]["message"], got
+        others = [e for e in envs if e is not victim]
+        assert all(health(api, e) == 200 for e in others)  # the other nodes' envs carry on
+        child = ok(api.post(f"/v1/versions/{version['id']}/envs", json={"count": 1}))["envs"][0]
+        child = ok(api.post(f"/v1/envs/{child['id']}/wait", json={}), 200)
+        assert child["status"] == "healthy" and child["node"] != victim["node"], child
+        assert in_env(child, "cat", "/work/marker.txt").strip() == "survives"
+    finally:
+        cluster.restart_node(victim["node"])
+    # back, the node keeps nothing of the lost env (the control plane cleans it)
+    name = f"denv-{victim['id'].lower()}-agent"
+    deadline = time.monotonic() + LOST_WAIT_S
+    while subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
+    ).stdout.strip():
+        assert time.monotonic() < deadline, f"{name} still there after the node came back"
+        time.sleep(1)
+    print(
+        f"\n  node loss: {victim['node']} killed; its env failed 'lost' after {lost_after:.1f} s; "
+        "2 envs elsewhere healthy; its durable version forked on "
+        f"{child['node']} with its /work; nothing of it left once the node came back"
+    )
