@@ -85,6 +85,7 @@ class ClusterNode:
         self._layers: defaultdict[str, set[str]] = defaultdict(set)  # layer -> members
         self._memory: dict[str, int] = {}  # member -> bytes its envs used, last measured
         self._booting: set[str] = set()
+        self._moving: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._cancelled: set[str] = set()
         self._lost_envs: dict[str, str] = {}  # env id -> reason, until lost() hands it out
         self._stored: dict[str, str] = {}  # layer -> digest in object storage
@@ -238,11 +239,14 @@ class ClusterNode:
             with self._lock:
                 if name in self._layers.get(layer, ()):
                     continue
-            if self._call(name, lambda n, x=layer: n.has_layer(x)):  # type: ignore[misc]
+                moving = self._moving[(name, layer)]
+            with moving:  # spares of one fork on one member: one copy, the others wait for it
+                with self._lock:
+                    if name in self._layers.get(layer, ()):
+                        continue
+                if not self._call(name, lambda n, x=layer: n.has_layer(x)):  # type: ignore[misc]
+                    self._fetch(name, layer)
                 self._remember_layers(name, [layer])
-                continue
-            self._fetch(name, layer)
-            self._remember_layers(name, [layer])
 
     def _fetch(self, name: str, layer: str) -> None:
         started = time.monotonic()
@@ -453,6 +457,9 @@ class ClusterNode:
             for x in layer_ids:
                 self._layers.pop(x, None)
                 self._stored.pop(x, None)
+            gone = set(layer_ids)
+            for key in [k for k in self._moving if k[1] in gone]:
+                del self._moving[key]
 
     # Node: layer transfer (a cluster's members move layers; the cluster as a whole does
     # this for a caller holding the layer's id: ``denv export`` on a cluster, tests)
