@@ -23,7 +23,8 @@ fail() {
 }
 
 [[ -x $validate ]] || fail "$validate is missing: install the dev tools (scripts/bootstrap.sh, or uv sync --all-extras --group dev)"
-[[ -d $dir ]] || fail "no directory $dir"
+[[ -d $dir ]] || fail "no directory $dir (a path from the repository's root)"
+[[ -n ${versions// /} ]] || fail "K8S_VERSIONS is empty: name the versions, e.g. K8S_VERSIONS='1.36 1.37'"
 
 # The exact versions the installed kubernetes-validate carries strict schemas for (it has no
 # network; asked for a version it lacks, it quietly uses the newest older one).
