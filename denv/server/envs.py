@@ -183,7 +183,9 @@ class Envs:
         (derived from the env id, service and port: the endpoint itself keeps none)."""
         endpoints, routes = [], []
         for port in agent.ports:
-            if rec.egress == "allow":
+            # On a cluster every env is reached through ingress, whatever its node: a port
+            # published on a node's loopback is no URL for anyone else.
+            if rec.egress == "allow" and booted.node == "local":
                 url = f"http://127.0.0.1:{booted.host_ports[port]}"
                 endpoints.append(Endpoint(service=agent.name, port=port, url=url, via="published"))
             else:
