@@ -42,15 +42,27 @@ conformance: $(VENV_STAMP) docker images
 test: $(VENV_STAMP) docker images trl-venv compose harbor-venv
 	$(PY) -m pytest -q
 
-## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...): not in CI.
+## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...)
+## and the cluster's (20 rounds of killing and restarting a node under load): not in CI.
 .PHONY: soak
 soak: $(VENV_STAMP) docker images
-	DENV_SOAK=1 $(PY) -m pytest -q tests/reliability
+	DENV_SOAK=1 $(PY) -m pytest -q tests/reliability tests/cluster
+
+## The fork demo on a 3-node local cluster (Ray nodes on this machine, SeaweedFS, denv serve
+## --cluster; docs/cluster.md), stopped afterwards.
+.PHONY: cluster-demo
+cluster-demo: $(VENV_STAMP) docker images
+	scripts/cluster-demo.sh
+
+## The Kubernetes manifests (deploy/kubernetes) against Kubernetes 1.34-1.37's schemas.
+.PHONY: k8s-validate
+k8s-validate: $(VENV_STAMP)
+	scripts/k8s-validate.sh
 
 unit: $(VENV_STAMP)
 	$(PY) -m pytest -q -m "not e2e"
 
-lint: $(VENV_STAMP)
+lint: $(VENV_STAMP) k8s-validate
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy

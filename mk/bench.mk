@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -37,3 +37,8 @@ bench-limits: $(VENV_STAMP) docker images
 ## What egress costs: a cold start with deny, allow and an allowlist; the firewall's own operations.
 bench-egress: $(VENV_STAMP) docker images
 	$(PY) -m bench.bench_egress --state-dir $(BENCH_STATE_DIR)-egress
+
+## Issue 18's targets: warm fork(8) across 3 local nodes against 1 node, capacity with per-node
+## caps on 3 nodes against 1, a snapshot to durable (bench/bench_cluster.py; ~10 min).
+bench-cluster: $(VENV_STAMP) docker images
+	$(PY) -m bench.bench_cluster $(BENCH_ARGS)
