@@ -30,6 +30,7 @@ from . import (
     bench_snapshot,
     bench_start,
     bench_trainer,
+    bench_upload,
     report,
 )
 from .harness import IMAGE, Bench, start_server, write_json
@@ -128,6 +129,7 @@ BENCHMARKS: dict[str, Runner] = {
     "trainer": bench_trainer.run,
     "live": bench_live.run,
     "live_tree": bench_live.run_tree,
+    "upload": bench_upload.run,
 }
 
 

@@ -119,8 +119,9 @@ class DockerNode:
     def delete_layers(self, layer_ids: list[str]) -> None:
         self.volumes.delete_layers(set(layer_ids))
         for layer_id in layer_ids:
-            for path in self._packed(layer_id):
-                path.unlink(missing_ok=True)
+            if layer_id.startswith("lyr_") and "/" not in layer_id:
+                for path in self._packed(layer_id):
+                    path.unlink(missing_ok=True)
 
     def drop_partial_layers(self) -> None:
         self.volumes.clean_tmp()
@@ -388,9 +389,9 @@ class DockerNode:
 
     def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
         with self._lock(f"layer:{layer_id}"):
+            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self.has_layer(layer_id):
                 return
-            tar, _ = self._packed(layer_id)
             self.packed_dir.mkdir(parents=True, exist_ok=True)
             part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
             try:
@@ -409,9 +410,9 @@ class DockerNode:
 
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
         with self._lock(f"layer:{layer_id}"):
+            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self.has_layer(layer_id):
                 return
-            tar, _ = self._packed(layer_id)
             self.packed_dir.mkdir(parents=True, exist_ok=True)
             part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
             try:

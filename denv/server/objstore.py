@@ -87,7 +87,7 @@ class LayerStore:
         config = Config(
             region_name=cfg.region,
             signature_version="s3v4",
-            s3={"addressing_style": "path"},
+            s3={"addressing_style": "path", "payload_signing_enabled": False},
             max_pool_connections=2 * CONCURRENCY,
             connect_timeout=CONNECT_TIMEOUT_S,
             read_timeout=READ_TIMEOUT_S,
