@@ -18,6 +18,7 @@ import ray.exceptions
 
 from denv.server.config import DOCKER_TIMEOUT_S
 from denv.server.node import Booted, BootSpec, NodeLost, Owned
+from denv.server.objstore import StoreConfig
 from denv.server.records import LiveProc, VolumeSlot
 
 CALL_TIMEOUT_S = float(DOCKER_TIMEOUT_S) + 30.0  # a quick call: a Docker call's limit and some
@@ -177,6 +178,22 @@ class RemoteNode:
 
     def layer_storage(self, layer_ids: list[str]) -> str:
         return cast(str, self._call(CALL_TIMEOUT_S, "layer_storage", layer_ids))
+
+    # layer transfer
+    def layer_digest(self, layer_id: str) -> str:
+        return cast(str, self._call(LONG_TIMEOUT_S, "layer_digest", layer_id))
+
+    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+        return cast(tuple[str, bytes], self._call(LONG_TIMEOUT_S, "read_layer", layer_id))
+
+    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+        self._call(LONG_TIMEOUT_S, "write_layer", layer_id, digest, data)
+
+    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+        return cast(str, self._call(LONG_TIMEOUT_S, "upload_layer", layer_id, store))
+
+    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+        self._call(LONG_TIMEOUT_S, "fetch_layer", layer_id, digest, store)
 
     # reconcile
     def owned(self) -> Owned:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
+from denv.server.objstore import StoreConfig
 from denv.server.volumes import Volumes
 
 Entry = tuple[str, int, int, int, int, str, tuple[tuple[str, bytes], ...]]
@@ -77,3 +79,71 @@ def snapshot_layers(vols: Volumes, big_bytes: int = 3 << 20) -> tuple[str, str]:
     finally:
         vols.remove_env(env)
     return base, top
+
+
+# The local Ray cluster (H3): what the session fixture `cluster` (conftest) yields.
+@dataclass
+class LocalCluster:
+    """A cluster started by ``denv.cluster.local.up``: Ray nodes, agents, SeaweedFS, server."""
+
+    url: str
+    api_key: str
+    dir: Path
+    address: str  # the Ray head's GCS
+    nodes: list[str]  # ["n0", "n1", "n2"]
+    head: str  # "n0": never killed (the cluster ends with it)
+    max_envs: int  # the per-node cap the server got (--node-max-envs)
+    store: StoreConfig | None
+
+    def kill_node(self, name: str) -> None:
+        """Kill Ray node ``name`` as a machine dies (SIGKILL to its raylet, then the rest)."""
+        from denv.cluster import local
+
+        local.kill_node(self.dir, name)
+
+    def restart_node(self, name: str) -> None:
+        """Start Ray node ``name`` again (same name and state dir); returns once Ray sees it."""
+        from denv.cluster import local
+
+        local.restart_node(self.dir, name)
+
+    def instance_ids(self) -> dict[str, str]:
+        """Node name -> the instance id its agent labels Docker objects with."""
+        root = self.dir / "nodes"
+        return {
+            d.name: (d / "instance").read_text().strip()
+            for d in sorted(root.iterdir())
+            if (d / "instance").exists()
+        }
+
+
+def cluster_leftovers(cluster_dir: Path, instance_ids: list[str], sessions: list[int]) -> list[str]:
+    """What a stopped cluster left: processes of its sessions (Ray nodes, server, store),
+    containers and networks of its nodes' instances, mounts under its dir, Ray temp dirs."""
+    from denv.cluster import local
+
+    left = [
+        f"process {pid} of session {sid}" for sid in sessions for pid in local.session_pids(sid)
+    ]
+    for inst in instance_ids:
+        label = f"label=denv.instance={inst}"
+        for kind, cmd in (("container", ["ps", "-aq"]), ("network", ["network", "ls", "-q"])):
+            out = subprocess.run(
+                ["docker", *cmd, "--filter", label], capture_output=True, text=True, check=False
+            ).stdout
+            left += [f"{kind} {x} of instance {inst}" for x in out.split()]
+    root = str(cluster_dir.resolve())
+    with open("/proc/self/mountinfo") as f:
+        left += [f"mount {ln.split()[4]}" for ln in f if ln.split()[4].startswith(root + "/")]
+    return left
+
+
+def cluster_sessions(cluster_dir: Path) -> list[int]:
+    """The session ids of every process group ``up`` started (from cluster.json)."""
+    from denv.cluster import local
+
+    state = local.read_state(cluster_dir) or {}
+    sessions = [int(n["sid"]) for n in state.get("nodes", [])]
+    if state.get("server"):
+        sessions.append(int(state["server"]["sid"]))
+    return sessions

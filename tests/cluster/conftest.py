@@ -4,6 +4,10 @@
 extra) on 127.0.0.1 with a bucket, started once for the whole run; yields its ``StoreConfig``.
 It is stopped and its data deleted at the end.
 
+``cluster`` (session scope): ONE 3-node local Ray cluster (``denv.cluster.local.up``: Ray
+nodes n0 (head), n1, n2 with their node agents, SeaweedFS, ``denv serve --cluster``) for the
+whole run; yields a ``cluster_helpers.LocalCluster``; ``down`` at the end must leave nothing.
+
 Shared helpers live in ``cluster_helpers`` (import them as ``from cluster_helpers import ...``,
 never ``from conftest import``: in a whole run that name is another dir's conftest).
 """
@@ -11,8 +15,10 @@ never ``from conftest import``: in a whole run that name is another dir's confte
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions
 
 from denv.server.objstore import StoreConfig
 
@@ -32,3 +38,45 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreConfig]:
         yield store
     finally:
         sw.stop(data_dir, purge=True)
+
+
+CLUSTER_NODES = 3
+CLUSTER_MAX_ENVS = 4  # per node (denv serve --node-max-envs): capacity is testable
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """ONE local cluster for the whole run: 3 Ray nodes on this machine (n0 the head), their
+    node agents, SeaweedFS and ``denv serve --cluster`` (``denv.cluster.local.up``), each
+    node capped at ``CLUSTER_MAX_ENVS`` envs. At the end ``down`` stops it all, and nothing
+    may be left: processes, containers, networks, mounts, Ray's temp dir."""
+    from denv.cluster import local, seaweed
+
+    cluster_dir = tmp_path_factory.mktemp("cluster")
+    try:
+        state = local.up(cluster_dir, CLUSTER_NODES, max_envs=CLUSTER_MAX_ENVS)
+    except local.ClusterError as e:
+        pytest.fail(f"the local cluster did not start: {e}")
+    found = LocalCluster(
+        url=state["server"]["url"],
+        api_key=local.api_key(cluster_dir),
+        dir=cluster_dir,
+        address=state["address"],
+        nodes=[n["name"] for n in state["nodes"]],
+        head=state["head"],
+        max_envs=CLUSTER_MAX_ENVS,
+        store=seaweed.running(Path(state["store"]["data_dir"])),
+    )
+    try:
+        yield found
+    finally:
+        import ray
+
+        ray.shutdown()  # a test may have joined the cluster as a driver
+        state = local.read_state(cluster_dir) or state
+        sessions = cluster_sessions(cluster_dir)
+        instances = list(found.instance_ids().values())
+        local.down(cluster_dir, purge=True)
+        left = cluster_leftovers(cluster_dir, instances, sessions)
+        left += [f"Ray temp dir {state['ray_tmp']}"] if Path(state["ray_tmp"]).exists() else []
+        assert not left, f"the local cluster left: {left}"

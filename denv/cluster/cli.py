@@ -1,0 +1,145 @@
+"""``denv cluster up|status|down``: a Ray cluster of N nodes on this machine (``local``).
+
+denv cluster up --nodes 3        # Ray nodes, node agents, SeaweedFS, denv serve --cluster
+eval "$(denv cluster up --nodes 3)"   # ... and export DENV_SERVER / DENV_API_KEY
+denv cluster status [--json]     # nodes (alive, envs, spares), server, store
+denv cluster down [--purge]      # stop all of it, remove the nodes' containers and mounts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from denv.local import state_dir as default_state_dir
+
+
+def default_cluster_dir() -> Path:
+    return default_state_dir() / "cluster"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_text in (
+        ("up", "start a Ray cluster of N nodes on this machine, SeaweedFS and denv serve"),
+        ("status", "the cluster's nodes (alive, envs, spares), server and store"),
+        ("down", "stop everything `up` started; remove the nodes' containers and mounts"),
+    ):
+        action = sub.add_parser(name, help=help_text, description=help_text)
+        action.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="the cluster's directory: node state, logs, server, store "
+            "(default: $DENV_STATE_DIR/cluster or ~/.local/share/denv/cluster)",
+        )
+        if name == "up":
+            action.add_argument(
+                "--nodes", type=int, default=3, help="Ray nodes to start (default 3)"
+            )
+            action.add_argument(
+                "--port", type=int, default=0, help="denv serve's port (default: a free one)"
+            )
+            action.add_argument(
+                "--node-max-envs", type=int, default=0, help="envs per node (default: no cap)"
+            )
+            action.add_argument(
+                "--node-max-memory",
+                type=int,
+                default=0,
+                metavar="MB",
+                help="memory per node's envs (default: no cap)",
+            )
+            action.add_argument(
+                "--no-store", action="store_true", help="no SeaweedFS: versions stay on nodes"
+            )
+            action.add_argument(
+                "--no-serve", action="store_true", help="start Ray and the agents only"
+            )
+        if name == "status":
+            action.add_argument("--json", action="store_true", help="print JSON")
+        if name == "down":
+            action.add_argument(
+                "--purge",
+                action="store_true",
+                help="delete the cluster's directory too (node layers, the server's database)",
+            )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        from . import local
+    except ImportError as exc:
+        print(f"denv cluster: needs {exc.name}: pip install 'denv[cluster]'", file=sys.stderr)
+        return 1
+    cluster_dir = (args.state_dir or default_cluster_dir()).expanduser().resolve()
+    try:
+        if args.action == "up":
+            return _up(cluster_dir, args)
+        if args.action == "status":
+            return _status(cluster_dir, args.json)
+        for line in local.down(cluster_dir, purge=args.purge):
+            print(f"denv cluster down: {line}", file=sys.stderr)
+        print(f"denv cluster down: nothing of {cluster_dir} runs any more", file=sys.stderr)
+        return 0
+    except local.ClusterError as exc:
+        print(f"denv cluster {args.action}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _up(cluster_dir: Path, args: argparse.Namespace) -> int:
+    from . import local as lc
+
+    print(f"denv cluster up: starting {args.nodes} nodes in {cluster_dir}", file=sys.stderr)
+    # Stopped half-way (Ctrl-C, SIGTERM), up() stops what it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    state = lc.up(
+        cluster_dir,
+        args.nodes,
+        serve=not args.no_serve,
+        store=not args.no_store,
+        port=args.port,
+        max_envs=args.node_max_envs,
+        max_memory_mb=args.node_max_memory,
+    )
+    names = ", ".join(n["name"] for n in state["nodes"])
+    print(f"denv cluster up: Ray at {state['address']}, nodes {names}", file=sys.stderr)
+    if state.get("store"):
+        print(f"denv cluster up: SeaweedFS S3 at {state['store']['endpoint']}", file=sys.stderr)
+    if state.get("server"):
+        print(f"export DENV_SERVER={shlex.quote(state['server']['url'])}")
+        print(f"export DENV_API_KEY={shlex.quote(lc.api_key(cluster_dir))}")
+    print(
+        f"denv cluster up: stop it with: denv cluster down --state-dir {cluster_dir}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _status(cluster_dir: Path, as_json: bool) -> int:
+    from . import local as lc
+
+    found = lc.status(cluster_dir)
+    if as_json:
+        print(json.dumps(found, indent=2))
+        return 0
+    if not found["running"]:
+        print(f"no local cluster runs from {cluster_dir} (denv cluster up starts one)")
+        return 0
+    print(f"cluster {cluster_dir}  Ray {found['address']}")
+    server, store = found.get("server"), found.get("store")
+    if server:
+        print(f"server  {server['url']}  {'running' if server['running'] else 'stopped'}")
+    if store:
+        print(f"store   {store['endpoint']}")
+    print(f"{'NODE':<8}{'STATE':<8}{'ENVS':>6}{'SPARES':>8}{'MEMORY':>10}")
+    for node in found["nodes"]:
+        state = "alive" if node["alive"] else "dead"
+        name = node["name"] + (" *" if node["head"] else "")
+        memory = f"{node['memory_mb']} MiB"
+        print(f"{name:<8}{state:<8}{node['envs']:>6}{node['spares']:>8}{memory:>10}")
+    return 0

@@ -1,0 +1,548 @@
+"""A Ray cluster of N nodes on this machine: what ``denv cluster up|status|down`` manage.
+
+``up(cluster_dir, nodes=N)`` starts, each as its own session (``setsid``) so that it can be
+found and stopped from another process:
+
+- N Ray nodes: a head (``ray start --head --block``) and N-1 ``ray start --address``, each
+  with its own temp dir (``/tmp/denv-ray-<id>/<name>``: Ray's unix sockets need a short
+  path), free ports, one CPU, a small object store, no dashboard, and the resources
+  ``denv_node`` and ``denv_node_<name>`` (names ``n0``, ``n1``, ...). Ray's health checks run
+  every second and give up after 3 misses, so a dead node is noticed in ~3 s;
+- a node agent per node (``ray_cluster.discover``), state under ``<cluster_dir>/nodes/<name>``;
+- SeaweedFS (``seaweed``) with its data under ``<cluster_dir>/seaweed``;
+- ``denv serve --cluster <head address>`` on 127.0.0.1, state under ``<cluster_dir>/server``.
+
+What it started is written to ``<cluster_dir>/cluster.json`` as it goes, so ``down`` stops
+everything even after a failed ``up`` (which calls it itself). ``down`` stops the server, the
+Ray nodes (every process of their sessions: SIGTERM, then SIGKILL), SeaweedFS, then removes
+the containers, networks and volume mounts each node's agent made (found by the agent's
+instance id, in this process) and Ray's temp dirs; ``purge=True`` deletes ``cluster_dir``.
+
+All nodes share this machine's Docker Engine and kernel: what a one-machine cluster does
+not show is in docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from denv.server.auth import load_or_create_key_file, private_dir
+
+from .agent import INSTANCE_FILE, AgentConfig
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "cluster.json"
+OBJECT_STORE_BYTES = 200 * 1024 * 1024  # Ray's object store per node (layers copied between
+# agents pass through it; Ray spills to disk past it)
+NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
+SERVER_START_S = 120.0
+STOP_GRACE_S = 10.0
+# Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
+HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+
+
+class ClusterError(Exception):
+    """The local cluster cannot be started or stopped; the message says why and the fix."""
+
+
+def node_names(count: int) -> list[str]:
+    return [f"n{i}" for i in range(count)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ray_command() -> list[str]:
+    """``ray`` of this Python environment."""
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def read_state(cluster_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((cluster_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_state(cluster_dir: Path, state: dict[str, Any]) -> None:
+    path = cluster_dir / STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(state, out, indent=2)
+    os.replace(tmp, path)
+
+
+# processes, by session (each Ray node, the server, SeaweedFS is a session of its own)
+def session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid`` (Ray's workers have process groups of their own but
+    stay in their node's session)."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def stop_session(sid: int, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every process of session ``sid``, SIGKILL what is left after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        pids = session_pids(sid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and session_pids(sid):
+            _reap()
+            time.sleep(0.1)
+    _reap()
+
+
+def _reap() -> None:
+    """Collect exited children of this process (nodes it started), so none stays a zombie."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own session: outlives `up`, found again by `down`
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
+        )
+    return proc.pid
+
+
+def raylet_pid(sid: int) -> int | None:
+    """The raylet of the Ray node whose session is ``sid`` (killing it kills the node)."""
+    for pid in session_pids(sid):
+        with contextlib.suppress(OSError):
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            if argv0.endswith(b"/raylet"):
+                return pid
+    return None
+
+
+# Ray nodes
+def start_ray_node(
+    cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
+) -> dict[str, Any]:
+    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``."""
+    temp_dir = Path(state["ray_tmp"]) / name
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    resources = json.dumps({"denv_node": 1, f"denv_node_{name}": 1})
+    cmd = [
+        *ray_command(),
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        "--num-cpus=1",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        f"--temp-dir={temp_dir}",
+        f"--resources={resources}",
+        "--dashboard-agent-listen-port=0",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+    ]
+    if head:
+        port = free_port()
+        state["address"] = f"127.0.0.1:{port}"
+        cmd += [
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--dashboard-port={free_port()}",
+        ]
+    else:
+        cmd += [f"--address={state['address']}", "--node-ip-address=127.0.0.1"]
+    log_path = cluster_dir / "logs" / f"ray-{name}.log"
+    pid = _spawn(cmd, log_path, HEALTH_ENV)
+    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path)}
+    state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
+    write_state(cluster_dir, state)
+    return node
+
+
+def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
+    """Until the head's GCS port answers; ClusterError with its log when the head exits."""
+    head = next(n for n in state["nodes"] if n["name"] == state["head"])
+    host, port = state["address"].rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not session_pids(int(head["sid"])):
+            raise ClusterError(f"the Ray head exited: {_tail(Path(head['log']))}")
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"the Ray head did not listen on {state['address']} within {timeout_s:.0f} s: "
+                f"{_tail(Path(head['log']))}"
+            )
+        time.sleep(0.3)
+
+
+def wait_ray_nodes(address: str, names: list[str], timeout_s: float = NODE_START_S) -> None:
+    """Until Ray sees every node of ``names`` alive (this process joins the cluster)."""
+    from . import ray_cluster
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray_cluster.connect(address)
+            missing = set(names) - ray_cluster.alive()
+        except ConnectionError as exc:
+            missing, why = set(names), str(exc)
+        else:
+            why = ""
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"Ray nodes {', '.join(sorted(missing))} did not join {address} within "
+                f"{timeout_s:.0f} s {why}: see the logs under <cluster dir>/logs"
+            )
+        time.sleep(0.5)
+
+
+def kill_node(cluster_dir: Path, name: str) -> None:
+    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest."""
+    state = read_state(cluster_dir) or {}
+    node = next((n for n in state.get("nodes", []) if n["name"] == name), None)
+    if node is None:
+        raise ClusterError(f"no node {name!r} in {cluster_dir / STATE_FILE}")
+    raylet = raylet_pid(int(node["sid"]))
+    if raylet is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(raylet, signal.SIGKILL)
+    stop_session(int(node["sid"]), grace_s=5.0)
+
+
+def restart_node(cluster_dir: Path, name: str) -> None:
+    """Start Ray node ``name`` again (a new Ray node with the same name and state dir)."""
+    state = read_state(cluster_dir)
+    if state is None or "address" not in state:
+        raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
+    if state.get("head") == name:
+        raise ClusterError("the head node cannot be restarted: run denv cluster down, then up")
+    start_ray_node(cluster_dir, state, name)
+    wait_ray_nodes(state["address"], [name])
+
+
+# the whole cluster
+def agent_config(cluster_dir: Path, max_envs: int = 0, max_memory_mb: int = 0) -> AgentConfig:
+    """What the agents of a local cluster get (``denv serve --node-state-dir`` the same)."""
+    return AgentConfig(
+        state_root=str(cluster_dir / "nodes"), max_envs=max_envs, max_memory_mb=max_memory_mb
+    )
+
+
+def up(
+    cluster_dir: Path,
+    nodes: int = 3,
+    *,
+    serve: bool = True,
+    store: bool = True,
+    port: int = 0,
+    max_envs: int = 0,
+    max_memory_mb: int = 0,
+) -> dict[str, Any]:
+    """Start the local cluster (see the module's doc); its state (``cluster.json``)."""
+    if nodes < 1:
+        raise ClusterError(f"--nodes {nodes}: a cluster needs at least 1 node")
+    cluster_dir = cluster_dir.expanduser().resolve()
+    private_dir(cluster_dir)
+    found = read_state(cluster_dir)
+    if found and any(session_pids(int(n["sid"])) for n in found.get("nodes", [])):
+        raise ClusterError(
+            f"a cluster already runs from {cluster_dir}: denv cluster down --state-dir "
+            f"{cluster_dir} first, or pick another --state-dir"
+        )
+    if found:
+        down(cluster_dir)  # what a cluster that died left: containers, mounts, temp dirs
+    (cluster_dir / "logs").mkdir(exist_ok=True)
+    state: dict[str, Any] = {
+        "dir": str(cluster_dir),
+        "ray_tmp": f"/tmp/denv-ray-{secrets.token_hex(4)}",
+        "nodes": [],
+    }
+    write_state(cluster_dir, state)
+    try:
+        names = node_names(nodes)
+        state["head"] = names[0]
+        start_ray_node(cluster_dir, state, names[0], head=True)
+        wait_gcs(state)
+        for name in names[1:]:
+            start_ray_node(cluster_dir, state, name)
+        wait_ray_nodes(state["address"], names)
+        from . import ray_cluster
+
+        cfg = agent_config(cluster_dir, max_envs, max_memory_mb)
+        agents = ray_cluster.discover(cfg)
+        if set(agents) != set(names):
+            raise ClusterError(
+                f"node agents of {', '.join(sorted(set(names) - set(agents)))} did not start: "
+                f"their errors are in the Ray logs under {state['ray_tmp']}"
+            )
+        if store:
+            state["store"] = _start_store(cluster_dir)
+            write_state(cluster_dir, state)
+        if serve:
+            state["server"] = _start_server(cluster_dir, state, cfg, port)
+            write_state(cluster_dir, state)
+    except BaseException:
+        down(cluster_dir)
+        raise
+    return state
+
+
+def _start_store(cluster_dir: Path) -> dict[str, Any]:
+    from . import seaweed
+
+    data_dir = cluster_dir / "seaweed"
+    cfg = seaweed.start(data_dir)
+    creds = cluster_dir / "store-credentials.json"
+    fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"access_key": cfg.access_key, "secret_key": cfg.secret_key}, out)
+    return {
+        "data_dir": str(data_dir),
+        "endpoint": cfg.endpoint,
+        "bucket": cfg.bucket,
+        "credentials": str(creds),
+    }
+
+
+def _start_server(
+    cluster_dir: Path, state: dict[str, Any], cfg: AgentConfig, port: int
+) -> dict[str, Any]:
+    server_dir = cluster_dir / "server"
+    private_dir(server_dir)
+    key, key_path = load_or_create_key_file(server_dir)
+    port = port or free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "denv",
+        "serve",
+        f"--cluster={state['address']}",
+        f"--state-dir={server_dir}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--api-key-file={key_path}",
+        f"--node-state-dir={cfg.state_root}",
+        f"--node-max-envs={cfg.max_envs}",
+        f"--node-max-memory={cfg.max_memory_mb}",
+    ]
+    if "store" in state:
+        cmd += [
+            f"--store-endpoint={state['store']['endpoint']}",
+            f"--store-bucket={state['store']['bucket']}",
+            f"--store-credentials={state['store']['credentials']}",
+        ]
+    log_path = cluster_dir / "logs" / "server.log"
+    env = {k: v for k, v in os.environ.items() if k != "DENV_API_KEY"}
+    os.environ.pop("RAY_ADDRESS", None)
+    pid = _spawn(cmd, log_path, {**env, "RAY_ADDRESS": state["address"]})
+    url = f"http://127.0.0.1:{port}"
+    server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
+    state["server"] = server
+    write_state(cluster_dir, state)
+    _wait_server(url, key, pid, log_path)
+    return server
+
+
+def _wait_server(url: str, key: str, pid: int, log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    request = urllib.request.Request(f"{url}/v1/health", headers={"Authorization": f"Bearer {key}"})
+    while time.monotonic() < deadline:
+        if not session_pids(pid):
+            raise ClusterError(f"denv serve --cluster exited: {_tail(log_path)}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=2) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.3)
+    raise ClusterError(f"denv serve --cluster did not answer within {SERVER_START_S:.0f} s")
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def api_key(cluster_dir: Path) -> str:
+    path = cluster_dir / "server" / "api_key"
+    return path.read_text().strip() if path.exists() else ""
+
+
+def down(cluster_dir: Path, purge: bool = False) -> list[str]:
+    """Stop everything ``up`` started from ``cluster_dir`` and remove what the nodes made;
+    what it did, one line each. Idempotent."""
+    cluster_dir = cluster_dir.expanduser().resolve()
+    state = read_state(cluster_dir) or {}
+    done: list[str] = []
+    server = state.get("server")
+    if server and session_pids(int(server["sid"])):
+        stop_session(int(server["sid"]), grace_s=30.0)  # SIGTERM: it stops its boots first
+        done.append(f"stopped denv serve (pid {server['sid']})")
+    for node in sorted(state.get("nodes", []), key=lambda n: n["name"] == state.get("head")):
+        if session_pids(int(node["sid"])):
+            stop_session(int(node["sid"]))
+            done.append(f"stopped Ray node {node['name']} (session {node['sid']})")
+    if state.get("store"):
+        from . import seaweed
+
+        seaweed.stop(Path(state["store"]["data_dir"]), purge=purge)
+        done.append("stopped SeaweedFS")
+    done += remove_node_objects(cluster_dir / "nodes")
+    if state.get("ray_tmp"):
+        shutil.rmtree(state["ray_tmp"], ignore_errors=True)
+    if purge:
+        shutil.rmtree(cluster_dir, ignore_errors=True)
+        done.append(f"removed {cluster_dir}")
+    else:
+        (cluster_dir / STATE_FILE).unlink(missing_ok=True)
+    return done
+
+
+def remove_node_objects(state_root: Path) -> list[str]:
+    """Remove every container, network and volume mount of each node agent under
+    ``state_root`` (its instance id labels them), as the agent itself would."""
+    from denv.server.docker_node import DockerNode
+    from denv.server.engine import Engine
+    from denv.server.firewall import Firewall, resolvers
+    from denv.server.volumes import Volumes
+
+    done: list[str] = []
+    if not state_root.is_dir():
+        return done
+    for node_dir in sorted(state_root.iterdir()):
+        instance = node_dir / INSTANCE_FILE
+        if not instance.exists():
+            continue
+        engine = Engine(instance.read_text().strip(), firewall=Firewall(resolvers()))
+        node = DockerNode(engine, Volumes(node_dir))
+        owned = node.owned()
+        node.remove_owned(owned)
+        node.drop_partial_layers()
+        if owned.containers or owned.networks or owned.volume_envs:
+            done.append(
+                f"node {node_dir.name}: removed {len(owned.containers)} containers, "
+                f"{len(owned.networks)} networks, the volumes of {len(owned.volume_envs)} envs"
+            )
+    return done
+
+
+def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The cluster's nodes (alive or not, envs, spares), its server and store."""
+    cluster_dir = cluster_dir.expanduser().resolve()
+    state = read_state(cluster_dir)
+    if state is None:
+        return {"dir": str(cluster_dir), "running": False, "nodes": []}
+    alive: set[str] = set()
+    agents: dict[str, Any] = {}
+    head = next((n for n in state.get("nodes", []) if n["name"] == state.get("head")), None)
+    if head is not None and session_pids(int(head["sid"])):
+        from . import ray_cluster
+
+        ray_cluster.connect(state["address"])
+        alive = ray_cluster.alive()
+        for name in alive:
+            agent = ray_cluster.find_agent(name)
+            if agent is None:
+                continue
+            with contextlib.suppress(Exception):
+                agents[name] = agent.info(timeout_s)
+    in_api = _api_env_ids(state)
+    nodes = []
+    for node in state.get("nodes", []):
+        info = agents.get(node["name"], {})
+        env_ids = list(info.get("env_ids", []))
+        # A spare is an env the API does not list yet (known only when the server answers).
+        spares = [e for e in env_ids if e not in in_api] if in_api is not None else None
+        nodes.append(
+            {
+                "name": node["name"],
+                "head": node["name"] == state.get("head"),
+                "alive": node["name"] in alive,
+                "agent": bool(info),
+                "envs": len(env_ids) - len(spares) if spares is not None else len(env_ids),
+                "spares": len(spares) if spares is not None else len(info.get("warm_env_ids", [])),
+                "memory_mb": int(info.get("memory_bytes", 0)) // (1024 * 1024),
+                "state_dir": info.get("state_dir", str(cluster_dir / "nodes" / node["name"])),
+            }
+        )
+    server = state.get("server")
+    return {
+        "dir": str(cluster_dir),
+        "running": True,
+        "address": state.get("address"),
+        "nodes": nodes,
+        "server": {
+            "url": server["url"],
+            "running": bool(session_pids(int(server["sid"]))),
+        }
+        if server
+        else None,
+        "store": {"endpoint": state["store"]["endpoint"]} if state.get("store") else None,
+    }
+
+
+def _api_env_ids(state: dict[str, Any]) -> set[str] | None:
+    """Ids of the envs the server lists (live ones), None when it does not answer."""
+    server = state.get("server")
+    key = api_key(Path(state["dir"]))
+    if not server or not key:
+        return None
+    found: set[str] = set()
+    cursor = ""
+    for _ in range(1000):  # 200 a page
+        query = "limit=200" + (f"&cursor={urllib.parse.quote(cursor)}" if cursor else "")
+        request = urllib.request.Request(
+            f"{server['url']}/v1/envs?{query}", headers={"Authorization": f"Bearer {key}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                body = json.loads(resp.read())
+        except (OSError, ValueError):
+            return None
+        found |= {str(item["id"]) for item in body.get("items", [])}
+        cursor = body.get("next_cursor") or ""
+        if not cursor:
+            break
+    return found

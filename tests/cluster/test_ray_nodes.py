@@ -1,0 +1,258 @@
+"""Node agents on a real Ray cluster (issue 18): pinning, the node seam over Ray, node death.
+
+The ``cluster`` fixture (conftest) is ONE 3-node Ray cluster on this machine for the run;
+these tests join it as a Ray driver and talk to the node agents through ``RemoteNode``
+(``ray_cluster.discover``), booting the stand-in image's containers on the shared Docker
+Engine. The last test starts a second, 2-node cluster through the CLI and checks that
+``denv cluster down`` leaves nothing. Each test prints one line of what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import ray
+from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions
+
+from denv.cluster import local, ray_cluster
+from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
+from denv.cluster.remote import RemoteNode
+from denv.server import ids
+from denv.server.errors import ApiError
+from denv.server.node import BootFailed, BootSpec, NodeLost
+from denv.server.records import ServiceSpec, VolumeSlot
+
+pytestmark = pytest.mark.e2e
+
+STANDIN = "denv-http-standin:latest"  # built by `make images`
+STANDIN_CMD = [
+    "sh",
+    "-c",
+    "echo seeded > /work/seed.txt; exec python3 -m http.server 8000 --directory /srv/www",
+]
+DEATH_NOTICED_S = 20.0  # Ray's health checks in a local cluster: 3 misses 1 s apart (~3 s)
+
+
+@pytest.fixture
+def nodes(cluster: LocalCluster) -> dict[str, RemoteNode]:
+    """The agents of every alive node, this test process joined to the cluster as a driver."""
+    ray_cluster.connect(cluster.address)
+    found = ray_cluster.discover(local.agent_config(cluster.dir, cluster.max_envs))
+    assert sorted(found) == cluster.nodes, f"agents answered for {sorted(found)} only"
+    return found
+
+
+def standin_spec(node: RemoteNode, command: list[str] = STANDIN_CMD) -> BootSpec:
+    digest = node.resolve_image(STANDIN, False)
+    service = ServiceSpec(
+        name="agent",
+        image=STANDIN,
+        image_digest=digest,
+        command=command,
+        ports=[8000],
+        volumes=["/work"],
+        health_path="/health",
+    )
+    slot = VolumeSlot(service="agent", n=0, path="/work", layers=[])
+    return BootSpec(
+        env_id=ids.new_id("env"),
+        services=[service],
+        agent="agent",
+        egress="deny",
+        volumes=[slot],
+        timeout_s=60,
+    )
+
+
+def ray_node_ids() -> dict[str, str]:
+    """Node name -> Ray node id, of the alive nodes offering denv_node."""
+    return {n.name: n.node_id for n in ray_cluster.denv_nodes() if n.alive}
+
+
+def test_node_names_come_from_resources() -> None:
+    assert ray_cluster.node_name({"denv_node": 1, "denv_node_gpu-a": 1}, "ab" * 28) == "gpu-a"
+    assert ray_cluster.node_name({"denv_node": 1, "CPU": 4}, "0123456789abcdef") == (
+        "ray-0123456789ab"
+    )
+    assert ray_cluster.check_name("n7") == "n7"
+    with pytest.raises(ValueError, match="lowercase letters, digits"):
+        ray_cluster.check_name("Bad_Name")
+    lost = pickle.loads(pickle.dumps(NodeLost("n1", "ActorDiedError during states")))
+    assert (lost.node, lost.reason) == ("n1", "ActorDiedError during states")
+    assert str(lost) == "node n1 is lost: ActorDiedError during states"
+
+
+def test_one_agent_pinned_to_each_node_with_its_own_instance_id(
+    cluster: LocalCluster, nodes: dict[str, RemoteNode]
+) -> None:
+    infos = {name: node.info() for name, node in nodes.items()}
+    placed = {name: info["ray_node_id"] for name, info in infos.items()}
+    assert placed == ray_node_ids(), "an agent runs on another Ray node than its own"
+    instances = {info["instance_id"] for info in infos.values()}
+    assert len(instances) == len(nodes), f"instance ids are shared: {infos}"
+    assert {n: i["instance_id"] for n, i in infos.items()} == cluster.instance_ids()
+    assert len({info["state_dir"] for info in infos.values()}) == len(nodes)
+    assert all(i["host_guard"]["ipv4"] == "ok" for i in infos.values()), infos
+    # Named, detached, in namespace denv: a new control plane finds the same actors.
+    for name in nodes:
+        again = ray.get_actor(ACTOR_PREFIX + name, namespace=NAMESPACE)
+        assert RemoteNode(name, again).ping() == infos[name]["instance_id"]
+    print(f"agents: {placed} instances {sorted(instances)}")
+
+
+def test_a_remote_node_boots_a_real_env_and_tears_it_down(
+    cluster: LocalCluster, nodes: dict[str, RemoteNode]
+) -> None:
+    node, others = nodes["n1"], [n for name, n in nodes.items() if name != "n1"]
+    spec = standin_spec(node)
+    started = time.monotonic()
+    booted = node.bring_up(spec)
+    try:
+        node.wait_healthy(spec, booted, 60)
+        up_s = time.monotonic() - started
+        with urllib.request.urlopen(f"http://{booted.agent_ip}:8000/health", timeout=10) as r:
+            assert r.status == 200  # the env answers on its node's network
+        assert set(node.states(spec.env_id).values()) == {"running"}
+        label = f"label=denv.instance={cluster.instance_ids()['n1']}"
+        mine = subprocess.run(
+            ["docker", "ps", "-q", "--no-trunc", "--filter", label],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert booted.containers["agent"] in mine, "the container lacks its node's instance"
+        assert spec.env_id in node.info()["env_ids"]
+        for other in others:  # each node sees only its own objects
+            assert spec.env_id not in other.owned().containers.values()
+        layers = node.snapshot(spec.env_id, list(booted.containers.values()), spec.volumes)
+        assert len(layers) == 1 and node.has_layer(layers[0][0])
+        assert not any(o.has_layer(layers[0][0]) for o in others), "a layer on every node"
+    finally:
+        node.teardown(spec.env_id, list(booted.containers.values()))
+    owned = node.owned()
+    assert spec.env_id not in owned.containers.values()
+    assert spec.env_id not in owned.networks.values()
+    assert spec.env_id not in owned.volume_envs
+    node.delete_layers(layers[0])
+    print(f"n1: booted {spec.env_id} healthy in {up_s:.2f} s, snapshot {layers[0]}, torn down")
+
+
+def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) -> None:
+    node = nodes["n2"]
+    with pytest.raises(ApiError) as missing:
+        node.resolve_image("denv-no-such-image:never", False)
+    assert (missing.value.status, missing.value.code) == (422, "image_not_found")
+    assert type(missing.value) is ApiError  # not Ray's RayTaskError(ApiError)
+
+    spec = standin_spec(node, ["sh", "-c", "exit 3"])  # the agent exits at once
+    booted = node.bring_up(spec)
+    try:
+        with pytest.raises(BootFailed) as failed:
+            node.wait_healthy(spec, booted, 30)
+        assert type(failed.value) is BootFailed
+        assert failed.value.service == "agent" and failed.value.code, vars(failed.value)
+    finally:
+        node.teardown(spec.env_id, list(booted.containers.values()))
+    print(f"crossed: ApiError {missing.value.code}, BootFailed {failed.value.code}")
+
+
+def test_a_killed_node_leaves_alive_within_seconds_and_its_calls_raise_node_lost(
+    cluster: LocalCluster, nodes: dict[str, RemoteNode]
+) -> None:
+    victim = "n2"
+    assert victim != cluster.head
+    members = ray_cluster.Members(local.agent_config(cluster.dir, cluster.max_envs))
+    assert victim in members.wait()
+    instance = nodes[victim].ping()
+    killed = time.monotonic()
+    cluster.kill_node(victim)
+    try:
+        while victim in ray_cluster.alive():
+            assert time.monotonic() - killed < DEATH_NOTICED_S, "Ray still sees the node alive"
+            time.sleep(0.1)
+        noticed_s = time.monotonic() - killed
+        assert victim not in members()
+        started = time.monotonic()
+        with pytest.raises(NodeLost) as lost:
+            nodes[victim].states()
+        lost_s = time.monotonic() - started
+        assert lost.value.node == victim
+        # The survivors answer as before.
+        assert all(n.ping() for name, n in nodes.items() if name != victim)
+    finally:
+        cluster.restart_node(victim)
+    deadline = time.monotonic() + 120
+    while victim not in members():
+        assert time.monotonic() < deadline, f"no agent on the restarted {victim}"
+        time.sleep(0.5)
+    back = members()[victim]
+    assert isinstance(back, RemoteNode)
+    assert back.ping() == instance, "the restarted node's agent has another instance id"
+    print(
+        f"{victim} killed: alive() dropped it after {noticed_s:.1f} s, NodeLost in "
+        f"{lost_s * 1000:.0f} ms ({lost.value.reason}); back with instance {instance}"
+    )
+
+
+def test_cli_up_status_down_leaves_nothing(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "c2"
+    denv = [sys.executable, "-m", "denv", "cluster"]
+    where = ["--state-dir", str(cluster_dir)]
+    up = subprocess.run(
+        [*denv, "up", "--nodes", "2", *where], capture_output=True, text=True, timeout=600
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in up.stdout.splitlines()
+            if line.startswith("export ")
+        )
+        assert set(exports) == {"DENV_SERVER", "DENV_API_KEY"}, up.stdout
+        url, key = exports["DENV_SERVER"], exports["DENV_API_KEY"]
+        request = urllib.request.Request(
+            f"{url}/v1/sandboxes",
+            data=json.dumps({"image": STANDIN, "command": STANDIN_CMD}).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=300) as resp:
+            env = json.loads(resp.read())
+        status = subprocess.run(
+            [*denv, "status", "--json", *where], capture_output=True, text=True, timeout=120
+        )
+        assert status.returncode == 0, status.stderr
+        found = json.loads(status.stdout)
+        assert [(n["name"], n["alive"]) for n in found["nodes"]] == [("n0", True), ("n1", True)]
+        assert sum(n["envs"] for n in found["nodes"]) == 1, found
+        assert found["server"]["running"] and found["store"], found
+        text = subprocess.run(
+            [*denv, "status", *where], capture_output=True, text=True, timeout=120
+        ).stdout
+        assert "n0 *" in text and "alive" in text, text
+    finally:
+        state = local.read_state(cluster_dir) or {}
+        sessions = cluster_sessions(cluster_dir)
+        instances = [
+            (d / "instance").read_text().strip()
+            for d in (cluster_dir / "nodes").glob("*")
+            if (d / "instance").exists()
+        ]
+        down = subprocess.run(
+            [*denv, "down", "--purge", *where], capture_output=True, text=True, timeout=300
+        )
+    assert down.returncode == 0, down.stderr
+    assert len(instances) == 2 and len(sessions) == 3, (instances, sessions)
+    left = cluster_leftovers(cluster_dir, instances, sessions)
+    store_dir = Path(state["store"]["data_dir"])
+    left += [f"Ray temp dir {state['ray_tmp']}"] if Path(state["ray_tmp"]).exists() else []
+    left += ["SeaweedFS data"] if store_dir.exists() else []
+    left += [f"cluster dir {cluster_dir}"] if cluster_dir.exists() else []
+    assert not left, f"denv cluster down left: {left}"
+    print(f"cluster up/status/down: env {env['id']} placed, then nothing left ({down.stderr!r})")
