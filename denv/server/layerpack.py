@@ -94,6 +94,7 @@ def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
             if key in links:
                 info.type, info.linkname, info.size = tarfile.LNKTYPE, links[key], 0
                 tar.addfile(info)
+                _forget_headers(tar)
                 continue
             links[key] = name
         if info.isreg():
@@ -101,6 +102,13 @@ def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
                 tar.addfile(info, f)
         else:
             tar.addfile(info)
+        _forget_headers(tar)
+
+
+def _forget_headers(tar: tarfile.TarFile) -> None:
+    """Drop the headers tarfile keeps of every entry read or written: a layer of a million
+    files would hold them all in memory (this module reads and writes one entry at a time)."""
+    tar.members.clear()  # type: ignore[attr-defined]  # not in typeshed, a plain list
 
 
 def _walk(root: Path) -> Iterator[tuple[str, str, os.stat_result]]:
@@ -209,7 +217,8 @@ def _extract(tar: tarfile.TarFile, root: Path) -> None:
     dirs: set[str] = set()  # names of dirs this archive made
     others: set[str] = set()  # names of everything else it made (hard link targets)
     dir_times: list[tuple[str, int]] = []
-    for info in tar:
+    while (info := tar.next()) is not None:
+        _forget_headers(tar)
         name = info.name
         if name == ".":
             if dirs or others or not info.isdir():
