@@ -41,6 +41,7 @@ START_TIMEOUT_S = 60.0  # a restart over old data waits ~15 s for its master's e
 # Then SIGKILL: its filer's graceful gRPC stop can hang on open streams; what S3 acknowledged
 # is in the volume files and the filer's leveldb log already, which a kill does not lose.
 STOP_TIMEOUT_S = 3.0
+START_ATTEMPTS = 3
 STATE_FILE = "seaweed.json"
 SERVICES = ("master", "volume", "filer", "s3")  # each has an http and a grpc port
 PROBE_KEY = ".denv-probe"
@@ -48,6 +49,10 @@ PROBE_KEY = ".denv-probe"
 
 class SeaweedError(Exception):
     """SeaweedFS cannot be started or stopped; the message says why and what to do."""
+
+
+class _ExitedAtStart(SeaweedError):
+    pass
 
 
 def weed_binary() -> Path:
@@ -76,6 +81,19 @@ def start(data_dir: Path, bucket: str = BUCKET, timeout_s: float = START_TIMEOUT
     found = running(data_dir)
     if found is not None:
         return found
+    stop(data_dir)  # what a SeaweedFS that died left: its state file, its sockets in /tmp
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return _start_once(data_dir, bucket, timeout_s)
+        except _ExitedAtStart as e:
+            # Most likely a port taken between choosing it and binding it: choose again.
+            if attempt == START_ATTEMPTS - 1:
+                raise
+            log.info("SeaweedFS exited at start (%s): trying other ports", e)
+    raise AssertionError("unreachable")
+
+
+def _start_once(data_dir: Path, bucket: str, timeout_s: float) -> StoreConfig:
     access_key, secret_key = _identity(data_dir)
     ports = {f"{s}.{kind}": p for (s, kind), p in zip(_pairs(), _free_ports(8), strict=True)}
     store = StoreConfig(
@@ -85,7 +103,7 @@ def start(data_dir: Path, bucket: str = BUCKET, timeout_s: float = START_TIMEOUT
         secret_key=secret_key,
     )
     log_path = data_dir / "weed.log"
-    with open(log_path, "ab") as out:
+    with open(log_path, "wb") as out:  # one start's log (it is verbose)
         proc = subprocess.Popen(
             _command(data_dir, ports),
             stdin=subprocess.DEVNULL,
@@ -209,7 +227,7 @@ def _wait_ready(
     layers: LayerStore | None = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SeaweedError(
+            raise _ExitedAtStart(
                 f"SeaweedFS exited with {proc.returncode} at start: {_tail(log_path)}"
             )
         try:

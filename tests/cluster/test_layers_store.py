@@ -192,6 +192,8 @@ def test_seaweedfs_listens_on_loopback_only_and_stops_from_another_process(
         assert {int(a.rsplit(":", 1)[1]) for a in addresses} <= ports
         assert oct((data / "s3.json").stat().st_mode & 0o777) == "0o600"
         LayerStore(store).probe()
+        (tmp_path / "l.tar").write_bytes(b"a packed layer")
+        LayerStore(store).put("lyr_kept", tmp_path / "l.tar", "sha256:1")
     finally:
         # `denv cluster down` stops it from another process: do the same.
         code = "import sys, pathlib, denv.cluster.seaweed as s; s.stop(pathlib.Path(sys.argv[1]))"
@@ -206,6 +208,19 @@ def test_seaweedfs_listens_on_loopback_only_and_stops_from_another_process(
     assert [
         p for p in Path("/tmp").glob("seaweedfs-*.sock") if int(p.stem.rsplit("-", 1)[1]) in ports
     ] == []
-    assert (data / "data").is_dir()  # the stored layers stay
+
+    # Started again on its data (other ports, same keys): the stored layers are there.
+    again = sw.start(data)
+    assert (again.access_key, again.secret_key) == (store.access_key, store.secret_key)
+    assert LayerStore(again).digest_of("lyr_kept") == "sha256:1"
+    # Killed (a crash): stop() still removes what it left, and purge its data.
+    state = sw._read_state(data.resolve())
+    assert state is not None
+    os.kill(int(state["pid"]), 9)
+    os.waitpid(int(state["pid"]), 0)
     sw.stop(data, purge=True)
-    assert not data.exists()
+    assert not data.exists() and sw.running(data) is None
+    ports = set(state["ports"].values())
+    assert [
+        p for p in Path("/tmp").glob("seaweedfs-*.sock") if int(p.stem.rsplit("-", 1)[1]) in ports
+    ] == []
