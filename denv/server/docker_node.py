@@ -423,13 +423,16 @@ class DockerNode:
                         f"{digest}: it was replaced in the store; upload it again from its "
                         "origin node"
                     )
-                self._publish_packed(layer_id, digest, part)
+                self._publish_packed(layer_id, digest, part, checked=True)
             finally:
                 part.unlink(missing_ok=True)
 
-    def _publish_packed(self, layer_id: str, digest: str, part: Path) -> None:
-        """Unpack a checked packed layer as the layer, and keep it packed for other nodes."""
-        unpack_layer(part, digest, self.volumes.layer_path(layer_id))
+    def _publish_packed(
+        self, layer_id: str, digest: str, part: Path, checked: bool = False
+    ) -> None:
+        """Unpack a packed layer (its digest checked) as the layer, and keep it packed for
+        other nodes."""
+        unpack_layer(part, digest, self.volumes.layer_path(layer_id), checked=checked)
         tar, digest_file = self._packed(layer_id)
         os.replace(part, tar)
         _write_atomic(digest_file, digest)

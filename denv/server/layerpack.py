@@ -193,14 +193,17 @@ def check_digest(path: Path, digest: str) -> None:
         )
 
 
-def unpack_layer(src: Path, digest: str, dest_dir: Path) -> None:
+def unpack_layer(src: Path, digest: str, dest_dir: Path, *, checked: bool = False) -> None:
     """Check ``src`` has ``digest``, then extract it as the new layer dir ``dest_dir``.
 
     LayerDigestMismatch (a ValueError) before anything is written when the digest differs;
     UnsafeLayer for an entry that would escape the dir or is not what :func:`pack_layer`
     writes; FileExistsError when ``dest_dir`` exists (a layer is immutable: never replaced).
+    ``checked``: the caller has just checked this private file's digest itself
+    (``LayerStore.get`` does), so it is not read twice.
     """
-    check_digest(src, digest)
+    if not checked:
+        check_digest(src, digest)
     if dest_dir.exists():
         raise FileExistsError(f"layer dir {dest_dir} exists already")
     tmp = dest_dir.with_name(f".tmp-{dest_dir.name}.{secrets.token_hex(4)}")
