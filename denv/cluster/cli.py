@@ -15,11 +15,9 @@ import signal
 import sys
 from pathlib import Path
 
-from denv.local import state_dir as default_state_dir
-
 
 def default_cluster_dir() -> Path:
-    return default_state_dir() / "cluster"
+    return Path.home() / ".local" / "state" / "denv" / "cluster"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             type=Path,
             default=None,
             help="the cluster's directory: node state, logs, server, store "
-            "(default: $DENV_STATE_DIR/cluster or ~/.local/share/denv/cluster)",
+            "(default: ~/.local/state/denv/cluster)",
         )
         if name == "up":
             action.add_argument(

@@ -9,8 +9,11 @@ Engine. The last test starts a second, 2-node cluster through the CLI and checks
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -161,6 +164,29 @@ def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) 
     finally:
         node.teardown(spec.env_id, list(booted.containers.values()))
     print(f"crossed: ApiError {missing.value.code}, BootFailed {failed.value.code}")
+
+
+def test_ray_restarts_a_dead_agent_on_its_node_with_the_same_instance(
+    nodes: dict[str, RemoteNode],
+) -> None:
+    node = nodes["n1"]
+    before = node.info()
+    killed = time.monotonic()
+    os.kill(int(before["pid"]), signal.SIGKILL)  # the agent's worker process, not the node
+    deadline = killed + 120
+    while True:  # calls fail (NodeLost) or wait while Ray restarts the actor
+        with contextlib.suppress(NodeLost):
+            after = node.info(timeout_s=10)
+            if after["pid"] != before["pid"]:
+                break
+        assert time.monotonic() < deadline, "Ray did not restart the agent"
+        time.sleep(0.2)
+    back_s = time.monotonic() - killed
+    assert after["instance_id"] == before["instance_id"]
+    assert after["ray_node_id"] == before["ray_node_id"], "restarted on another node"
+    assert after["state_dir"] == before["state_dir"]
+    assert node.engine_version()  # the same handle works again
+    print(f"agent n1 (pid {before['pid']}) killed: back as pid {after['pid']} in {back_s:.1f} s")
 
 
 def test_a_killed_node_leaves_alive_within_seconds_and_its_calls_raise_node_lost(
