@@ -51,7 +51,7 @@ OBJECT_STORE_BYTES = 200 * 1024 * 1024  # Ray's object store per node (layers co
 # agents pass through it; Ray spills to disk past it)
 NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
 SERVER_START_S = 120.0
-STOP_GRACE_S = 10.0
+STOP_GRACE_S = 5.0  # then SIGKILL (a Ray head's `ray start --block` seldom ends on SIGTERM)
 # Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
 HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 
@@ -112,15 +112,20 @@ def session_pids(sid: int) -> list[int]:
 
 def stop_session(sid: int, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM every process of session ``sid``, SIGKILL what is left after ``grace_s``."""
+    stop_sessions([sid], grace_s)
+
+
+def stop_sessions(sids: list[int], grace_s: float = STOP_GRACE_S) -> None:
+    """``stop_session`` of several sessions at once."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        pids = session_pids(sid)
+        pids = [pid for sid in sids for pid in session_pids(sid)]
         if not pids:
             return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and session_pids(sid):
+        while time.monotonic() < deadline and any(session_pids(sid) for sid in sids):
             _reap()
             time.sleep(0.1)
     _reap()
@@ -420,10 +425,9 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
     if server and session_pids(int(server["sid"])):
         stop_session(int(server["sid"]), grace_s=30.0)  # SIGTERM: it stops its boots first
         done.append(f"stopped denv serve (pid {server['sid']})")
-    for node in sorted(state.get("nodes", []), key=lambda n: n["name"] == state.get("head")):
-        if session_pids(int(node["sid"])):
-            stop_session(int(node["sid"]))
-            done.append(f"stopped Ray node {node['name']} (session {node['sid']})")
+    running = [n for n in state.get("nodes", []) if session_pids(int(n["sid"]))]
+    stop_sessions([int(n["sid"]) for n in running])
+    done += [f"stopped Ray node {n['name']} (session {n['sid']})" for n in running]
     if state.get("store"):
         from . import seaweed
 

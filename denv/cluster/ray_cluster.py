@@ -46,7 +46,7 @@ RESOURCE = "denv_node"
 NAME_RESOURCE = "denv_node_"  # + the node's name
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 AGENT_START_S = 120.0  # a new agent: a worker process, imports, the host guard's first check
-RETRY_FAILED_S = 30.0  # an agent that failed to start is tried again this much later
+RETRY_FAILED_S = 10.0  # an agent that failed to start is tried again this much later
 
 
 def check_name(name: str) -> str:
