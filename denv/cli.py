@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # No abbreviations: `--api-key dak_...` must not pass for `--api-key-file`.
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         sub_parser.set_defaults(_module=module_name)
         # Arguments are added only for the chosen subcommand (see main), so a
         # missing extra never breaks `denv --help`.

@@ -133,7 +133,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
     )
     engine.pull_credentials = config.pull_credentials
     volumes = Volumes(config.state_dir, config.max_volume_mb)
-    if volumes.fs is not None:
+    if volumes.fs is not None and node is None:  # a cluster's node agents check their own
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
     clustered = node is not None
     node = node or DockerNode(engine, volumes, config.limits)
@@ -147,8 +147,10 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(256, thread_name_prefix="denv-io")
         )
-        # Fail fast: without the guard, egress-deny envs could reach the host.
-        await asyncio.to_thread(ctx.host_guard.check)
+        # Fail fast: without the guard, egress-deny envs could reach the host (on a
+        # cluster each node agent keeps its own machine's guard).
+        if not clustered:
+            await asyncio.to_thread(ctx.host_guard.check)
         try:
             await asyncio.to_thread(service.reconcile)
         except Exception:
@@ -159,7 +161,9 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
         except Exception:
             log.exception("the egress rules of running envs were not taken back")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
-        guard = asyncio.create_task(ctx.host_guard.forever(HOST_GUARD_CHECK_S))
+        guard = asyncio.create_task(
+            ctx.host_guard.forever(HOST_GUARD_CHECK_S) if not clustered else asyncio.sleep(0)
+        )
         _write_server_json(config)
         log.info("denv server %s listening at %s", engine.instance_id, config.public_url())
         try:

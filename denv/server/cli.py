@@ -236,6 +236,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PREFIX",
         help="prefix length of each env network's subnet (default /%(default)s: 30 addresses)",
     )
+    parser.add_argument(
+        "--public-url",
+        default="",
+        metavar="URL",
+        help="the URL clients reach this server at, when it is not the address it listens "
+        "on (a proxy, a load balancer, a Kubernetes Service): ingress URLs start with it",
+    )
     fairness.add_arguments(parser)
     tls.add_arguments(parser)
     clusteropts.add_arguments(parser)
@@ -308,6 +315,13 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
     if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
         print("denv serve: --env-memory, --env-pids and --env-cpus are >= 0", file=sys.stderr)
         return 2
+    if args.public_url and not args.public_url.startswith(("http://", "https://")):
+        print(
+            f"denv serve: --public-url {args.public_url!r}: give a URL starting with http:// "
+            "or https://, e.g. https://denv.example.org",
+            file=sys.stderr,
+        )
+        return 2
     if any(not p.strip() for p in args.allow_image):
         print("denv serve: --allow-image needs a pattern, e.g. 'denv-*'", file=sys.stderr)
         return 2
@@ -375,6 +389,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,
         scheme="https" if args.tls_cert else "http",
+        base_url=args.public_url,
         **fair,
         allow_private_egress=args.allow_private_egress,
     )
@@ -402,7 +417,9 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """``python -m denv.server [serve] ...``."""
-    parser = argparse.ArgumentParser(prog="denv serve", description="Run the local denv server.")
+    parser = argparse.ArgumentParser(
+        prog="denv serve", description="Run the local denv server.", allow_abbrev=False
+    )
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
