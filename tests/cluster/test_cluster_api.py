@@ -9,7 +9,9 @@ Each test prints one summary line of what it checked.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ STANDIN_CMD = [
     "-c",
     "echo seeded > /work/seed.txt; exec python3 -m http.server 8000 --directory /srv/www",
 ]
+SOAK = os.environ.get("DENV_SOAK") == "1"
 DURABLE_WAIT_S = 60.0
 LOST_WAIT_S = 30.0
 
@@ -136,41 +139,94 @@ def test_past_every_node_cap_a_create_gets_429(api: httpx.Client, cluster: Local
     )
 
 
-def test_a_dead_node_loses_its_envs_and_its_durable_version_forks_elsewhere(
+class Load:
+    """Creates and deletes stand-in envs in a loop on another thread (the cluster under load);
+    counts what it did, and what failed for a reason other than the killed node."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster, self.stop = cluster, threading.Event()
+        self.done: Counter[str] = Counter()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.cluster.api_key}"}
+        with httpx.Client(
+            base_url=self.cluster.url, headers=headers, timeout=300, trust_env=False
+        ) as c:
+            while not self.stop.is_set():
+                res = c.post("/v1/sandboxes", json={"image": STANDIN, "command": STANDIN_CMD})
+                if res.status_code != 201:
+                    self.done[f"create {res.status_code}"] += 1
+                    time.sleep(1)
+                    continue
+                env = res.json()
+                self.done["healthy" if env["status"] == "healthy" else "lost"] += 1
+                c.delete(f"/v1/envs/{env['id']}")
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(300)
+
+
+def test_dead_nodes_lose_their_envs_never_a_durable_version(
     api: httpx.Client, cluster: LocalCluster
 ) -> None:
-    envs = [standin(api) for _ in range(3)]
-    victim = next(e for e in envs if e["node"] != cluster.head)
-    in_env(victim, "sh", "-c", "echo survives > /work/marker.txt")
-    version = ok(api.post(f"/v1/envs/{victim['id']}/snapshot", json={}))
-    assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
-    killed = time.monotonic()
-    cluster.kill_node(victim["node"])
-    try:
-        deadline = killed + LOST_WAIT_S
-        while (got := ok(api.get(f"/v1/envs/{victim['id']}"), 200))["status"] != "failed":
-            assert time.monotonic() < deadline, f"still {got['status']} after {LOST_WAIT_S} s"
-            time.sleep(0.5)
-        lost_after = time.monotonic() - killed
-        assert got["error"]["code"] == "lost" and victim["node"] in got["error"]["message"], got
-        others = [e for e in envs if e is not victim]
-        assert all(health(api, e) == 200 for e in others)  # the other nodes' envs carry on
-        child = ok(api.post(f"/v1/versions/{version['id']}/envs", json={"count": 1}))["envs"][0]
-        child = ok(api.post(f"/v1/envs/{child['id']}/wait", json={}), 200)
-        assert child["status"] == "healthy" and child["node"] != victim["node"], child
-        assert in_env(child, "cat", "/work/marker.txt").strip() == "survives"
-    finally:
-        cluster.restart_node(victim["node"])
-    # back, the node keeps nothing of the lost env (the control plane cleans it)
-    name = f"denv-{victim['id'].lower()}-agent"
-    deadline = time.monotonic() + LOST_WAIT_S
-    while subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
-    ).stdout.strip():
-        assert time.monotonic() < deadline, f"{name} still there after the node came back"
-        time.sleep(1)
+    """Rounds of: a durable version made on a node, the node killed under load, its envs
+    lost, every durable version so far forked elsewhere with its /work, the node back with
+    nothing left of the lost envs. 1 round in CI, 20 under ``make soak``."""
+    rounds = 20 if SOAK else 1
+    versions: dict[str, str] = {}  # version id -> the marker it holds in /work
+    lost_after: list[float] = []
+    victims = [n for n in cluster.nodes if n != cluster.head]
+    for r in range(rounds):
+        envs = [standin(api) for _ in range(len(cluster.nodes))]
+        victim = next(e for e in envs if e["node"] == victims[r % len(victims)])
+        marker = f"round-{r}"
+        in_env(victim, "sh", "-c", f"echo {marker} > /work/marker.txt")
+        version = ok(api.post(f"/v1/envs/{victim['id']}/snapshot", json={}))
+        assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
+        versions[version["id"]] = marker
+        with Load(cluster) as load:
+            killed = time.monotonic()
+            cluster.kill_node(victim["node"])
+            try:
+                deadline = killed + LOST_WAIT_S
+                while (got := ok(api.get(f"/v1/envs/{victim['id']}"), 200))["status"] != "failed":
+                    assert time.monotonic() < deadline, f"{got['status']} after {LOST_WAIT_S} s"
+                    time.sleep(0.5)
+                lost_after.append(time.monotonic() - killed)
+                error = got["error"]
+                assert error["code"] == "lost" and victim["node"] in error["message"], got
+                others = [e for e in envs if e is not victim]
+                assert all(health(api, e) == 200 for e in others)  # other nodes carry on
+                for vid, mark in versions.items():  # every durable version forks elsewhere
+                    storage = ok(api.get(f"/v1/versions/{vid}"), 200)["storage"]
+                    assert storage == "durable", (vid, storage)
+                    res = api.post(f"/v1/versions/{vid}/envs", json={"count": 1})
+                    child = ok(api.post(f"/v1/envs/{ok(res)['envs'][0]['id']}/wait", json={}), 200)
+                    assert child["status"] == "healthy", child
+                    assert child["node"] != victim["node"], child
+                    assert in_env(child, "cat", "/work/marker.txt").strip() == mark
+                    api.delete(f"/v1/envs/{child['id']}")
+            finally:
+                cluster.restart_node(victim["node"])
+        # back, the node keeps nothing of the lost env (the control plane cleans it)
+        name = f"denv-{victim['id'].lower()}-agent"
+        deadline = time.monotonic() + LOST_WAIT_S
+        while subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
+        ).stdout.strip():
+            assert time.monotonic() < deadline, f"{name} still there after the node came back"
+            time.sleep(1)
+        for env in envs:
+            api.delete(f"/v1/envs/{env['id']}")
     print(
-        f"\n  node loss: {victim['node']} killed; its env failed 'lost' after {lost_after:.1f} s; "
-        "2 envs elsewhere healthy; its durable version forked on "
-        f"{child['node']} with its /work; nothing of it left once the node came back"
+        f"\n  node loss: {rounds} round(s) of killing a node under load "
+        f"(load: {dict(load.done)}); envs failed 'lost' after "
+        f"{', '.join(f'{x:.1f}' for x in lost_after)} s; {len(versions)} durable version(s), "
+        "0 lost, each forked elsewhere with its /work; nothing of the lost envs left"
     )
