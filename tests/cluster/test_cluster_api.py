@@ -230,3 +230,34 @@ def test_dead_nodes_lose_their_envs_never_a_durable_version(
         f"{', '.join(f'{x:.1f}' for x in lost_after)} s; {len(versions)} durable version(s), "
         "0 lost, each forked elsewhere with its /work; nothing of the lost envs left"
     )
+
+
+def test_a_control_plane_restart_reconciles_the_whole_cluster(
+    api: httpx.Client, cluster: LocalCluster
+) -> None:
+    envs = [standin(api) for _ in range(len(cluster.nodes))]
+    version = ok(api.post(f"/v1/envs/{envs[0]['id']}/snapshot", json={}))
+    assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
+    cluster.restart_server()
+    after = {e["id"]: e for e in live_envs(api)}
+    assert {e["id"] for e in envs} <= set(after), after
+    for env in envs:
+        got = after[env["id"]]
+        assert got["status"] == "healthy" and got["node"] == env["node"], got
+        assert health(api, got) == 200  # its ingress route came back
+    assert ok(api.get(f"/v1/versions/{version['id']}"), 200)["storage"] == "durable"
+    child = ok(api.post(f"/v1/versions/{version['id']}/envs", json={"count": 1}))["envs"][0]
+    child = ok(api.post(f"/v1/envs/{child['id']}/wait", json={}), 200)
+    assert child["status"] == "healthy", child
+    for env in [*envs, child]:  # a delete reaches the env's node: nothing of it is left
+        assert api.delete(f"/v1/envs/{env['id']}").status_code == 204
+        name = f"denv-{env['id'].lower()}-agent"
+        left = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
+        ).stdout.strip()
+        assert not left, f"{name} left after its delete"
+    print(
+        f"\n  control-plane restart: {len(envs)} envs on {sorted({e['node'] for e in envs})} "
+        "healthy on the same nodes and reachable after it; the version still durable and "
+        "forkable; deletes reached every node"
+    )
