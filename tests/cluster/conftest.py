@@ -10,17 +10,47 @@ whole run; yields a ``cluster_helpers.LocalCluster``; ``down`` at the end must l
 
 Shared helpers live in ``cluster_helpers`` (import them as ``from cluster_helpers import ...``,
 never ``from conftest import``: in a whole run that name is another dir's conftest).
+
+In a whole run pytest imports each dir's conftest.py as the module ``conftest``, each one
+replacing the one before, and this dir is collected before tests/e2e and tests/reliability,
+whose modules ``from conftest import LocalDenv, start_server ...`` (tests/conftest.py's
+helpers). So this conftest offers those helpers too (``_ROOT_HELPERS``), loaded from
+tests/conftest.py under a name of their own (its fixtures stay where they are).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions
 
 from denv.server.objstore import StoreConfig
+
+_ROOT_HELPERS = (
+    "LocalDenv",
+    "clean",
+    "docker_engine",
+    "instance_id",
+    "leftovers",
+    "start_server",
+    "stop",
+)
+
+
+def _root_helpers() -> dict[str, Any]:
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("denv_tests_root_helpers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: getattr(module, name) for name in _ROOT_HELPERS}
+
+
+globals().update(_root_helpers())
 
 
 @pytest.fixture(scope="session")
