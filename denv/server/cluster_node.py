@@ -360,6 +360,13 @@ class ClusterNode:
             with contextlib.suppress(Exception):
                 pending[0].result(timeout=left)
 
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        wanted = [x for x in layer_ids if x and x != EMPTY_LAYER]
+        loads = self._load()
+        with self._lock:
+            near = [n for n in loads if all(n in self._layers.get(x, ()) for x in wanted)]
+        return sorted(near, key=lambda n: (loads[n][0], loads[n][1], n))
+
     def layer_storage(self, layer_ids: list[str]) -> str:
         layers = [x for x in layer_ids if x and x != EMPTY_LAYER]
         if self._store is None:

@@ -84,6 +84,9 @@ class DockerNode:
     def layer_storage(self, layer_ids: list[str]) -> str:
         return "node"
 
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        return ["local"]
+
     # images and layers
     def engine_version(self) -> str:
         return self.engine.version()
@@ -439,9 +442,12 @@ class DockerNode:
 
     def _store(self, cfg: StoreConfig) -> LayerStore:
         with self._guard:
-            if cfg not in self._stores:
-                self._stores[cfg] = LayerStore(cfg)
-            return self._stores[cfg]
+            found = self._stores.get(cfg)
+        if found is None:  # made outside the guard: a boto3 client takes ~0.1 s to make
+            made = LayerStore(cfg)
+            with self._guard:
+                found = self._stores.setdefault(cfg, made)
+        return found
 
 
 def _write_atomic(path: Path, text: str) -> None:

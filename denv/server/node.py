@@ -246,6 +246,11 @@ class Node(Protocol):
         """Envs that were on a node found dead since the last call: env id -> reason."""
         ...
 
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        """The nodes known to hold every one of the layers, least loaded first (a fork's
+        spares there need no copy); what the node knows now, without asking around."""
+        ...
+
     def layer_storage(self, layer_ids: list[str]) -> str:
         """Where a version's layers are kept: "node" (only on the node that made them),
         "uploading", "durable" (all in object storage) or "lost" (on no live node and not

@@ -175,13 +175,17 @@ class WarmPools:
             return []
         key = pool_key(blueprint(version, egress, env))
         taken: list[tuple[str, Future[Spare | None]]] = []
+        # On a cluster, spares on the nodes that hold the version's layers go first: the
+        # others must fetch the layers before their late mount.
+        layers = list(dict.fromkeys(x for v in version.volumes for x in v.layers))
+        near = set(self.ctx.node.layer_nodes(layers)) if layers else set()
         with self._lock:
             pool = self._pools.get(key)
             if pool is None:
                 return []
             pool.last_used = time.monotonic()
             while pool.idle and len(taken) < count:
-                spare = pool.idle.popleft()
+                spare = _pop_nearest(pool.idle, near)
                 done: Future[Spare | None] = Future()
                 done.set_result(spare)
                 taken.append((spare.env_id, done))
@@ -413,3 +417,12 @@ class WarmPools:
             log.exception(
                 "warm: removing spare %s failed (reconcile removes it at restart)", env_id
             )
+
+
+def _pop_nearest(idle: deque[Spare], near: set[str]) -> Spare:
+    """The first idle spare on one of the ``near`` nodes, else the first one."""
+    for i, spare in enumerate(idle):
+        if spare.booted.node in near:
+            del idle[i]
+            return spare
+    return idle.popleft()

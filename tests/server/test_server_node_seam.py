@@ -95,6 +95,9 @@ class FakeNode:
     def layer_storage(self, layer_ids: list[str]) -> str:
         return "node"
 
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        return ["local"]
+
     def resolve_image(self, image: str, pull: bool) -> str:
         return "sha256:" + image
 
@@ -248,6 +251,7 @@ def test_a_failed_boot_keeps_its_code_and_log_tail(tmp_path: Path) -> None:
         containers={"agent": "c-agent"},
         endpoints=done.runtime.endpoints,
         agent_ip="10.1.0.2",
+        node="local",  # the node it was placed on (Booted.node)
     )
     envs.ctx.pool.shutdown(wait=True)
     store.close()
