@@ -176,6 +176,9 @@ class RemoteNode:
     def lost(self) -> dict[str, str]:
         return cast(dict[str, str], self._call(CALL_TIMEOUT_S, "lost"))
 
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        return cast(list[str], self._call(CALL_TIMEOUT_S, "layer_nodes", layer_ids))
+
     def layer_storage(self, layer_ids: list[str]) -> str:
         return cast(str, self._call(CALL_TIMEOUT_S, "layer_storage", layer_ids))
 

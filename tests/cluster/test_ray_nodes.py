@@ -155,14 +155,14 @@ def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) 
     assert type(missing.value) is ApiError  # not Ray's RayTaskError(ApiError)
 
     spec = standin_spec(node, ["sh", "-c", "exit 3"])  # the agent exits at once
-    booted = node.bring_up(spec)
     try:
-        with pytest.raises(BootFailed) as failed:
-            node.wait_healthy(spec, booted, 30)
+        with pytest.raises(BootFailed) as failed:  # seen by bring_up or by the health wait
+            node.wait_healthy(spec, node.bring_up(spec), 30)
         assert type(failed.value) is BootFailed
         assert failed.value.service == "agent" and failed.value.code, vars(failed.value)
     finally:
-        node.teardown(spec.env_id, list(booted.containers.values()))
+        node.teardown(spec.env_id, [])  # what the boot made: found by the env's labels
+    assert spec.env_id not in node.owned().containers.values()
     print(f"crossed: ApiError {missing.value.code}, BootFailed {failed.value.code}")
 
 
