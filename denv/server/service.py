@@ -227,7 +227,9 @@ class Service:
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             same = rec.egress if opts.egress is None else self._egress(opts.egress)
             out = self.live.fork(owner, rec, opts, same)
-            states = self._env_states(rec)  # the children run in the parent's container
+            # The children run in the parent's container, which ran their fork a moment
+            # ago: no round trip to the engine to say so.
+            states = {cid: "running" for cid in rec.runtime.containers.values()}
             children = [self.ctx.store.get_env(i) for i in out["envs"]]
             views = [self.env_view(r, states) for r in children if r is not None]
             return {"version": out["version"], "envs": views}
