@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,36 @@ def test_a_remote_node_boots_a_real_env_and_tears_it_down(
     assert spec.env_id not in owned.volume_envs
     node.delete_layers(layers[0])
     print(f"n1: booted {spec.env_id} healthy in {up_s:.2f} s, snapshot {layers[0]}, torn down")
+
+
+def test_agents_sharing_one_engine_boot_at_once_on_distinct_subnets(
+    nodes: dict[str, RemoteNode],
+) -> None:
+    """Every agent carves env subnets from the same pool on the one Docker Engine: boots
+    racing on all nodes at once still get a subnet each (Docker refuses an overlap and the
+    pool takes the next one)."""
+    jobs = [(name, standin_spec(node)) for name, node in nodes.items() for _ in range(2)]
+    started = time.monotonic()
+    try:
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            booted = list(pool.map(lambda job: nodes[job[0]].bring_up(job[1]), jobs))
+        boot_s = time.monotonic() - started
+        subnets = []
+        for b in booted:
+            out = subprocess.run(
+                ["docker", "network", "inspect", b.network, "--format", "{{json .IPAM.Config}}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            subnets.append(json.loads(out)[0]["Subnet"])
+        assert len(set(subnets)) == len(jobs), f"subnets shared: {subnets}"
+        for (name, spec), b in zip(jobs, booted, strict=True):
+            nodes[name].wait_healthy(spec, b, 60)
+    finally:
+        for name, spec in jobs:  # what each boot made, found by its env's labels
+            nodes[name].teardown(spec.env_id, [])
+    print(f"{len(jobs)} boots on {len(nodes)} agents at once in {boot_s:.1f} s: {subnets}")
 
 
 def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) -> None:
