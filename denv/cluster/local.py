@@ -25,10 +25,10 @@ not show is in docs/cluster.md.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -73,6 +73,24 @@ def free_port() -> int:
 def ray_command() -> list[str]:
     """``ray`` of this Python environment."""
     return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def ray_tmp_dir(cluster_dir: Path) -> str:
+    """The Ray nodes' temp dirs' parent: short (Ray's unix sockets need a short path) and
+    the same for the same cluster dir."""
+    return f"/tmp/denv-ray-{hashlib.sha256(str(cluster_dir).encode()).hexdigest()[:10]}"
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line holds ``text`` (a cluster's dir or Ray temp dir)."""
+    found: list[int] = []
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
 
 
 def read_state(cluster_dir: Path) -> dict[str, Any] | None:
@@ -301,7 +319,7 @@ def up(
     (cluster_dir / "logs").mkdir(exist_ok=True)
     state: dict[str, Any] = {
         "dir": str(cluster_dir),
-        "ray_tmp": f"/tmp/denv-ray-{secrets.token_hex(4)}",
+        "ray_tmp": ray_tmp_dir(cluster_dir),
         "nodes": [],
     }
     write_state(cluster_dir, state)
@@ -434,8 +452,7 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
         seaweed.stop(Path(state["store"]["data_dir"]), purge=purge)
         done.append("stopped SeaweedFS")
     done += remove_node_objects(cluster_dir / "nodes")
-    if state.get("ray_tmp"):
-        shutil.rmtree(state["ray_tmp"], ignore_errors=True)
+    shutil.rmtree(state.get("ray_tmp") or ray_tmp_dir(cluster_dir), ignore_errors=True)
     if purge:
         shutil.rmtree(cluster_dir, ignore_errors=True)
         done.append(f"removed {cluster_dir}")

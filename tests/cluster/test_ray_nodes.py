@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ STANDIN_CMD = [
     "-c",
     "echo seeded > /work/seed.txt; exec python3 -m http.server 8000 --directory /srv/www",
 ]
+CLI = [sys.executable, "-m", "denv", "cluster"]
 DEATH_NOTICED_S = 20.0  # Ray's health checks in a local cluster: 3 misses 1 s apart (~3 s)
 
 
@@ -236,6 +238,8 @@ def test_a_killed_node_leaves_alive_within_seconds_and_its_calls_raise_node_lost
             time.sleep(0.1)
         noticed_s = time.monotonic() - killed
         assert victim not in members()
+        status = {n["name"]: n["alive"] for n in local.status(cluster.dir)["nodes"]}
+        assert status == {n: n != victim for n in cluster.nodes}, status
         started = time.monotonic()
         with pytest.raises(NodeLost) as lost:
             nodes[victim].states()
@@ -260,7 +264,7 @@ def test_a_killed_node_leaves_alive_within_seconds_and_its_calls_raise_node_lost
 
 def test_cli_up_status_down_leaves_nothing(tmp_path: Path) -> None:
     cluster_dir = tmp_path / "c2"
-    denv = [sys.executable, "-m", "denv", "cluster"]
+    denv = CLI
     where = ["--state-dir", str(cluster_dir)]
     up = subprocess.run(
         [*denv, "up", "--nodes", "2", *where], capture_output=True, text=True, timeout=600
@@ -313,3 +317,29 @@ def test_cli_up_status_down_leaves_nothing(tmp_path: Path) -> None:
     left += [f"cluster dir {cluster_dir}"] if cluster_dir.exists() else []
     assert not left, f"denv cluster down left: {left}"
     print(f"cluster up/status/down: env {env['id']} placed, then nothing left ({down.stderr!r})")
+
+
+def test_a_failed_up_stops_what_it_started(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "c3"
+    where = ["--state-dir", str(cluster_dir)]
+    with socket.socket() as taken:  # denv serve cannot listen there: up fails at its end
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = subprocess.run(
+            [*CLI, "up", "--nodes", "1", "--no-store", "--port", str(port), *where],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert up.returncode == 1, up.stderr
+    assert "denv serve --cluster exited" in up.stderr, up.stderr
+    instances = [(cluster_dir / "nodes" / "n0" / "instance").read_text().strip()]
+    assert not local.read_state(cluster_dir), "cluster.json kept after the failed up"
+    ray_tmp = local.ray_tmp_dir(cluster_dir.resolve())
+    left = cluster_leftovers(cluster_dir, instances, [])
+    left += [f"process {p}" for p in local.processes_mentioning(ray_tmp)]
+    left += [f"process {p}" for p in local.processes_mentioning(str(cluster_dir))]
+    left += [ray_tmp] if Path(ray_tmp).exists() else []
+    assert not left, f"a failed up left: {left}"
+    print(f"failed up (port {port} taken): {up.stderr.strip().splitlines()[-1][:160]}")
