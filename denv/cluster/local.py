@@ -4,10 +4,12 @@
 found and stopped from another process:
 
 - N Ray nodes: a head (``ray start --head --block``) and N-1 ``ray start --address``, each
-  with its own temp dir (``/tmp/denv-ray-<id>/<name>``: Ray's unix sockets need a short
-  path), free ports, one CPU, a small object store, no dashboard, and the resources
-  ``denv_node`` and ``denv_node_<name>`` (names ``n0``, ``n1``, ...). Ray's health checks run
-  every second and give up after 3 misses, so a dead node is noticed in ~3 s;
+  with its own temp dir (``/tmp/denv-ray-<hash of cluster_dir>/<name>``: Ray's unix sockets
+  need a short path), free ports, one CPU, a small object store, no dashboard, and the
+  resources ``denv_node`` and ``denv_node_<name>`` (names ``n0``, ``n1``, ...). Ray's health
+  checks run every second and give up after 3 misses, so a dead node is noticed in ~3 s.
+  Ray listens on every interface whatever ``--node-ip-address`` says (it turns 127.0.0.1
+  into the host's address) and has no authentication: keep the host's network trusted;
 - a node agent per node (``ray_cluster.discover``), state under ``<cluster_dir>/nodes/<name>``;
 - SeaweedFS (``seaweed``) with its data under ``<cluster_dir>/seaweed``;
 - ``denv serve --cluster <head address>`` on 127.0.0.1, state under ``<cluster_dir>/server``.
@@ -157,6 +159,8 @@ def _reap() -> None:
 
 
 def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
+    # The API key reaches denv serve in a file, never through the environment.
+    inherited = {k: v for k, v in os.environ.items() if k != "DENV_API_KEY"}
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             cmd,
@@ -164,7 +168,7 @@ def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) ->
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own session: outlives `up`, found again by `down`
-            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
+            env={**inherited, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
         )
     return proc.pid
 
@@ -397,9 +401,7 @@ def _start_server(
             f"--store-credentials={state['store']['credentials']}",
         ]
     log_path = cluster_dir / "logs" / "server.log"
-    env = {k: v for k, v in os.environ.items() if k != "DENV_API_KEY"}
-    os.environ.pop("RAY_ADDRESS", None)
-    pid = _spawn(cmd, log_path, {**env, "RAY_ADDRESS": state["address"]})
+    pid = _spawn(cmd, log_path, {"RAY_ADDRESS": state["address"]})
     url = f"http://127.0.0.1:{port}"
     server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
     state["server"] = server
