@@ -337,6 +337,7 @@ def up(
         wait_ray_nodes(state["address"], names)
         from . import ray_cluster
 
+        state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}
         cfg = agent_config(cluster_dir, max_envs, max_memory_mb)
         agents = ray_cluster.discover(cfg)
         if set(agents) != set(names):
@@ -410,6 +411,23 @@ def _start_server(
     return server
 
 
+def restart_server(cluster_dir: Path) -> dict[str, Any]:
+    """Stop ``denv serve --cluster`` (SIGTERM: as an operator would) and start it again with
+    the same port, state and caps; returns once it answers ``/v1/health``."""
+    cluster_dir = cluster_dir.expanduser().resolve()
+    state = read_state(cluster_dir)
+    if state is None or not state.get("server"):
+        raise ClusterError(f"no denv serve was started from {cluster_dir}")
+    stop_session(int(state["server"]["sid"]), grace_s=30.0)
+    caps = state.get("caps", {})
+    cfg = agent_config(cluster_dir, caps.get("max_envs", 0), caps.get("max_memory_mb", 0))
+    port = int(state["server"]["url"].rsplit(":", 1)[1])
+    server = _start_server(cluster_dir, state, cfg, port)
+    state["server"] = server
+    write_state(cluster_dir, state)
+    return server
+
+
 def _wait_server(url: str, key: str, pid: int, log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_S
     request = urllib.request.Request(f"{url}/v1/health", headers={"Authorization": f"Bearer {key}"})
@@ -441,6 +459,7 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
     cluster_dir = cluster_dir.expanduser().resolve()
     state = read_state(cluster_dir) or {}
     done: list[str] = []
+    _leave_cluster(state.get("address"))
     server = state.get("server")
     if server and session_pids(int(server["sid"])):
         stop_session(int(server["sid"]), grace_s=30.0)  # SIGTERM: it stops its boots first
@@ -461,6 +480,19 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
     else:
         (cluster_dir / STATE_FILE).unlink(missing_ok=True)
     return done
+
+
+def _leave_cluster(address: str | None) -> None:
+    """``ray.shutdown()`` when this process is a driver of the cluster at ``address``: Ray's
+    core ends a process whose cluster went away (it waits for the GCS, then exits)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not address or not ray.is_initialized():
+        return
+    with contextlib.suppress(Exception):
+        gcs = str(ray.get_runtime_context().gcs_address)
+        if gcs.rsplit(":", 1)[-1] != address.rsplit(":", 1)[-1]:
+            return  # another cluster's driver (ports differ)
+    ray.shutdown()
 
 
 def remove_node_objects(state_root: Path) -> list[str]:

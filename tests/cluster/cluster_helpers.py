@@ -107,6 +107,13 @@ class LocalCluster:
 
         local.restart_node(self.dir, name)
 
+    def restart_server(self) -> None:
+        """Stop ``denv serve --cluster`` (SIGTERM) and start it again on the same URL; returns
+        once it answers."""
+        from denv.cluster import local
+
+        local.restart_server(self.dir)
+
     def instance_ids(self) -> dict[str, str]:
         """Node name -> the instance id its agent labels Docker objects with."""
         root = self.dir / "nodes"
