@@ -180,6 +180,24 @@ def test_agents_sharing_one_engine_boot_at_once_on_distinct_subnets(
     print(f"{len(jobs)} boots on {len(nodes)} agents at once in {boot_s:.1f} s: {subnets}")
 
 
+def test_after_stop_the_agent_serves_the_next_control_plane(
+    nodes: dict[str, RemoteNode],
+) -> None:
+    """A stopping control plane calls stop(): the detached agent outlives it, and the next
+    control plane's boots must not run into Cancelled. Only Node methods may be called."""
+    node = nodes["n0"]
+    node.stop()
+    spec = standin_spec(node)
+    try:
+        node.wait_healthy(spec, node.bring_up(spec), 60)
+        assert set(node.states(spec.env_id).values()) == {"running"}
+    finally:
+        node.teardown(spec.env_id, [])
+    with pytest.raises(AttributeError, match="not a method of the node seam"):
+        ray.get(node.handle.call.remote("__init__", "n9", None), timeout=60)
+    print(f"n0 after stop(): booted and tore down {spec.env_id}; __init__ refused")
+
+
 def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) -> None:
     node = nodes["n2"]
     with pytest.raises(ApiError) as missing:
