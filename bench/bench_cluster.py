@@ -8,7 +8,8 @@ SeaweedFS, ``denv serve --cluster``) are started one after another, each measure
 stopped:
 
 - ``warm fork(8)``: a stand-in env with a warm pool of 8 (``warm: 8, warm_fork: true``);
-  each round writes 1 MB into its /work, then forks 8 children and times the fork until all
+  each round rewrites one 1 MB file in its /work (so the env has 1 MB changed since its
+  version: a fork's new layer is 1 MB), then forks 8 children and times the fork until all
   8 are healthy. On 1 node every spare is on the parent's node; on 3 nodes the spares spread
   over the nodes, so most children need the new 1 MB layer copied from the parent's node
   first. The issue's target: cross-node at most 50 ms slower than same-node (medians).
@@ -97,10 +98,16 @@ def warm_forks(c: httpx.Client, rounds: int) -> dict[str, Any]:
         for i in range(rounds + 1):  # round 0 warms the code paths and is not counted
             _wait_pool(c, parent["id"])
             time.sleep(2)  # let the refill's last boot settle
-            _exec(parent["id"], f"head -c 1048576 /dev/urandom > /work/r{i}.bin")
+            # 1 MB changed since the parent's version: the same file rewritten each round
+            _exec(parent["id"], "head -c 1048576 /dev/urandom > /work/round.bin")
             started = time.monotonic()
             fork = _ok(c.post(f"/v1/envs/{parent['id']}/fork", json={"count": WARM}))
-            kids = [_ok(c.post(f"/v1/envs/{e['id']}/wait", json={}), 200) for e in fork["envs"]]
+            kids = [  # the fork answers once its children are healthy; wait only for stragglers
+                e
+                if e["status"] == "healthy"
+                else _ok(c.post(f"/v1/envs/{e['id']}/wait", json={}), 200)
+                for e in fork["envs"]
+            ]
             seconds = time.monotonic() - started
             bad = [k["error"] for k in kids if k["status"] != "healthy"]
             if bad:
@@ -175,6 +182,9 @@ def _with_cluster(root: Path, nodes: int, cap: int, fn: Any) -> Any:
         with _client(state, cluster_dir) as c:
             return fn(c)
     finally:
+        import ray
+
+        ray.shutdown()  # up() joined this cluster as a driver: leave before it stops
         local.down(cluster_dir, purge=True)
 
 

@@ -85,6 +85,7 @@ class ClusterNode:
         self._layers: defaultdict[str, set[str]] = defaultdict(set)  # layer -> members
         self._memory: dict[str, int] = {}  # member -> bytes its envs used, last measured
         self._booting: set[str] = set()
+        self._fresh: set[str] = set()  # layers seen made here (their holders all known)
         self._moving: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._cancelled: set[str] = set()
         self._lost_envs: dict[str, str] = {}  # env id -> reason, until lost() hands it out
@@ -226,6 +227,14 @@ class ClusterNode:
         return min(loads, key=lambda n: (-held[n], loads[n][0], loads[n][1], n))
 
     # layers
+    def _made(self, name: str, layers: Iterable[str]) -> None:
+        """New layers made on member ``name`` (a snapshot, a seed): held there only."""
+        made = [x for x in layers if x and x != EMPTY_LAYER]
+        with self._lock:
+            self._fresh.update(made)
+        self._remember_layers(name, made)
+        self._upload_soon(name, made)
+
     def _remember_layers(self, name: str, layers: Iterable[str]) -> None:
         with self._lock:
             for x in layers:
@@ -244,7 +253,10 @@ class ClusterNode:
                 with self._lock:
                     if name in self._layers.get(layer, ()):
                         continue
-                if not self._call(name, lambda n, x=layer: n.has_layer(x)):  # type: ignore[misc]
+                # A layer this process saw made is known to be only where it was made: no
+                # round trip to ask the member first (write_layer is a no-op if it has it).
+                fresh = layer in self._fresh
+                if fresh or not self._call(name, lambda n, x=layer: n.has_layer(x)):  # type: ignore[misc]
                     self._fetch(name, layer)
                 self._remember_layers(name, [layer])
 
@@ -424,8 +436,7 @@ class ClusterNode:
             raise NodeLost("(none)")
         layer = self._call(name, lambda n: n.seed_layer(image_id, path))
         if layer:
-            self._remember_layers(name, [layer])
-            self._upload_soon(name, [layer])
+            self._made(name, [layer])
         return layer
 
     def has_layer(self, layer_id: str) -> bool:
@@ -464,6 +475,7 @@ class ClusterNode:
             for x in layer_ids:
                 self._layers.pop(x, None)
                 self._stored.pop(x, None)
+                self._fresh.discard(x)
             gone = set(layer_ids)
             for key in [k for k in self._moving if k[1] in gone]:
                 del self._moving[key]
@@ -555,9 +567,7 @@ class ClusterNode:
         if name is None:
             raise NodeLost("(none)", f"no node holds {env_id}")
         stacks = self._call(name, lambda n: n.snapshot(env_id, containers, volumes))
-        new = [x for stack in stacks for x in stack]
-        self._remember_layers(name, new)
-        self._upload_soon(name, new)
+        self._made(name, _new_layers(stacks, volumes))
         return stacks
 
     def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
@@ -697,9 +707,7 @@ class ClusterNode:
             for child, _ in children:
                 self._env[child] = name
         result = self._call(name, lambda n: n.live_fork(parent_env, parent, volumes, children))
-        new = [x for stack in result[0] for x in stack]
-        self._remember_layers(name, new)
-        self._upload_soon(name, new)
+        self._made(name, _new_layers(result[0], volumes))
         return result
 
     def live_alive(self, proc: LiveProc) -> bool:
@@ -801,3 +809,9 @@ class ClusterNode:
             return self._call(name, lambda n: n.recover(env_id, containers, volumes, states))
         except NodeLost:
             return f"node {name} stopped answering"
+
+
+def _new_layers(stacks: list[list[str]], volumes: list[VolumeSlot]) -> list[str]:
+    """The layers of ``stacks`` that the volumes did not have before (captured, merged)."""
+    old = {x for v in volumes for x in v.layers}
+    return [x for stack in stacks for x in stack if x not in old]

@@ -23,7 +23,7 @@ from . import boot, cgroups, live
 from .config import CPU_SHARES, WARM_CPU_SHARES
 from .engine import MIB, Engine, container_name
 from .layerdiff import diff_stacks
-from .layerpack import LayerDigestMismatch, pack_layer, unpack_layer
+from .layerpack import LayerDigestMismatch, check_bytes, pack_layer, unpack_layer
 from .netpolicy import network_name
 from .node import Booted, BootSpec, Cancelled, Owned
 from .objstore import LayerStore, StoreConfig
@@ -395,11 +395,13 @@ class DockerNode:
             tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self.has_layer(layer_id):
                 return
+            # Checked in memory, before a byte is written (not read back from the file).
+            check_bytes(data, digest)
             self.packed_dir.mkdir(parents=True, exist_ok=True)
             part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
             try:
                 part.write_bytes(data)
-                self._publish_packed(layer_id, digest, part)
+                self._publish_packed(layer_id, digest, part, checked=True)
             finally:
                 part.unlink(missing_ok=True)
 

@@ -193,6 +193,16 @@ def check_digest(path: Path, digest: str) -> None:
         )
 
 
+def check_bytes(data: bytes, digest: str) -> None:
+    """:func:`check_digest` of a packed layer held in memory."""
+    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise LayerDigestMismatch(
+            f"packed layer ({len(data)} bytes) has digest {actual}, expected {digest}: it "
+            "was changed or damaged on its way; fetch it again from its origin node or the store"
+        )
+
+
 def unpack_layer(src: Path, digest: str, dest_dir: Path, *, checked: bool = False) -> None:
     """Check ``src`` has ``digest``, then extract it as the new layer dir ``dest_dir``.
 
