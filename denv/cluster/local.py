@@ -285,6 +285,19 @@ def restart_node(cluster_dir: Path, name: str) -> None:
         raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
     if state.get("head") == name:
         raise ClusterError("the head node cannot be restarted: run denv cluster down, then up")
+    old = next((n for n in state["nodes"] if n["name"] == name), None)
+    if old is not None and session_pids(int(old["sid"])):
+        raise ClusterError(f"node {name} still runs (session {old['sid']}): kill_node first")
+    from . import ray_cluster
+
+    # A node killed a moment ago may still count as alive until Ray's health checks miss it:
+    # its successor must not be taken for it (nor its agent's name still be held).
+    ray_cluster.connect(state["address"])
+    deadline = time.monotonic() + NODE_START_S
+    while name in ray_cluster.alive():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
+        time.sleep(0.2)
     start_ray_node(cluster_dir, state, name)
     wait_ray_nodes(state["address"], [name])
 
