@@ -26,6 +26,14 @@ from typing import Any, NamedTuple
 import pytest
 
 START_TIMEOUT_S = 60.0
+CLUSTER_DIR = Path(__file__).parent / "cluster"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The cluster's tests run last: their local cluster (3 Ray nodes, SeaweedFS, a control
+    plane) is a session fixture, alive from its first test to the end of the run, and must
+    not load the machine under the other suites (the flood test measures latency ratios)."""
+    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(CLUSTER_DIR))
 
 
 class LocalDenv(NamedTuple):
