@@ -21,7 +21,7 @@ tests/conftest.py under a name of their own (its fixtures stay where they are).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +72,19 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreConfig]:
 
 CLUSTER_NODES = 3
 CLUSTER_MAX_ENVS = 4  # per node (denv serve --node-max-envs): capacity is testable
+HERE = Path(__file__).resolve().parent
+# Stops the session's cluster (idempotent): after the last test of this dir, not at the end
+# of the whole run, so its Ray nodes (~2 GiB) do not idle through the other dirs' tests.
+_stop_cluster: list[Callable[[], None]] = []
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """ONE local cluster for the whole run: 3 Ray nodes on this machine (n0 the head), their
     node agents, SeaweedFS and ``denv serve --cluster`` (``denv.cluster.local.up``), each
-    node capped at ``CLUSTER_MAX_ENVS`` envs. At the end ``down`` stops it all, and nothing
-    may be left: processes, containers, networks, mounts, Ray's temp dir."""
+    node capped at ``CLUSTER_MAX_ENVS`` envs. After the last test of tests/cluster ``down``
+    stops it all, and nothing may be left: processes, containers, networks, mounts, Ray's
+    temp dir."""
     from denv.cluster import local, seaweed
 
     cluster_dir = tmp_path_factory.mktemp("cluster")
@@ -97,16 +102,34 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         max_envs=CLUSTER_MAX_ENVS,
         store=seaweed.running(Path(state["store"]["data_dir"])),
     )
-    try:
-        yield found
-    finally:
+    instances = list(found.instance_ids().values())
+
+    def stop() -> None:
+        if not local.read_state(cluster_dir):
+            return  # stopped already
         import ray
 
         ray.shutdown()  # a test may have joined the cluster as a driver
-        state = local.read_state(cluster_dir) or state
         sessions = cluster_sessions(cluster_dir)
-        instances = list(found.instance_ids().values())
         local.down(cluster_dir, purge=True)
         left = cluster_leftovers(cluster_dir, instances, sessions)
         left += [f"Ray temp dir {state['ray_tmp']}"] if Path(state["ray_tmp"]).exists() else []
         assert not left, f"the local cluster left: {left}"
+
+    _stop_cluster.append(stop)
+    try:
+        yield found
+    finally:
+        stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of this dir (in the run's order) and its fixtures' teardown, stop
+    the session's cluster."""
+    yield
+    if not _stop_cluster:
+        return
+    later = item.session.items[item.session.items.index(item) + 1 :]
+    if not any(HERE in Path(it.path).resolve().parents for it in later):
+        _stop_cluster.pop()()
