@@ -179,6 +179,9 @@ class RemoteNode:
     def layer_nodes(self, layer_ids: list[str]) -> list[str]:
         return cast(list[str], self._call(CALL_TIMEOUT_S, "layer_nodes", layer_ids))
 
+    def lost_reason(self, env_id: str) -> str | None:
+        return cast(str | None, self._call(CALL_TIMEOUT_S, "lost_reason", env_id))
+
     def layer_storage(self, layer_ids: list[str]) -> str:
         return cast(str, self._call(CALL_TIMEOUT_S, "layer_storage", layer_ids))
 

@@ -678,6 +678,11 @@ class ClusterNode:
                 continue
         return total
 
+    def lost_reason(self, env_id: str) -> str | None:
+        name = self._env_member(env_id)
+        with self._lock:
+            return self._dead.get(name) if name is not None else None
+
     def exit_reason(self, env_id: str, service: str) -> str | None:
         name = self._env_member(env_id)
         with self._lock:

@@ -87,6 +87,9 @@ class DockerNode:
     def layer_nodes(self, layer_ids: list[str]) -> list[str]:
         return ["local"]
 
+    def lost_reason(self, env_id: str) -> str | None:
+        return None
+
     # images and layers
     def engine_version(self) -> str:
         return self.engine.version()

@@ -356,6 +356,25 @@ class Envs:
             self._fail(rec.id, "exited", "the env's server process ended", None)
             return self.ctx.store.get_env(rec.id) or rec
         if cid and states.get(cid, "missing") in ("exited", "missing"):
-            self._fail(rec.id, "exited", "the agent service exited", rec.agent_service)
+            why = self.ctx.node.lost_reason(rec.id)  # a cluster's node found dead
+            if why is not None:
+                self.lose(rec.id, why)
+            else:
+                self._fail(rec.id, "exited", "the agent service exited", rec.agent_service)
             return self.ctx.store.get_env(rec.id) or rec
         return rec
+
+    def lose(self, env_id: str, why: str) -> bool:
+        """Fail an env whose node was lost (code ``lost``, the reason named) and drop what
+        is left of it; False when it had failed or was deleted already."""
+        ctx = self.ctx
+        with ctx.env_lock(env_id):
+            rec = ctx.store.get_env(env_id)
+            if rec is None or rec.status in (EnvStatus.FAILED, EnvStatus.DELETED):
+                return False
+            log.warning("env %s is lost: %s", env_id, why)
+            error = EnvError(code="lost", message=f"{why}; delete this env")
+            ctx.store.set_status(env_id, EnvStatus.FAILED, error)
+            self.teardown(env_id)
+        ctx.notify()
+        return True

@@ -246,6 +246,11 @@ class Node(Protocol):
         """Envs that were on a node found dead since the last call: env id -> reason."""
         ...
 
+    def lost_reason(self, env_id: str) -> str | None:
+        """Why the env's node is lost (its envs fail with code ``lost``); None when it is
+        not (or the env is unknown). Unlike :meth:`lost`, it hands nothing out."""
+        ...
+
     def layer_nodes(self, layer_ids: list[str]) -> list[str]:
         """The nodes known to hold every one of the layers, least loaded first (a fork's
         spares there need no copy); what the node knows now, without asking around."""

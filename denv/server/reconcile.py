@@ -82,20 +82,8 @@ def _problem(ctx: Context, env_id: str, states: dict[str, str]) -> str | None:
 def fail_lost(ctx: Context, envs: Envs) -> int:
     """Fail the envs of nodes found dead (a cluster's; one machine loses none): code
     ``lost``, the node's name in the message. Returns how many."""
-    failed = 0
-    for env_id, why in ctx.node.lost().items():
-        rec = ctx.store.get_env(env_id)
-        if rec is None or rec.status in (EnvStatus.FAILED, EnvStatus.DELETED):
-            continue  # a warm spare (warm.reap replaces it), or already settled
-        log.warning("env %s is lost: %s", env_id, why)
-        error = EnvError(code="lost", message=f"{why}; delete this env")
-        ctx.store.set_status(env_id, EnvStatus.FAILED, error)
-        with ctx.env_lock(env_id):
-            envs.teardown(env_id)
-        failed += 1
-    if failed:
-        ctx.notify()
-    return failed
+    # a warm spare has no record (warm.reap replaces it); a settled env is left alone
+    return sum(envs.lose(env_id, why) for env_id, why in ctx.node.lost().items())
 
 
 async def reap_forever(ctx: Context, envs: Envs, interval_s: float) -> None:

@@ -98,6 +98,9 @@ class FakeNode:
     def layer_nodes(self, layer_ids: list[str]) -> list[str]:
         return ["local"]
 
+    def lost_reason(self, env_id: str) -> str | None:
+        return None
+
     def resolve_image(self, image: str, pull: bool) -> str:
         return "sha256:" + image
 
