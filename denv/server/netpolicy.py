@@ -17,11 +17,15 @@ named ``dvl`` + 12 hex characters; ``firewall`` holds their rules.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
+import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -115,6 +119,27 @@ def _present(tool: str) -> bool:
     return _run(tool, "-C").returncode == 0
 
 
+@contextmanager
+def _host_lock() -> Iterator[None]:
+    """A lock shared by every process on this machine (flock on a file under /run, else the
+    temp dir): the check and the insert of the guard are two iptables calls, and two servers
+    that both found it missing inserted it twice."""
+    for base in ("/run", tempfile.gettempdir()):
+        try:
+            fd = os.open(os.path.join(base, "denv-host-guard.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            break
+        except OSError:
+            continue
+    else:  # no place for a lock file: checking without one is still better than not at all
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def ensure_host_guard_on(tool: str) -> str:
     """Check the guard in one tool's INPUT chain and put it back if it is missing.
 
@@ -122,9 +147,10 @@ def ensure_host_guard_on(tool: str) -> str:
     ``HostGuardError`` naming the tool's message when it is missing and cannot be installed.
     The rule goes first in INPUT so that no ACCEPT rule can come before it.
     """
-    if _present(tool):
-        return "ok"
-    result = _run(tool, "-I")
+    with _host_lock():  # every denv server on the machine checks: one inserts, not two
+        if _present(tool):
+            return "ok"
+        result = _run(tool, "-I")
     if result.returncode != 0:
         message = (result.stderr or result.stdout).strip() or f"exit {result.returncode}"
         raise HostGuardError(
