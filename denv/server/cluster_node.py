@@ -210,6 +210,13 @@ class ClusterNode:
             total += (self._caps.max_envs - load[0]) if self._caps.max_envs else 1 << 20
         return total
 
+    def _least_loaded(self) -> str:
+        """The live member with the fewest envs (a seed, a layer handed to the cluster)."""
+        loads = self._load()
+        if not loads:
+            raise NodeLost("(none)", "the cluster has no live node")
+        return min(loads, key=lambda n: (loads[n][0], n))
+
     def _place(self, spec: BootSpec) -> str:
         self._refresh()
         loads = {n: ld for n, ld in self._load().items() if self._has_room(n, ld)}
@@ -308,12 +315,9 @@ class ClusterNode:
                     found.append(n)
             except NodeLost:
                 continue
-        self._remember_layers_many(found, layer)
-        return found
-
-    def _remember_layers_many(self, names: list[str], layer: str) -> None:
         with self._lock:
-            self._layers[layer].update(names)
+            self._layers[layer].update(found)
+        return found
 
     def _stored_digest(self, layer: str) -> str | None:
         with self._lock:
@@ -431,9 +435,7 @@ class ClusterNode:
         return self._first(lambda n: n.image_command(image_id))
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
-        name = min(self._load().items(), key=lambda kv: (kv[1][0], kv[0]), default=(None, 0))[0]
-        if name is None:
-            raise NodeLost("(none)")
+        name = self._least_loaded()
         layer = self._call(name, lambda n: n.seed_layer(image_id, path))
         if layer:
             self._made(name, [layer])
@@ -451,12 +453,9 @@ class ClusterNode:
                 ids = self._call(name, lambda n: n.layer_ids())
             except NodeLost:
                 continue
-            self._remember_many(name, ids)
+            self._remember_layers(name, ids)
             out |= ids
         return out
-
-    def _remember_many(self, name: str, layers: set[str]) -> None:
-        self._remember_layers(name, layers)
 
     def delete_layers(self, layer_ids: list[str]) -> None:
         for name in self.live_members():
@@ -495,7 +494,7 @@ class ClusterNode:
         return self._call(self._holder(layer_id), lambda n: n.read_layer(layer_id))
 
     def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        name = min(self._load().items(), key=lambda kv: (kv[1][0], kv[0]))[0]
+        name = self._least_loaded()
         self._call(name, lambda n: n.write_layer(layer_id, digest, data))
         self._remember_layers(name, [layer_id])
 
@@ -503,7 +502,7 @@ class ClusterNode:
         return self._call(self._holder(layer_id), lambda n: n.upload_layer(layer_id, store))
 
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
-        name = min(self._load().items(), key=lambda kv: (kv[1][0], kv[0]))[0]
+        name = self._least_loaded()
         self._call(name, lambda n: n.fetch_layer(layer_id, digest, store))
         self._remember_layers(name, [layer_id])
 
