@@ -45,6 +45,7 @@ from ._waits import (
     PROBE_BACKOFF_S,
     WS_PROBE_MAX_S,
     agent_url,
+    needs_probes,
     start_error,
     timeout_error,
 )
@@ -370,7 +371,11 @@ async def fork(provider: P, count: int, kind: ForkKind | None = None) -> list[P]
                 child.ws_probe = child_probe(str(env.start), child.ws_probe)
                 children.append(child)
                 await _adopt(child, ln.denv, env, f"a fork of {env_id}")
-            waits = [wait_for_ready(c, ln, c.base_url or "", config.timeout_s) for c in children]
+            waits = [
+                wait_for_ready(c, ln, c.base_url or "", config.timeout_s)
+                for c, env in zip(children, result.envs, strict=True)
+                if needs_probes(str(env.start))
+            ]
             errors = [e for e in await asyncio.gather(*waits, return_exceptions=True) if e]
             if errors:
                 raise errors[0]

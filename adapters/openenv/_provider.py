@@ -328,7 +328,11 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
                 children.append(self._child(env, connection))
             timeout_s = config.timeout_s
             _waits.run_all(
-                [partial(c.wait_for_ready, c.base_url or "", timeout_s) for c in children]
+                [
+                    partial(c.wait_for_ready, c.base_url or "", timeout_s)
+                    for c in children
+                    if _waits.needs_probes(c.start)
+                ]
             )
         except BaseException:
             _waits.discard([env.id for env in result.envs], children, self._delete_quietly)

@@ -48,6 +48,18 @@ _SLOW_FIX = (
 )
 
 
+def needs_probes(start: str | None) -> bool:
+    """Whether a fork's child is probed along the client's path before fork() returns.
+
+    Not a live child: the server answers a live fork only once each child's server accepts
+    connections on its port and its ingress route is in place, and the client's path to that
+    ingress is its parent's, which this client already uses. (Probing costs a health request
+    per child through the ingress, ~40 ms for fork(8) here; the child's first call is the
+    check.) A volume child restarts its server, so it is probed.
+    """
+    return start != "live"
+
+
 class ReadyWait:
     """One readiness wait of one env (or of a bare URL when `env_id` is None)."""
 
@@ -196,8 +208,9 @@ def wait_warm_pool(
 def run_all(calls: Sequence[Callable[[], None]]) -> None:
     """Run the calls at once (a fork's children wait in parallel); raise the first failure
     after all have finished."""
-    if len(calls) == 1:
-        calls[0]()
+    if len(calls) <= 1:
+        for call in calls:
+            call()
         return
     with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="denv-fork") as pool:
         futures = [pool.submit(call) for call in calls]

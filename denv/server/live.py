@@ -27,6 +27,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -198,59 +199,143 @@ def fork(
     depth: int,
     timeout_s: float = CTL_TIMEOUT_S,
 ) -> tuple[list[Proc | LiveError], dict[str, float]]:
-    """Gate ``parent``, call ``snapshot()`` (the node captures /work and mounts each child's
-    slot), fork the children, plumb each: a Proc, or the LiveError of that child."""
+    """Gate ``parent``, fork the children, call ``snapshot()`` (the node captures /work and
+    mounts each child's slot) while the parent clones them, reopen the gate, plumb each
+    child as it shows up: a Proc, or the LiveError of that child.
+
+    The parent's gate stays closed from the gate to the end of ``snapshot()`` (so /work is
+    captured as the children see it); a launcher without ``hold`` (started by an older
+    denv) is asked in the old order: snapshot, then fork.
+    """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if not alive(parent):
         raise LiveError("env_not_running", "the env's server process has ended")
-    with _connect(ctl_path(parent.pid), timeout_s) as sock:
+    specs = [{"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids} for c in children]
+    with (
+        _connect(ctl_path(parent.pid), timeout_s) as sock,
+        ThreadPoolExecutor(max(1, min(len(children), 8)) + 1, "denv-live-plumb") as pool,
+    ):
         reader = sock.makefile("rb")
         out = _ask(sock, {"op": "gate", "timeout_s": timeout_s}, reader)
         if "error" in out:
             raise LiveError(str(out["error"]), str(out.get("message", "")))
-        timings["gate_ms"] = (time.perf_counter() - t0) * 1e3
-        try:
-            snapshot()
-        except BaseException:
-            _ask(sock, {"op": "ungate"}, reader)
-            raise
         t1 = time.perf_counter()
-        timings["snapshot_ms"] = (t1 - t0) * 1e3 - timings["gate_ms"]
-        specs = [
-            {"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids} for c in children
-        ]
-        out = _ask(sock, {"op": "fork", "children": specs}, reader)
-        if "error" in out:
-            raise LiveError("live_fork_failed", str(out.get("message", out["error"])))
-        not_forked: dict[str, str] = dict(out.get("failed") or {})
-        timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
-    t2 = time.perf_counter()
-    pending = {c.env_id: c for c in children if c.env_id not in not_forked}
+        timings["gate_ms"] = (t1 - t0) * 1e3
+        held = bool(out.get("hold"))
+        captured = threading.Event()
+
+        def forked() -> dict[str, str]:
+            """The fork's answer (children never forked, and why); with hold, the gate is
+            reopened here once the snapshot is done."""
+            answer = _read(reader, "fork")
+            timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
+            if held:
+                captured.wait()
+                _ask(sock, {"op": "ungate"}, reader)
+            if "error" in answer:
+                raise LiveError("live_fork_failed", str(answer.get("message", answer["error"])))
+            return dict(answer.get("failed") or {})
+
+        if not held:
+            _snapshot_or_ungate(snapshot, sock, reader)
+        sock.sendall(json.dumps({"op": "fork", "children": specs, "hold": held}).encode() + b"\n")
+        answer = pool.submit(forked)
+        if held:
+            try:
+                snapshot()
+            except BaseException:
+                captured.set()
+                _discard(parent, children, answer, timeout_s)
+                raise
+            finally:
+                captured.set()
+        t2 = time.perf_counter()
+        timings["snapshot_ms"] = (t2 - t1) * 1e3
+        results = _plumb_all(parent, children, answer, pool, depth, timeout_s)
+        timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
+    return results, timings
+
+
+def _snapshot_or_ungate(snapshot: Any, sock: socket.socket, reader: Any) -> None:
+    try:
+        snapshot()
+    except BaseException:
+        _ask(sock, {"op": "ungate"}, reader)
+        raise
+
+
+def _read(reader: Any, what: str) -> dict[str, Any]:
+    line = reader.readline()
+    if not line:
+        raise LiveError("live_fork_failed", f"the env's launcher closed the connection on {what}")
+    out: dict[str, Any] = json.loads(line)
+    return out
+
+
+def _plumb_all(
+    parent: Proc,
+    children: list[ChildSpec],
+    answer: Future[dict[str, str]],
+    pool: ThreadPoolExecutor,
+    depth: int,
+    timeout_s: float,
+) -> list[Proc | LiveError]:
+    """Set each child up as soon as its bootstrap socket shows up (the parent may still be
+    cloning the others); the fork's answer names those that were never forked."""
+    pending = {c.env_id: c for c in children}
     found: dict[str, Future[Proc | LiveError]] = {}
+    not_forked: dict[str, str] = {}
     deadline = time.monotonic() + timeout_s
-    # Each child binds its bootstrap socket in its forker's control dir, then waits for its
-    # set-up; children are plumbed in parallel, as each shows up.
-    with ThreadPoolExecutor(max(1, min(len(children), 8)), "denv-live-plumb") as pool:
-        while pending and time.monotonic() < deadline:
-            for env_id in list(pending):
+    while pending and time.monotonic() < deadline:
+        if answer.done() and not not_forked and answer.exception() is None:
+            not_forked = answer.result()
+            for env_id in not_forked:
+                pending.pop(env_id, None)
+        for env_id in list(pending):
+            path = ctl_path(parent.pid, f"{env_id}.sock")
+            if os.path.exists(path):
+                del pending[env_id]
+                found[env_id] = pool.submit(_plumb, parent, path, depth, timeout_s)
+        if answer.done() and answer.exception() is not None:
+            break
+        if pending:
+            time.sleep(0.0005)
+    error = answer.exception(timeout=timeout_s)
+    results: list[Proc | LiveError] = []
+    for c in children:
+        if c.env_id in found:
+            results.append(found[c.env_id].result())
+        elif c.env_id in not_forked:
+            why = not_forked[c.env_id]
+            results.append(LiveError("live_fork_failed", f"the fork failed: {why}"))
+        else:
+            results.append(LiveError("live_fork_failed", "the child did not come up"))
+    if error is not None:  # the fork failed as a whole: end whatever was set up meanwhile
+        for r in results:
+            if isinstance(r, Proc):
+                kill(r)
+        raise error
+    return results
+
+
+def _discard(
+    parent: Proc, children: list[ChildSpec], answer: Future[dict[str, str]], timeout_s: float
+) -> None:
+    """End the children of a fork whose snapshot failed: each waits for its set-up on its
+    bootstrap socket, and a connection closed without one ends it."""
+    with contextlib.suppress(Exception):
+        not_forked = answer.result(timeout=timeout_s)
+        deadline = time.monotonic() + min(timeout_s, 2.0)
+        left = [c.env_id for c in children if c.env_id not in not_forked]
+        while left and time.monotonic() < deadline:
+            for env_id in list(left):
                 path = ctl_path(parent.pid, f"{env_id}.sock")
                 if os.path.exists(path):
-                    del pending[env_id]
-                    found[env_id] = pool.submit(_plumb, parent, path, depth, timeout_s)
-            if pending:
-                time.sleep(0.0005)
-        results: list[Proc | LiveError] = []
-        for c in children:
-            if c.env_id in found:
-                results.append(found[c.env_id].result())
-            elif c.env_id in not_forked:
-                why = not_forked[c.env_id]
-                results.append(LiveError("live_fork_failed", f"the fork failed: {why}"))
-            else:
-                results.append(LiveError("live_fork_failed", "the child did not come up"))
-    timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
-    return results, timings
+                    left.remove(env_id)
+                    with contextlib.suppress(OSError), _connect(path, 1.0):
+                        pass
+            time.sleep(0.001)
 
 
 def _plumb(parent: Proc, path: str, depth: int, timeout_s: float) -> Proc | LiveError:

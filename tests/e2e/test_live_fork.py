@@ -202,6 +202,98 @@ def test_live_children_outlive_their_parent(denv_server: LocalDenv) -> None:
     assert_gone(denv_server, [parent.id, a.id, b.id])
 
 
+def _root_proc(d: Denv, env: Env) -> Any:
+    from denv.server import live
+
+    containers = docker.from_env().containers.list(filters={"label": f"denv.env={env.id}"})
+    assert len(containers) == 1, containers
+    pid = listening_pid(str(containers[0].id), env.endpoints[0].port)
+    start = live.start_time(pid)
+    assert start is not None
+    return live.Proc(pid, start)
+
+
+def test_children_keep_the_parents_heap_out_of_collections(denv_server: LocalDenv) -> None:
+    """A child's garbage collections never walk the objects it was forked with (they stay
+    frozen there: walking them would copy the whole heap page by page), the parent's own
+    collections go on as before, and the parent's heap is backed by huge pages (what makes a
+    fork cheap; this kernel has MADV_COLLAPSE)."""
+    from denv.server import live
+
+    d = Denv(denv_server.url, api_key=denv_server.key)
+    parent = d.create_sandbox(ECHO_IMAGE, live=True)
+    child = None
+    try:
+        assert parent.status.value == "healthy", parent.error
+        root = _root_proc(d, parent)
+        child = d.fork(parent.id, 1, kind="live").envs[0]
+        assert child.status.value == "healthy", child.error
+        containers = docker.from_env().containers.list(filters={"label": f"denv.env={parent.id}"})
+        kid_pid = listening_pid(str(containers[0].id), child.endpoints[0].port)
+        kid = live.Proc(kid_pid, live.start_time(kid_pid) or 0)
+        before = live.hello(root)
+        assert before["frozen"] == 0, before
+        assert live.hello(kid)["frozen"] > 10_000
+        if tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (6, 1):
+            assert before["huge_kib"] >= 16 * 1024, before
+    finally:
+        for env in (child, parent):
+            if env is not None:
+                d.delete_env(env.id)
+    assert_gone(denv_server, [parent.id] + ([child.id] if child else []))
+
+
+def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
+    denv_server: LocalDenv,
+) -> None:
+    """The parent clones its children while the node captures /work; when the capture
+    fails, the children are ended before their set-up and the parent serves again."""
+    from denv.server import live
+
+    d = Denv(denv_server.url, api_key=denv_server.key)
+    parent = d.create_sandbox(ECHO_IMAGE, live=True)
+    try:
+        assert parent.status.value == "healthy", parent.error
+        root = _root_proc(d, parent)
+        kids_before = set(Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split())
+        specs = [live.ChildSpec(f"env_probe{i}", 29000 + i, [], "/tmp") for i in range(3)]
+
+        def failing_snapshot() -> None:
+            # The children are cloned meanwhile: each binds its bootstrap socket.
+            socks = [Path(live.ctl_path(root.pid, f"{c.env_id}.sock")) for c in specs]
+            end = time.monotonic() + 10
+            while not all(s.exists() for s in socks) and time.monotonic() < end:
+                time.sleep(0.001)
+            assert all(s.exists() for s in socks), "the children were not cloned meanwhile"
+            raise OSError("the capture failed (on purpose)")
+
+        with pytest.raises(OSError, match="on purpose"):  # not the assert inside
+            live.fork(root, specs, failing_snapshot, 0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            kids = set(Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split())
+            alive = [
+                k
+                for k in kids - kids_before
+                if live.alive(live.Proc(int(k), live.start_time(int(k)) or -1))
+            ]
+            zombies = [
+                k for k in alive if "Z" in Path(f"/proc/{k}/stat").read_text().split(")")[-1][:3]
+            ]
+            if len(alive) == len(zombies):
+                break
+            time.sleep(0.05)
+        assert len(alive) == len(zombies), f"children left running: {alive}"
+        # The gate is open again: the parent answers.
+        with connect(parent.endpoints[0].url.replace("http", "ws", 1) + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+        assert live.hello(root)["pid"]
+    finally:
+        d.delete_env(parent.id)
+    assert_gone(denv_server, [parent.id])
+
+
 def test_live_refused_with_the_reason(denv_server: LocalDenv) -> None:
     d = Denv(denv_server.url, api_key=denv_server.key)
     with pytest.raises(Conflict, match=r"not a Python ASGI server") as exc:
