@@ -53,8 +53,19 @@ def instance_id(state_dir: Path) -> str | None:
     return str(row[0]) if row else None
 
 
-def leftovers(state_dir: Path) -> dict[str, list[str]]:
-    """Containers, networks and mounts of this state dir's server that still exist."""
+def pooled_fs_contents(pool_mount: str) -> list[str]:
+    """What a pooled volume filesystem (``<state>/volfs/pool/<n>/fs``) holds beyond its
+    empty ``lost+found``, ``upper`` and ``work``: nothing, when the pool emptied it."""
+    fs = Path(pool_mount)
+    extra = [p.name for p in fs.iterdir() if p.name not in ("lost+found", "upper", "work")]
+    return extra + [str(p) for d in ("upper", "work") for p in (fs / d).iterdir()]
+
+
+def leftovers(state_dir: Path, *, pool_ok: bool = True) -> dict[str, list[str]]:
+    """Containers, networks and mounts of this state dir's server that still exist.
+
+    An emptied volume filesystem in the server's pool (``volfs/pool``) is not a leftover
+    while the server runs (``pool_ok``); one that still holds files is."""
     inst = instance_id(state_dir)
     found: dict[str, list[str]] = {"containers": [], "networks": [], "mounts": []}
     if inst:
@@ -67,18 +78,25 @@ def leftovers(state_dir: Path) -> dict[str, list[str]]:
     root = str(state_dir.resolve())
     with open("/proc/self/mountinfo") as f:
         found["mounts"] = [ln.split()[4] for ln in f if ln.split()[4].startswith(root + "/")]
+    pool = root + "/volfs/pool/"
+    if pool_ok:
+        found["mounts"] = [
+            m
+            for m in found["mounts"]
+            if not (m.startswith(pool) and m.endswith("/fs") and not pooled_fs_contents(m))
+        ]
     return found
 
 
 def clean(state_dir: Path) -> None:
     """Remove whatever the server of ``state_dir`` left (after it stopped), then the dir."""
-    left = leftovers(state_dir)
+    left = leftovers(state_dir, pool_ok=False)
     if left["containers"]:
         subprocess.run(["docker", "rm", "-f", *left["containers"]], capture_output=True)
     if left["networks"]:
         subprocess.run(["docker", "network", "rm", *left["networks"]], capture_output=True)
     for _ in range(10):
-        mounts = leftovers(state_dir)["mounts"]
+        mounts = leftovers(state_dir, pool_ok=False)["mounts"]
         if not mounts:
             break
         for m in sorted(mounts, key=len, reverse=True):

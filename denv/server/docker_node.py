@@ -207,6 +207,8 @@ class DockerNode:
 
     def stop(self) -> None:
         self._stopped = True
+        if self.volumes.fs is not None:
+            self.volumes.fs.drain()  # pooled volume filesystems: nothing of them outlives us
 
     # what runs
     def states(self, env_id: str | None = None) -> dict[str, str]:

@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
 
-from .mounts import MS_NODEV, MS_NOSUID, mount, unmount_all
+from .mounts import MS_NODEV, MS_NOSUID, mount, mount_points_under, unmount_all
+
+log = logging.getLogger(__name__)
 
 LOOP_CTL_GET_FREE = 0x4C82
 LOOP_CONFIGURE = 0x4C0A  # Linux 5.8: attach and configure in one call
@@ -39,15 +43,89 @@ LOOP_RETRIES = 64  # another process may take the free device between the two ca
 # ends anyway, and a journal would be written through to the image on every metadata change.
 MKFS_FEATURES = "^has_journal,^resize_inode,sparse_super2"
 MOUNT_DATA = "noinit_itable,discard"  # inode tables are the image's holes: zero already
+POOL_MAX = 32  # emptied filesystems kept mounted for the next volumes (a loop device each)
 
 
 class VolumeFs:
-    """Makes and mounts the per-volume filesystems of one server (one size for all)."""
+    """Makes and mounts the per-volume filesystems of one server (one size for all).
+
+    A deleted env's filesystem is emptied and kept, mounted, in a pool (``pool/<n>``), up to
+    ``POOL_MAX``; the next volume takes one by renaming its dir into place (the mount goes
+    with it), so a live fork's children and a boot skip the loop device and the mount, and
+    a delete skips the unmount. Emptied means every file the env wrote is gone: what is
+    left is the filesystem's root with ``lost+found`` and empty ``upper`` and ``work``.
+    The pool is emptied at start (:meth:`drain`) and at a clean exit.
+    """
 
     def __init__(self, templates_dir: Path, size_mb: int) -> None:
         self.templates_dir = templates_dir
         self.size_mb = size_mb
         self._lock = threading.Lock()
+        self.pool_dir = templates_dir / "pool"
+        self._pool: list[Path] = []
+        self.drain()
+
+    def drain(self) -> None:
+        """Unmount and delete every pooled filesystem."""
+        with self._lock:
+            self._pool.clear()
+            if self.pool_dir.exists():
+                unmount_all(self.pool_dir)
+                shutil.rmtree(self.pool_dir, ignore_errors=True)
+
+    def take(self, base: Path) -> bool:
+        """Move a pooled filesystem to ``base`` (``base/disk.img``, ``base/fs`` mounted,
+        with empty ``upper`` and ``work``); False when the pool is empty."""
+        with self._lock:
+            entry = self._pool.pop() if self._pool else None
+        if entry is None:
+            return False
+        try:
+            os.rename(entry, base)
+        except OSError:
+            log.warning("a pooled volume filesystem could not be moved to %s", base, exc_info=True)
+            unmount_all(entry)
+            shutil.rmtree(entry, ignore_errors=True)
+            return False
+        return True
+
+    def give_back(self, base: Path) -> bool:
+        """Empty the filesystem of a deleted volume (``base/fs``, mounted, nothing mounted
+        under it) and pool it; False (nothing changed but maybe emptied) when it cannot be:
+        the pool is full, something else is mounted, or a file resists removal."""
+        fs = base / "fs"
+        with self._lock:
+            if len(self._pool) >= POOL_MAX:
+                return False
+        if mount_points_under(base) != [str(fs.resolve())]:
+            return False
+        try:
+            with os.scandir(fs) as entries:
+                for entry in entries:
+                    if entry.name == "lost+found":
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+            for d in ("upper", "work"):
+                (fs / d).mkdir()
+            for leftover in base.iterdir():
+                if leftover.name in ("fs", "disk.img"):
+                    continue
+                if leftover.is_dir() and not leftover.is_symlink():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
+            self.pool_dir.mkdir(parents=True, exist_ok=True)
+            entry_dir = self.pool_dir / os.urandom(8).hex()
+            os.rename(base, entry_dir)
+        except OSError:
+            log.debug("volume filesystem of %s not pooled", base, exc_info=True)
+            return False
+        with self._lock:
+            self._pool.append(entry_dir)
+        return True
 
     @property
     def template(self) -> Path:

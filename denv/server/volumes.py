@@ -100,9 +100,8 @@ class Volumes:
         """
         base = self.envs_dir / env_id / service / str(n)
         mnt = base / "mnt"
+        self._disk(base)
         mnt.mkdir(parents=True, exist_ok=True)
-        if self.fs is not None:
-            self.fs.make(base / "disk.img", base / "fs")
         for d in (base / "fs" / "upper", base / "fs" / "work"):
             d.mkdir(parents=True, exist_ok=True)
         make_shared_mount_point(mnt)
@@ -131,9 +130,7 @@ class Volumes:
         """Mount a live child's volume at ``live/<slot>/work-<n>`` in its group's live dir,
         and make ``live/<slot>/kids``, where its own children's slots will be mounted."""
         base = self.envs_dir / env_id / service / str(n)
-        base.mkdir(parents=True, exist_ok=True)
-        if self.fs is not None:
-            self.fs.make(base / "disk.img", base / "fs")
+        self._disk(base)
         fs = base / "fs"
         for d in (fs / "upper", fs / "work"):
             d.mkdir(parents=True, exist_ok=True)
@@ -144,6 +141,18 @@ class Volumes:
         lowers = [str(self.layer_path(x)) for x in layers] or [str(self.layer_path(EMPTY_LAYER))]
         opts = f"lowerdir={':'.join(lowers)},upperdir={fs / 'upper'},workdir={fs / 'work'}"
         mount_overlay(opts, target)
+
+    def _disk(self, base: Path) -> None:
+        """Make a volume's dir ``base``, with its own filesystem on ``base/fs`` when sizes
+        are enforced: a pooled one when there is one, else a new one."""
+        if self.fs is not None:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            if self.fs.take(base):
+                return
+            base.mkdir(exist_ok=True)
+            self.fs.make(base / "disk.img", base / "fs")
+        else:
+            base.mkdir(parents=True, exist_ok=True)
 
     def detach_live(self, group: str, slot: str, env_id: str) -> None:
         """Unmount a live env's volumes from its group's live dir (a child has binds of its
@@ -172,6 +181,11 @@ class Volumes:
         """Unmount and delete everything an env's volumes had."""
         root = self.env_dir(env_id)
         if root.exists():
+            if self.fs is not None:
+                # Each volume's own filesystem goes back to the pool once its overlay is off.
+                for disk in root.glob("*/*/disk.img"):
+                    unmount_all(disk.parent / "mnt")
+                    self.fs.give_back(disk.parent)
             unmount_all(root)
             shutil.rmtree(root, ignore_errors=True)
 

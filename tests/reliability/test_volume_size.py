@@ -4,7 +4,9 @@ A server of its own with ``--max-volume-mb 64``: each volume's changes live on a
 64 MiB (``denv/server/volfs.py``). Inside one env, ``dd`` writes to /work until the kernel
 refuses; a sibling env still writes to its own /work, the host's disk lost at most the
 volume's size, the full env stays healthy, snapshots and forks from it, and deleting the
-envs leaves no mount and no loop device behind.
+envs leaves no mount and no loop device behind but the emptied filesystems the server pools
+for the next volumes: the next env gets an empty /work of the full size from one, and a
+stopped server leaves none.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import LocalDenv, docker_engine, start_server
+from conftest import LocalDenv, clean, docker_engine, start_server
 from reliability_helpers import api, container_of, delete_all, ok, report
 
 pytestmark = pytest.mark.e2e
@@ -56,12 +58,15 @@ def free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def loop_devices(root: Path) -> list[str]:
-    """Loop devices whose backing file lies under ``root``."""
+def loop_devices(root: Path, *, pooled: bool = False) -> list[str]:
+    """Loop devices whose backing file lies under ``root``: outside the server's pool of
+    emptied volume filesystems (``volfs/pool``), or in it (``pooled``)."""
+    pool = str(root / "volfs" / "pool") + "/"
     return [
         b.parent.parent.name
         for b in Path("/sys/block").glob("loop*/loop/backing_file")
         if b.read_text().strip().startswith(str(root))
+        and b.read_text().strip().startswith(pool) == pooled
     ]
 
 
@@ -105,3 +110,50 @@ def test_a_disk_filler_gets_enospc_and_nothing_else_is_touched(
     assert child_writes.returncode == 0, child_writes.stderr
     assert loops_live == 3  # one per env volume: filler, sibling, child
     assert loops_left == []
+
+
+def test_a_deleted_volumes_filesystem_is_emptied_pooled_and_reused(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A deleted env's volume filesystem goes to the server's pool with nothing of the env
+    left in it; the next env takes it (no new loop device) and sees an empty /work with
+    the full size free; the server's exit unmounts the pool."""
+    from conftest import leftovers, pooled_fs_contents
+
+    state = tmp_path / "state"
+    with start_server(state, "--max-volume-mb", str(SIZE_MB), cleanup=False) as srv, api(srv) as c:
+        first = env_of(c)
+        wrote = sh(
+            first,
+            "mkdir -p /work/d && echo secret > /work/d/s && "
+            "dd if=/dev/zero of=/work/big bs=1M count=40 && sync",
+        )
+        assert wrote.returncode == 0, wrote.stderr
+        loops_before = loop_devices(state)
+        assert len(loops_before) == 1, loops_before
+        assert delete_all(c) == 1
+        pooled = loop_devices(state, pooled=True)
+        pool = sorted((state / "volfs" / "pool").glob("*/fs"))
+        assert len(pool) == 1 and pooled == loops_before, (pool, pooled)
+        assert pooled_fs_contents(str(pool[0])) == []
+        assert free_bytes(pool[0]) > (SIZE_MB - 8) * 2**20, free_bytes(pool[0])
+
+        second = env_of(c)
+        seen = sh(second, "ls -A /work").stdout.split()
+        assert loop_devices(state) == loops_before  # the same filesystem, taken from the pool
+        assert loop_devices(state, pooled=True) == []
+        full = sh(second, f"dd if=/dev/zero of=/work/fill bs=1M count={SIZE_MB - 8} && sync")
+        assert seen == [], seen
+        assert full.returncode == 0, full.stderr
+        assert delete_all(c) == 1
+        assert leftovers(state)["mounts"] == []
+    left = leftovers(state, pool_ok=False)
+    try:
+        report(
+            request,
+            f"volume pool: the 2nd env took the 1st's filesystem (loop {loops_before}), saw "
+            f"/work {seen or 'empty'}, wrote {SIZE_MB - 8} MiB; after exit: {left['mounts']}",
+        )
+        assert left["mounts"] == [] and loop_devices(state) + loop_devices(state, pooled=True) == []
+    finally:
+        clean(state)
