@@ -8,7 +8,11 @@
   inner node and one step in every new node (B=4, D=4: 85 envs), by live forks, by warm
   volume forks, and by replay (every node a fresh env replaying its path); one plot.
 - ``live_sustained``: live children made per second over S seconds (fork(8) after fork(8)
-  from one root, each batch deleted in the background).
+  from one root, each batch deleted in the background); ``sustained2``: the same with two
+  clients forking two roots at once.
+- ``live_cpu``: CPU time of one live fork(8) to 8 ready clients, by who spends it (the denv
+  server, the root's process, this client, the 8 children), and the floor it sets on this
+  machine's cores (the sum over the cores: no schedule can beat it).
 - ``live_memory``: private memory (smaps_rollup Private_*) of each of 8 live children after
   one step each, against the root's.
 
@@ -18,6 +22,7 @@ Nothing asserts on time; the ratios go to bench/results/live.json and SUMMARY.md
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -186,34 +191,53 @@ def tree(b: Bench) -> dict[str, Any]:
 # --- sustained rate and memory --------------------------------------------------------------
 
 
-def sustained(b: Bench) -> dict[str, Any]:
+def sustained(b: Bench, forkers: int = 1) -> dict[str, Any]:
+    """Live children made per second over S seconds: each of ``forkers`` threads forks its
+    own live root into 8, again and again; every batch is deleted in the background (at
+    most 6 batches alive at once, under the key's env quota)."""
     seconds = float(b.profile.live_sustained_s)
-    root = Root(b, "live")
+    roots = [Root(b, "live") for _ in range(forkers)]
     api = b.denv()
-    env_id = root.provider.env_id or ""
-    made, deletes = 0, ThreadPoolExecutor(4)
-    outstanding = threading.BoundedSemaphore(6)  # batches not yet deleted: stay under quotas
+    made = [0] * forkers
+    deletes = ThreadPoolExecutor(4)
+    outstanding = threading.BoundedSemaphore(6)
     t0 = time.perf_counter()
-    try:
+
+    def delete(ids: list[str]) -> None:
+        try:
+            for i in ids:
+                api.delete_env(i)
+        finally:
+            outstanding.release()
+
+    def forker(k: int) -> None:
+        env_id = roots[k].provider.env_id or ""
         while time.perf_counter() - t0 < seconds:
             outstanding.acquire()
             fork = api.fork(env_id, 8, kind="live")
-            made += sum(str(e.status) == "healthy" for e in fork.envs)
-
-            def delete(ids: list[str]) -> None:
-                try:
-                    for i in ids:
-                        api.delete_env(i)
-                finally:
-                    outstanding.release()
-
+            made[k] += sum(str(e.status) == "healthy" for e in fork.envs)
             deletes.submit(delete, [e.id for e in fork.envs])
+
+    try:
+        parallel([lambda k=k: forker(k) for k in range(forkers)])  # type: ignore[misc]
         elapsed = time.perf_counter() - t0
     finally:
         deletes.shutdown(wait=True)
-        root.close()
+        for root in roots:
+            root.close()
         api.close()
-    return {"seconds": elapsed, "children": made, "per_s": made / elapsed}
+    return {
+        "seconds": elapsed,
+        "forkers": forkers,
+        "children": sum(made),
+        "per_s": sum(made) / elapsed,
+    }
+
+
+def sustained2(b: Bench) -> dict[str, Any]:
+    """The same with two forking clients at once (two roots): what a search that forks
+    several nodes at a time gets from one server."""
+    return sustained(b, forkers=2)
 
 
 def _private_mb(pid: int) -> float:
@@ -263,6 +287,56 @@ def memory(b: Bench) -> dict[str, Any]:
         root.close()
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU time a process (all its threads) has run, in ns (/proc/PID/task/*/schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def cpu(b: Bench) -> dict[str, Any]:
+    """Where the CPU of one live fork(8) to 8 ready clients goes: the denv server (API,
+    node, ingress), the root's server process (its clones), this client (fork_clients and
+    the 8 state() calls), and the 8 children (from their clone to their first answer)."""
+    root = Root(b, "live")
+    rows: list[dict[str, float]] = []
+    try:
+        container = sh(
+            "docker", "ps", "-q", "--filter", f"label=denv.env={root.provider.env_id}"
+        ).split()[0]
+        root_pid = _pid_on_port(container, 8000)
+        server_pid = b.server.proc.pid
+        with b.denv() as api:
+            for _ in range(int(b.profile.fork8_warm_runs)):
+                before = {"server": _cpu_ns(server_pid), "root": _cpu_ns(root_pid)}
+                before["client"] = _cpu_ns(os.getpid())
+                children = fork_clients(root.client, 8)
+                parallel([c.state for c in children])
+                after = {"server": _cpu_ns(server_pid), "root": _cpu_ns(root_pid)}
+                after["client"] = _cpu_ns(os.getpid())
+                ports = [api.get_env(c.provider.env_id).endpoints[0].port for c in children]
+                kids = [_cpu_ns(_pid_on_port(container, p)) for p in ports]
+                parallel([c.close for c in children])
+                row = {k: (after[k] - before[k]) / 1e6 for k in before}
+                row["children"] = sum(kids) / 1e6
+                rows.append(row)
+                b.settle(max_s=30)
+    finally:
+        root.close()
+    parts = {k: summarize([r[k] for r in rows]) for k in rows[0]}
+    total = sum(p["median"] for p in parts.values())
+    return {
+        "ms_per_fork8": parts,
+        "total_ms_median": total,
+        "cores": os.cpu_count(),
+        "floor_ms": total / (os.cpu_count() or 1),
+    }
+
+
 def _parts(b: Bench, parts: list[tuple[str, Callable[[Bench], dict[str, Any]]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, fn in parts:
@@ -278,7 +352,14 @@ def _parts(b: Bench, parts: list[tuple[str, Callable[[Bench], dict[str, Any]]]])
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
     """fork(8) live vs warm, per-child memory, the sustained rate (results: live.json)."""
-    return {"live": _parts(b, [("fork8", fork8), ("memory", memory), ("sustained", sustained)])}
+    parts: list[tuple[str, Callable[[Bench], dict[str, Any]]]] = [
+        ("fork8", fork8),
+        ("cpu", cpu),
+        ("memory", memory),
+        ("sustained", sustained),
+        ("sustained2", sustained2),
+    ]
+    return {"live": _parts(b, parts)}
 
 
 def run_tree(b: Bench) -> dict[str, dict[str, Any]]:

@@ -247,11 +247,26 @@ def _live(r: Result) -> list[str]:
             f"children's state equal to the root's: {f8.get('state_ok')}.",
             "",
         ]
+    c = r.get("cpu", {})
+    if c.get("ms_per_fork8"):
+        parts = ", ".join(f"{k} {v['median']:.0f} ms" for k, v in c["ms_per_fork8"].items())
+        lines += [
+            f"CPU of one live fork(8) to 8 clients that answered state() (median by part): "
+            f"{parts}; **{c['total_ms_median']:.0f} ms** in all, so no schedule on "
+            f"{c['cores']} cores finishes it in less than **{c['floor_ms']:.0f} ms**.",
+            "",
+        ]
     s = r.get("sustained", {})
     if s.get("per_s") is not None:
         lines.append(
             f"Sustained: **{s['per_s']:.0f} live children/s** over {s['seconds']:.0f} s "
             f"({s['children']} children; target >= 100/s)."
+        )
+    s2 = r.get("sustained2", {})
+    if s2.get("per_s") is not None:
+        lines.append(
+            f"With two clients forking two roots at once: **{s2['per_s']:.0f} live "
+            f"children/s** over {s2['seconds']:.0f} s ({s2['children']} children)."
         )
     m = r.get("memory", {})
     if m.get("child_mb"):
@@ -435,10 +450,22 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"live {fmt_s(t['live']['s'])} | {others} | {fmt_x(ratios['warm_over_live'])} / "
             f"{fmt_x(ratios['replay_over_live'])} |"
         )
+    if g("live", "cpu", "total_ms_median") is not None:
+        lines.append(
+            f"| CPU of one live fork(8), all processes | "
+            f"{g('live', 'cpu', 'total_ms_median'):.0f} ms | floor on "
+            f"{g('live', 'cpu', 'cores')} cores {g('live', 'cpu', 'floor_ms'):.0f} ms | |"
+        )
     if g("live", "sustained", "per_s") is not None:
         lines.append(
             f"| live children per second, sustained | {g('live', 'sustained', 'per_s'):.0f}/s "
-            f"over {g('live', 'sustained', 'seconds'):.0f} s | | |"
+            f"over {g('live', 'sustained', 'seconds'):.0f} s (one client) | "
+            + (
+                f"two clients at once {g('live', 'sustained2', 'per_s'):.0f}/s"
+                if g("live", "sustained2", "per_s") is not None
+                else ""
+            )
+            + " | |"
         )
     if g("live", "memory", "child_mb"):
         lines.append(
