@@ -74,5 +74,22 @@ def test_a_sized_volume_refuses_writes_past_its_size_and_leaves_nothing(tmp_path
     finally:
         vols.remove_env("env_a")
         vols.remove_env("env_b")
-    assert mount_points_under(tmp_path / "envs") == []
+    try:
+        assert mount_points_under(tmp_path / "envs") == []
+        # Both filesystems were emptied into the pool (the filler's 14 MiB removed), and
+        # the next volume takes one of them: same loop device, nothing in it, full size.
+        pool = tmp_path / "volfs" / "pool"
+        assert _loop_devices_of(tmp_path) == _loop_devices_of(pool)
+        assert len(_loop_devices_of(pool)) == 2
+        for fs in pool.glob("*/fs"):
+            assert sorted(p.name for p in fs.iterdir()) == ["lost+found", "upper", "work"]
+            assert [*(fs / "upper").iterdir(), *(fs / "work").iterdir()] == []
+        again = vols.mount("env_c", "agent", 0, [])
+        assert list(again.iterdir()) == []
+        assert len(_loop_devices_of(pool)) == 1 and len(_loop_devices_of(tmp_path)) == 2
+        (again / "f").write_bytes(b"z" * 12 * 2**20)  # the filler's space is free again
+        vols.remove_env("env_c")
+    finally:
+        vols.fs.drain()
+    assert mount_points_under(tmp_path) == []
     assert _loop_devices_of(tmp_path) == []
