@@ -40,6 +40,7 @@ from .store import iso, now
 from .versions import Versions
 
 log = logging.getLogger(__name__)
+PORT_LOCKS = 64
 
 
 def unsupported(rec: EnvRecord) -> str | None:
@@ -74,7 +75,9 @@ class LiveForks:
     def __init__(self, ctx: Context, versions: Versions) -> None:
         self.ctx = ctx
         self.versions = versions
-        self._ports = threading.Lock()  # over choosing ports in a group
+        # Over choosing a group's ports until its children are recorded: one lock per
+        # group (striped), so that forks of envs in different containers run at once.
+        self._ports = [threading.Lock() for _ in range(PORT_LOCKS)]
 
     def fork(self, owner: str, rec: EnvRecord, opts: EnvsCreate, egress: str) -> dict[str, Any]:
         """``{"version": <Version JSON>, "envs": [child ids]}``; 409 when live is impossible."""
@@ -96,7 +99,7 @@ class LiveForks:
             raise refuse("a live child keeps its parent's process environment (env)")
         slots = volume_slots(parent_version.volumes)
         t0 = time.perf_counter()
-        with self._ports:
+        with self._ports[hash(proc.group) % PORT_LOCKS]:
             new_ids, ports = self._new_ids(opts.count), self._free_ports(proc, opts.count)
             children = list(zip(new_ids, ports, strict=True))
             try:

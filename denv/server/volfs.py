@@ -69,9 +69,7 @@ class VolumeFs:
         """Unmount and delete every pooled filesystem."""
         with self._lock:
             self._pool.clear()
-            if self.pool_dir.exists():
-                unmount_all(self.pool_dir)
-                shutil.rmtree(self.pool_dir, ignore_errors=True)
+            drain_pool(self.pool_dir)
 
     def take(self, base: Path) -> bool:
         """Move a pooled filesystem to ``base`` (``base/disk.img``, ``base/fs`` mounted,
@@ -176,6 +174,14 @@ class VolumeFs:
             for d in (probe / "fs", probe):
                 if d.is_dir():
                     d.rmdir()
+
+
+def drain_pool(pool_dir: Path) -> None:
+    """Unmount and delete the pooled filesystems under ``pool_dir`` (``<volfs>/pool``),
+    whoever made them: a server at start, ``denv cluster down`` for a node that died."""
+    if pool_dir.exists():
+        unmount_all(pool_dir)
+        shutil.rmtree(pool_dir, ignore_errors=True)
 
 
 def _mkfs(image: Path) -> None:

@@ -30,7 +30,7 @@ from .mounts import (
     mount_points_under,
     unmount_all,
 )
-from .volfs import VolumeFs
+from .volfs import VolumeFs, drain_pool
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class Volumes:
         self.envs_dir = state_dir / "envs"
         # What each volume may change, enforced by a filesystem of its own; 0: unlimited.
         self.fs = VolumeFs(state_dir / "volfs", size_mb) if size_mb > 0 else None
+        if self.fs is None:  # pooled filesystems of an earlier run with sizes (VolumeFs drains)
+            drain_pool(state_dir / "volfs" / "pool")
         self.layers_dir.mkdir(parents=True, exist_ok=True)
         self.envs_dir.mkdir(parents=True, exist_ok=True)
         (self.layers_dir / EMPTY_LAYER).mkdir(exist_ok=True)

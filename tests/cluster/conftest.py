@@ -36,6 +36,7 @@ _ROOT_HELPERS = (
     "docker_engine",
     "instance_id",
     "leftovers",
+    "pooled_fs_contents",
     "start_server",
     "stop",
 )

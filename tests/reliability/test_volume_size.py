@@ -19,7 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import LocalDenv, clean, docker_engine, start_server
+from conftest import (
+    LocalDenv,
+    clean,
+    docker_engine,
+    leftovers,
+    pooled_fs_contents,
+    start_server,
+)
 from reliability_helpers import api, container_of, delete_all, ok, report
 
 pytestmark = pytest.mark.e2e
@@ -118,8 +125,6 @@ def test_a_deleted_volumes_filesystem_is_emptied_pooled_and_reused(
     """A deleted env's volume filesystem goes to the server's pool with nothing of the env
     left in it; the next env takes it (no new loop device) and sees an empty /work with
     the full size free; the server's exit unmounts the pool."""
-    from conftest import leftovers, pooled_fs_contents
-
     state = tmp_path / "state"
     with start_server(state, "--max-volume-mb", str(SIZE_MB), cleanup=False) as srv, api(srv) as c:
         first = env_of(c)
