@@ -191,6 +191,19 @@ def tree(b: Bench) -> dict[str, Any]:
 # --- sustained rate and memory --------------------------------------------------------------
 
 
+def deleter(api: Any, outstanding: threading.BoundedSemaphore) -> Callable[[list[str]], None]:
+    """Deletes a batch of envs, then releases one ``outstanding`` slot (even on failure)."""
+
+    def delete(ids: list[str]) -> None:
+        try:
+            for i in ids:
+                api.delete_env(i)
+        finally:
+            outstanding.release()
+
+    return delete
+
+
 def sustained(b: Bench, forkers: int = 1) -> dict[str, Any]:
     """Live children made per second over S seconds: each of ``forkers`` threads forks its
     own live root into 8, again and again; every batch is deleted in the background (at
@@ -203,12 +216,7 @@ def sustained(b: Bench, forkers: int = 1) -> dict[str, Any]:
     outstanding = threading.BoundedSemaphore(6)
     t0 = time.perf_counter()
 
-    def delete(ids: list[str]) -> None:
-        try:
-            for i in ids:
-                api.delete_env(i)
-        finally:
-            outstanding.release()
+    delete = deleter(api, outstanding)
 
     def forker(k: int) -> None:
         env_id = roots[k].provider.env_id or ""
@@ -287,7 +295,7 @@ def memory(b: Bench) -> dict[str, Any]:
         root.close()
 
 
-def _cpu_ns(pid: int) -> int:
+def cpu_ns(pid: int) -> int:
     """CPU time a process (all its threads) has run, in ns (/proc/PID/task/*/schedstat)."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -312,14 +320,14 @@ def cpu(b: Bench) -> dict[str, Any]:
         server_pid = b.server.proc.pid
         with b.denv() as api:
             for _ in range(int(b.profile.fork8_warm_runs)):
-                before = {"server": _cpu_ns(server_pid), "root": _cpu_ns(root_pid)}
-                before["client"] = _cpu_ns(os.getpid())
+                before = {"server": cpu_ns(server_pid), "root": cpu_ns(root_pid)}
+                before["client"] = cpu_ns(os.getpid())
                 children = fork_clients(root.client, 8)
                 parallel([c.state for c in children])
-                after = {"server": _cpu_ns(server_pid), "root": _cpu_ns(root_pid)}
-                after["client"] = _cpu_ns(os.getpid())
+                after = {"server": cpu_ns(server_pid), "root": cpu_ns(root_pid)}
+                after["client"] = cpu_ns(os.getpid())
                 ports = [api.get_env(c.provider.env_id).endpoints[0].port for c in children]
-                kids = [_cpu_ns(_pid_on_port(container, p)) for p in ports]
+                kids = [cpu_ns(_pid_on_port(container, p)) for p in ports]
                 parallel([c.close for c in children])
                 row = {k: (after[k] - before[k]) / 1e6 for k in before}
                 row["children"] = sum(kids) / 1e6

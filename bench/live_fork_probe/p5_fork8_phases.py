@@ -42,19 +42,10 @@ from conftest import start_server  # noqa: E402  (the tests' own server runner)
 from denv.openenv import DenvProvider, _waits, fork_clients  # noqa: E402
 from openenv.core import GenericEnvClient  # noqa: E402
 
+from bench.bench_live import cpu_ns, deleter  # noqa: E402
 from denv import Denv  # noqa: E402
 
 PHASES = ("gate_ms", "snapshot_ms", "fork_ms", "plumb_ms", "total")
-
-
-def cpu_ns(pid: int) -> int:
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError):
-            continue
-    return total
 
 
 def median(xs: list[float]) -> float:
@@ -109,13 +100,7 @@ def sustain(url: str, key: str, env_id: str, server_pid: int, seconds: float) ->
     deletes, outstanding = ThreadPoolExecutor(4), threading.BoundedSemaphore(6)
     made = 0
 
-    def delete(ids: list[str]) -> None:
-        try:
-            for i in ids:
-                api.delete_env(i)
-        finally:
-            outstanding.release()
-
+    delete = deleter(api, outstanding)
     c0, s0, m0 = int(acct.read_text()), cpu_ns(server_pid), cpu_ns(os.getpid())
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
