@@ -245,11 +245,10 @@ def fork(
             try:
                 snapshot()
             except BaseException:
-                captured.set()
+                captured.set()  # the answer's thread reopens the gate
                 _discard(parent, children, answer, timeout_s)
                 raise
-            finally:
-                captured.set()
+            captured.set()
         t2 = time.perf_counter()
         timings["snapshot_ms"] = (t2 - t1) * 1e3
         results = _plumb_all(parent, children, answer, pool, depth, timeout_s)

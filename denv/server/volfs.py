@@ -43,6 +43,7 @@ LOOP_RETRIES = 64  # another process may take the free device between the two ca
 # ends anyway, and a journal would be written through to the image on every metadata change.
 MKFS_FEATURES = "^has_journal,^resize_inode,sparse_super2"
 MOUNT_DATA = "noinit_itable,discard"  # inode tables are the image's holes: zero already
+POOL = "pool"  # under the templates dir: the emptied filesystems kept for the next volumes
 POOL_MAX = 32  # emptied filesystems kept mounted for the next volumes (a loop device each)
 
 
@@ -54,22 +55,22 @@ class VolumeFs:
     with it), so a live fork's children and a boot skip the loop device and the mount, and
     a delete skips the unmount. Emptied means every file the env wrote is gone: what is
     left is the filesystem's root with ``lost+found`` and empty ``upper`` and ``work``.
-    The pool is emptied at start (:meth:`drain`) and at a clean exit.
+    The pool is emptied at start (``Volumes`` calls :func:`drain_pool`) and at a clean
+    exit (:meth:`drain`).
     """
 
     def __init__(self, templates_dir: Path, size_mb: int) -> None:
         self.templates_dir = templates_dir
         self.size_mb = size_mb
         self._lock = threading.Lock()
-        self.pool_dir = templates_dir / "pool"
+        self.pool_dir = templates_dir / POOL
         self._pool: list[Path] = []
-        self.drain()
 
     def drain(self) -> None:
         """Unmount and delete every pooled filesystem."""
         with self._lock:
             self._pool.clear()
-            drain_pool(self.pool_dir)
+            drain_pool(self.templates_dir)
 
     def take(self, base: Path) -> bool:
         """Move a pooled filesystem to ``base`` (``base/disk.img``, ``base/fs`` mounted,
@@ -98,23 +99,10 @@ class VolumeFs:
         if mount_points_under(base) != [str(fs.resolve())]:
             return False
         try:
-            with os.scandir(fs) as entries:
-                for entry in entries:
-                    if entry.name == "lost+found":
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path)
-                    else:
-                        os.unlink(entry.path)
+            _empty(fs, keep={"lost+found"})
             for d in ("upper", "work"):
                 (fs / d).mkdir()
-            for leftover in base.iterdir():
-                if leftover.name in ("fs", "disk.img"):
-                    continue
-                if leftover.is_dir() and not leftover.is_symlink():
-                    shutil.rmtree(leftover)
-                else:
-                    leftover.unlink()
+            _empty(base, keep={"fs", "disk.img"})
             self.pool_dir.mkdir(parents=True, exist_ok=True)
             entry_dir = self.pool_dir / os.urandom(8).hex()
             os.rename(base, entry_dir)
@@ -176,12 +164,26 @@ class VolumeFs:
                     d.rmdir()
 
 
-def drain_pool(pool_dir: Path) -> None:
-    """Unmount and delete the pooled filesystems under ``pool_dir`` (``<volfs>/pool``),
+def drain_pool(templates_dir: Path) -> None:
+    """Unmount and delete the pooled filesystems under ``templates_dir`` (its ``pool``),
     whoever made them: a server at start, ``denv cluster down`` for a node that died."""
+    pool_dir = templates_dir / POOL
     if pool_dir.exists():
         unmount_all(pool_dir)
         shutil.rmtree(pool_dir, ignore_errors=True)
+
+
+def _empty(path: Path, keep: set[str]) -> None:
+    """Remove everything in the dir ``path`` but the entries named in ``keep`` (a symlink
+    is removed, never followed); OSError on the first entry that resists."""
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name in keep:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
 
 
 def _mkfs(image: Path) -> None:

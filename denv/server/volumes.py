@@ -65,9 +65,9 @@ class Volumes:
         self.layers_dir = state_dir / "layers"
         self.envs_dir = state_dir / "envs"
         # What each volume may change, enforced by a filesystem of its own; 0: unlimited.
+        # Pooled filesystems of an earlier run (with sizes or not, this one starts empty).
+        drain_pool(state_dir / "volfs")
         self.fs = VolumeFs(state_dir / "volfs", size_mb) if size_mb > 0 else None
-        if self.fs is None:  # pooled filesystems of an earlier run with sizes (VolumeFs drains)
-            drain_pool(state_dir / "volfs" / "pool")
         self.layers_dir.mkdir(parents=True, exist_ok=True)
         self.envs_dir.mkdir(parents=True, exist_ok=True)
         (self.layers_dir / EMPTY_LAYER).mkdir(exist_ok=True)

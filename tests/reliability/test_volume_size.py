@@ -69,11 +69,14 @@ def loop_devices(root: Path, *, pooled: bool = False) -> list[str]:
     """Loop devices whose backing file lies under ``root``: outside the server's pool of
     emptied volume filesystems (``volfs/pool``), or in it (``pooled``)."""
     pool = str(root / "volfs" / "pool") + "/"
-    return [
-        b.parent.parent.name
+    backing = {
+        b.parent.parent.name: b.read_text().strip()
         for b in Path("/sys/block").glob("loop*/loop/backing_file")
-        if b.read_text().strip().startswith(str(root))
-        and b.read_text().strip().startswith(pool) == pooled
+    }
+    return [
+        dev
+        for dev, path in backing.items()
+        if path.startswith(str(root)) and path.startswith(pool) == pooled
     ]
 
 
