@@ -120,7 +120,7 @@ def _present(tool: str) -> bool:
 
 
 @contextmanager
-def _host_lock() -> Iterator[None]:
+def host_lock() -> Iterator[None]:
     """A lock shared by every process on this machine (flock on a file under /run, else the
     temp dir): the check and the insert of the guard are two iptables calls, and two servers
     that both found it missing inserted it twice."""
@@ -147,7 +147,7 @@ def ensure_host_guard_on(tool: str) -> str:
     ``HostGuardError`` naming the tool's message when it is missing and cannot be installed.
     The rule goes first in INPUT so that no ACCEPT rule can come before it.
     """
-    with _host_lock():  # every denv server on the machine checks: one inserts, not two
+    with host_lock():  # every denv server on the machine checks: one inserts, not two
         if _present(tool):
             return "ok"
         result = _run(tool, "-I")

@@ -15,6 +15,7 @@ or image of the trial remains.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -65,13 +66,40 @@ def harbor() -> Path:
     return HARBOR
 
 
+def docker_bridge_address() -> str:
+    """This machine's address on Docker's default bridge, where containers reach it.
+
+    Read from the bridge interface itself (docker0, or the name Docker gives it): Docker
+    20.10 may report no ``Gateway`` in the bridge's IPAM config, only its subnet. Without
+    the interface, the gateway Docker reports, else the subnet's first address.
+    """
+    info = json.loads(_docker("network", "inspect", "bridge"))[0]
+    name = info.get("Options", {}).get("com.docker.network.bridge.name", "docker0")
+    done = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", name], capture_output=True, text=True
+    )
+    addresses = [f.split()[3].split("/")[0] for f in done.stdout.splitlines() if " inet " in f]
+    if addresses:
+        return addresses[0]
+    configs = info.get("IPAM", {}).get("Config") or []
+    for config in configs:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+        if config.get("Subnet") and ":" not in config["Subnet"]:
+            return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    raise AssertionError(
+        f"Docker's default bridge ({name}) has no IPv4 address, gateway or subnet "
+        f"(ip addr: {done.stderr.strip() or 'no inet'}; IPAM: {configs}): "
+        "start dockerd with its default bridge (not --bridge=none)"
+    )
+
+
 @pytest.fixture(scope="module")
 def bridge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
-    gateway = _docker("network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}")
     # --insecure: plain HTTP on docker0, an address of this machine that only its
     # containers reach (a hosted denv would be https).
     state = tmp_path_factory.mktemp("denv-harbor")
-    with start_server(state, "--host", gateway, "--insecure") as server:
+    with start_server(state, "--host", docker_bridge_address(), "--insecure") as server:
         yield server
 
 

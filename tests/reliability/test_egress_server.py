@@ -41,7 +41,7 @@ import test_egress as probes
 from outside_host import OutsideHost, outside_host
 
 from denv.server.config import HOST_GUARD_CHECK_S
-from denv.server.netpolicy import DENY_DNS, GUARD_COMMENT, remove_host_guard
+from denv.server.netpolicy import DENY_DNS, GUARD_COMMENT, host_lock, remove_host_guard
 
 pytestmark = pytest.mark.e2e
 
@@ -185,8 +185,12 @@ def test_a_removed_host_guard_is_restored_and_reported_in_health(
     with api(server) as c:
         before = c.get("/v1/health").json()["host_guard"]
     assert (before["ipv4"], before["ipv6"], before["reason"]) == ("ok", "ok", None), before
-    remove_host_guard()  # what a firewall reload does
-    assert not guard_rules("iptables") and not guard_rules("ip6tables")
+    # What a firewall reload does. Under the machine-wide lock that every denv server's
+    # check takes, so that another server running here (a user's own) cannot put the rule
+    # back between the removal and the look that proves it gone.
+    with host_lock():
+        remove_host_guard()
+        assert not guard_rules("iptables") and not guard_rules("ip6tables")
     deadline = time.monotonic() + 3 * HOST_GUARD_CHECK_S
     with api(server) as c:
         while True:
