@@ -8,7 +8,7 @@ host, as the capture-proxy set-up does). Each round creates an env of the echo i
 egress ``deny``, ``allow`` and an allowlist (``host.docker.internal:8100`` and a
 198.18.0.0/15 address: the per-env rules of both chains), in a rotated order so drift on a
 shared machine hits all alike, timing the create to healthy, then deletes them. Then the
-firewall alone (``denv.server.firewall``), in this process: the rules of a new allowlist
+firewall alone (``denv.server.net.firewall``), in this process: the rules of a new allowlist
 bridge (``add_env``), their removal, and the periodic check (``ensure``, both families) with
 0, 16 and 64 allowlist envs registered. Medians side by side and the ratios to ``deny``,
 written to ``<out>/egress.json`` and ``<out>/egress.md``. Asserts nothing.
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from denv.server.firewall import EnvRule, Firewall, resolvers, tools
+from denv.server.net.firewall import Firewall, resolvers, tools
+from denv.server.node.egress import EnvRule
 
 from .harness import IMAGE, Bench, start_server, write_json
 from .measure import ROOT, conditions, machine, now_iso

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from denv.server.volumes import Volumes
+from denv.server.volumes.overlay import Volumes
 
 from .bench_start import Root, _denv_once, fork_once
 from .harness import IMAGE, Bench, start_server, write_json

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from denv.cluster import seaweed
-from denv.server.docker_node import DockerNode
-from denv.server.engine import Engine
-from denv.server.layerpack import pack_layer, unpack_layer
-from denv.server.objstore import LayerStore
-from denv.server.volumes import Volumes
+from denv.server.docker.engine import Engine
+from denv.server.docker.node import DockerNode
+from denv.server.volumes.layerpack import pack_layer, unpack_layer
+from denv.server.volumes.object_store import LayerStore
+from denv.server.volumes.overlay import Volumes
 
 from .harness import Bench, write_json
 from .measure import ROOT, conditions, machine, now_iso

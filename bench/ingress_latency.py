@@ -67,7 +67,7 @@ UPSTREAM = textwrap.dedent(
 PROXY = textwrap.dedent(
     """
     import sys, fastapi, uvicorn
-    from denv.server.ingress import IngressTable, mount_ingress
+    from denv.server.ingress.proxy import IngressTable, mount_ingress
     app = fastapi.FastAPI()
     table = IngressTable()
     mount_ingress(app, table)

@@ -247,7 +247,7 @@ def _shifted_before_mount(daemon: Daemon, base: int) -> dict[str, Any]:
     """denv's design by hand, with the upper dir given to the remapped root before the
     overlay is mounted: a container bound (rslave) to an empty shared mount point, the
     overlay mounted there after it started (the late mount of a warm fork), then a write."""
-    from denv.server.volumes import make_shared_mount_point, mount_overlay
+    from denv.server.volumes.overlay import make_shared_mount_point, mount_overlay
 
     root = daemon.root / "by-hand"
     lower, upper, work, mnt = (root / d for d in ("lower", "upper", "work", "mnt"))

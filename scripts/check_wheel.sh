@@ -9,11 +9,35 @@ trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 whl=$(ls "$work"/dist/denv-*.whl)
 "$work/venv/bin/pip" install --quiet --disable-pip-version-check "${whl}[openenv]"
+# Every file of the source tree's packages is in the wheel: a runtime file left out of
+# pyproject's package list (the live-fork launcher once was) fails here, not for users.
+git ls-files denv adapters/openenv generated/denv_api_client >"$work/source-files"
+python3 - "$whl" "$work/source-files" <<'PY'
+import sys, zipfile
+
+shipped = set(zipfile.ZipFile(sys.argv[1]).namelist())
+wanted = {
+    line.strip().replace("adapters/openenv/", "denv/openenv/", 1).removeprefix("generated/")
+    for line in open(sys.argv[2])
+    if line.strip()
+}
+missing = sorted(wanted - shipped)
+if missing:
+    sys.exit(
+        "check_wheel: files of the source packages missing from the wheel (add their package "
+        "to [tool.setuptools] packages or package-data in pyproject.toml):\n  "
+        + "\n  ".join(missing)
+    )
+print(f"check_wheel: all {len(wanted)} files of the source packages are in the wheel")
+PY
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import importlib.resources
 
 import denv, denv.cli, denv.openenv, denv.openenv.export, denv.server.app, denv_api_client  # noqa: E401,F401
+from denv.server.docker import live
+
+assert (live.LAUNCHER_DIR / "launcher.py").is_file(), "the live-fork launcher is missing"
 from denv.openenv._connection import _check_can_serve
 
 _check_can_serve()  # the embedded default's packages (fastapi, uvicorn, docker) are there

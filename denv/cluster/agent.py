@@ -33,20 +33,22 @@ from pydantic import BaseModel, ConfigDict
 
 from denv.server import ids
 from denv.server.auth import private_dir
-from denv.server.boot import WARM_LABEL
 from denv.server.config import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_VOLUME_MB,
+    DEFAULT_SUBNET_POOL,
+    DEFAULT_SUBNET_PREFIX,
     HOST_GUARD_CHECK_S,
 )
-from denv.server.docker_node import DockerNode
-from denv.server.engine import Engine
-from denv.server.guard import HostGuardWatch
-from denv.server.netpolicy import HostGuardError
-from denv.server.node import Node
+from denv.server.docker.boot import WARM_LABEL
+from denv.server.docker.engine import Engine
+from denv.server.docker.node import DockerNode
+from denv.server.net.host_guard import HostGuardWatch
+from denv.server.net.policy import HostGuardError
+from denv.server.net.subnets import SubnetPool
+from denv.server.node.seam import Node
 from denv.server.records import Limits
-from denv.server.subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, SubnetPool
-from denv.server.volumes import Volumes
+from denv.server.volumes.overlay import Volumes
 
 log = logging.getLogger(__name__)
 

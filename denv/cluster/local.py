@@ -511,10 +511,10 @@ def _leave_cluster(address: str | None) -> None:
 def remove_node_objects(state_root: Path) -> list[str]:
     """Remove every container, network and volume mount of each node agent under
     ``state_root`` (its instance id labels them), as the agent itself would."""
-    from denv.server.docker_node import DockerNode
-    from denv.server.engine import Engine
-    from denv.server.firewall import Firewall, resolvers
-    from denv.server.volumes import Volumes
+    from denv.server.docker.engine import Engine
+    from denv.server.docker.node import DockerNode
+    from denv.server.net.firewall import Firewall, resolvers
+    from denv.server.volumes.overlay import Volumes
 
     done: list[str] = []
     if not state_root.is_dir():

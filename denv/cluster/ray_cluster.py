@@ -35,7 +35,7 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from denv.server.node import Node
+from denv.server.node.seam import Node
 
 from .agent import ACTOR_PREFIX, MAX_CONCURRENCY, NAMESPACE, AgentConfig, NodeAgent
 from .remote import RemoteNode

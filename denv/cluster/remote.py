@@ -1,4 +1,4 @@
-"""``RemoteNode``: the node seam (``denv.server.node.Node``) over a node agent's Ray actor.
+"""``RemoteNode``: the node seam (``denv.server.node.seam.Node``) over a node agent's Ray actor.
 
 Every call is ``NodeAgent.call(method, *args)`` on the agent's actor and blocks until it
 answers, as ``DockerNode``'s calls do. Exceptions come back as their own class
@@ -16,9 +16,8 @@ from typing import Any, cast
 import ray
 import ray.exceptions
 
-from denv.server.config import DOCKER_TIMEOUT_S
-from denv.server.node import Booted, BootSpec, NodeLost, Owned
-from denv.server.objstore import StoreConfig
+from denv.server.config import DOCKER_TIMEOUT_S, StoreConfig
+from denv.server.node.seam import Booted, BootSpec, NodeLost, Owned
 from denv.server.records import LiveProc, VolumeSlot
 
 CALL_TIMEOUT_S = float(DOCKER_TIMEOUT_S) + 30.0  # a quick call: a Docker call's limit and some

@@ -32,7 +32,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from denv.server.objstore import LayerStore, StoreConfig, StoreError
+from denv.server.config import StoreConfig
+from denv.server.volumes.object_store import LayerStore, StoreError
 
 log = logging.getLogger(__name__)
 

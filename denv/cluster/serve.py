@@ -11,10 +11,10 @@ import argparse
 from pathlib import Path
 
 from denv.server import cli as server_cli
-from denv.server.cluster_node import ClusterNode
-from denv.server.clusteropts import ClusterSettings
 from denv.server.config import ServerConfig
-from denv.server.node import Node
+from denv.server.node.cluster.node import ClusterNode
+from denv.server.node.cluster.options import ClusterSettings
+from denv.server.node.seam import Node
 
 from .agent import AgentConfig
 

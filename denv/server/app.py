@@ -13,24 +13,24 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from . import ids
-from .auth import KeyRing, digest, private_dir
-from .config import HOST_GUARD_CHECK_S, MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
-from .context import Context
-from .docker_node import DockerNode
-from .engine import Engine
-from .errors import install_error_handlers
-from .guard import HostGuardWatch
-from .ingress import IngressTable, mount_ingress
-from .ingress_keys import IngressKeys
-from .json_limits import BoundedJson
-from .node import Node
-from .reconcile import reap_forever
-from .routes import router
-from .service import Service
-from .store import Store
-from .subnets import SubnetPool
-from .volumes import Volumes
+from denv.server import ids
+from denv.server.api.json_limits import BoundedJson
+from denv.server.api.routes import router
+from denv.server.auth import KeyRing, digest, private_dir
+from denv.server.config import HOST_GUARD_CHECK_S, MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
+from denv.server.db import Store
+from denv.server.docker.engine import Engine
+from denv.server.docker.node import DockerNode
+from denv.server.errors import install_error_handlers
+from denv.server.ingress.proxy import IngressTable, mount_ingress
+from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.reconcile import reap_forever
+from denv.server.lifecycle.service import Service
+from denv.server.net.host_guard import HostGuardWatch
+from denv.server.net.subnets import SubnetPool
+from denv.server.node.seam import Node
+from denv.server.tokens import IngressKeys
+from denv.server.volumes.overlay import Volumes
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
         # Fail fast: without the guard, egress-deny envs could reach the host (on a
         # cluster each node agent keeps its own machine's guard).
         if not clustered:
-            await asyncio.to_thread(ctx.host_guard.check)
+            await asyncio.to_thread(guard.check)
         try:
             await asyncio.to_thread(service.reconcile)
         except Exception:
@@ -161,8 +161,8 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
         except Exception:
             log.exception("the egress rules of running envs were not taken back")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
-        guard = asyncio.create_task(
-            ctx.host_guard.forever(HOST_GUARD_CHECK_S) if not clustered else asyncio.sleep(0)
+        watch = asyncio.create_task(
+            guard.forever(HOST_GUARD_CHECK_S) if not clustered else asyncio.sleep(0)
         )
         _write_server_json(config)
         log.info("denv server %s listening at %s", engine.instance_id, config.public_url())
@@ -170,7 +170,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
             yield
         finally:
             reaper.cancel()
-            guard.cancel()
+            watch.cancel()
             await asyncio.to_thread(service.shutdown)
             _remove_server_json(config)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from fastapi import Request
 
-from .errors import ApiError
-from .store import Store
+from denv.server.db import Store
+from denv.server.errors import ApiError
 
 log = logging.getLogger(__name__)
 

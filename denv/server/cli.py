@@ -33,23 +33,26 @@ from pathlib import Path
 
 from denv.local import ENV_API_KEY, read_local_server
 from denv.local import state_dir as default_state_dir
-
-from . import clusteropts, fairness, tls
-from .config import (
+from denv.server.api import tls
+from denv.server.config import (
     DEFAULT_HOST,
     DEFAULT_LIMITS,
     DEFAULT_MAX_ENVS_PER_KEY,
     DEFAULT_MAX_VOLUME_MB,
     DEFAULT_PORT,
+    DEFAULT_SUBNET_POOL,
+    DEFAULT_SUBNET_PREFIX,
     DEFAULT_WARM_IDLE_S,
     DEFAULT_WARM_MAX_MEMORY_MB,
     DEFAULT_WARM_MAX_SPARES,
     DEFAULT_WARM_MIN_FREE_MB,
     ServerConfig,
 )
-from .node import Node
-from .records import Limits
-from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX, parse_pool
+from denv.server.lifecycle import fairness
+from denv.server.net.subnets import parse_pool
+from denv.server.node.cluster import options as clusteropts
+from denv.server.node.seam import Node
+from denv.server.records import Limits
 
 #: Linux capabilities by Docker's name (without CAP_), for --env-cap-add.
 LINUX_CAPABILITIES = frozenset(
@@ -287,8 +290,8 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
     machine's Docker Engine."""
     import uvicorn
 
-    from .app import create_app
-    from .auth import load_or_create_key_file, private_dir
+    from denv.server.app import create_app
+    from denv.server.auth import load_or_create_key_file, private_dir
 
     try:
         parse_pool(args.subnet_pool, args.subnet_size)

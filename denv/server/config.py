@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .records import Limits
-from .subnets import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX
+from pydantic import BaseModel, ConfigDict, Field
+
+from denv.server.records import Limits
+
+DEFAULT_SUBNET_POOL = "10.213.0.0/16"  # env networks' subnets are carved from here
+DEFAULT_SUBNET_PREFIX = 27
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7711
@@ -108,3 +112,15 @@ class ServerConfig:
         if ":" in host:
             host = f"[{host}]"
         return f"{self.scheme}://{host}:{self.port}"
+
+
+class StoreConfig(BaseModel):
+    """Where layers are stored: an S3 endpoint, a bucket and the credentials for it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str  # e.g. "http://127.0.0.1:8333"
+    bucket: str
+    access_key: str
+    secret_key: str = Field(repr=False)  # never in a log line or a repr
+    region: str = "us-east-1"

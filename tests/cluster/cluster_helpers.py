@@ -8,8 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from denv.server.objstore import StoreConfig
-from denv.server.volumes import Volumes
+from denv.server.config import StoreConfig
+from denv.server.volumes.overlay import Volumes
 
 Entry = tuple[str, int, int, int, int, str, tuple[tuple[str, bytes], ...]]
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions
 
-from denv.server.objstore import StoreConfig
+from denv.server.config import StoreConfig
 
 _ROOT_HELPERS = (
     "LocalDenv",

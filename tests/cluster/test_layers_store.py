@@ -19,12 +19,13 @@ import pytest
 from cluster_helpers import snapshot_layers, tree_manifest
 
 from denv.cluster import seaweed as sw
-from denv.server.docker_node import DockerNode
-from denv.server.engine import Engine
-from denv.server.layerpack import LayerDigestMismatch, file_digest
-from denv.server.mounts import mount_points_under
-from denv.server.objstore import LayerNotStored, LayerStore, StoreConfig, StoreError
-from denv.server.volumes import Volumes
+from denv.server.config import StoreConfig
+from denv.server.docker.engine import Engine
+from denv.server.docker.node import DockerNode
+from denv.server.volumes.layerpack import LayerDigestMismatch, file_digest
+from denv.server.volumes.mounts import mount_points_under
+from denv.server.volumes.object_store import LayerNotStored, LayerStore, StoreError
+from denv.server.volumes.overlay import Volumes
 
 pytestmark = pytest.mark.e2e
 

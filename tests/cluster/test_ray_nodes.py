@@ -31,7 +31,7 @@ from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
 from denv.cluster.remote import RemoteNode
 from denv.server import ids
 from denv.server.errors import ApiError
-from denv.server.node import BootFailed, BootSpec, NodeLost
+from denv.server.node.seam import BootFailed, BootSpec, NodeLost
 from denv.server.records import ServiceSpec, VolumeSlot
 
 pytestmark = pytest.mark.e2e

@@ -30,7 +30,7 @@ import pytest
 from conftest import docker_engine
 from outside_host import OutsideHost, outside_host
 
-from denv.server.netpolicy import (
+from denv.server.net.policy import (
     allow_network_options,
     deny_network_options,
     install_host_guard,

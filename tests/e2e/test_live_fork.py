@@ -203,7 +203,7 @@ def test_live_children_outlive_their_parent(denv_server: LocalDenv) -> None:
 
 
 def _root_proc(d: Denv, env: Env) -> Any:
-    from denv.server import live
+    from denv.server.docker import live
 
     containers = docker.from_env().containers.list(filters={"label": f"denv.env={env.id}"})
     assert len(containers) == 1, containers
@@ -218,7 +218,7 @@ def test_children_keep_the_parents_heap_out_of_collections(denv_server: LocalDen
     frozen there: walking them would copy the whole heap page by page), the parent's own
     collections go on as before, and the parent's heap is backed by huge pages (what makes a
     fork cheap; this kernel has MADV_COLLAPSE)."""
-    from denv.server import live
+    from denv.server.docker import live
 
     d = Denv(denv_server.url, api_key=denv_server.key)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
@@ -248,7 +248,7 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
 ) -> None:
     """The parent clones its children while the node captures /work; when the capture
     fails, the children are ended before their set-up and the parent serves again."""
-    from denv.server import live
+    from denv.server.docker import live
 
     d = Denv(denv_server.url, api_key=denv_server.key)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)

@@ -41,7 +41,7 @@ import test_egress as probes
 from outside_host import OutsideHost, outside_host
 
 from denv.server.config import HOST_GUARD_CHECK_S
-from denv.server.netpolicy import DENY_DNS, GUARD_COMMENT, host_lock, remove_host_guard
+from denv.server.net.policy import DENY_DNS, GUARD_COMMENT, host_lock, remove_host_guard
 
 pytestmark = pytest.mark.e2e
 

@@ -150,8 +150,9 @@ def test_keys_and_tokens_compared_in_constant_time(
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:
-    from denv.server import auth, ingress
-    from denv.server.store import Store
+    from denv.server import auth
+    from denv.server.db import Store
+    from denv.server.ingress import proxy as ingress
 
     # Through the real server: a key one character off is refused, the key itself is not.
     with httpx.Client(base_url=server.url, trust_env=False, timeout=10) as http:

@@ -1,4 +1,4 @@
-"""The server's subnet pool for env networks, without Docker (``denv.server.subnets``).
+"""The server's subnet pool for env networks, without Docker (``denv.server.net.subnets``).
 
 The end-to-end side (more envs alive than Docker's default pools hold) is in test_load.py.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from denv.server.errors import ApiError
-from denv.server.subnets import SubnetPool, host_routes, parse_pool
+from denv.server.net.subnets import SubnetPool, host_routes, parse_pool
 
 
 def test_pool_skips_used_subnets_and_hands_out_distinct_ones() -> None:

@@ -1,8 +1,8 @@
 """/work's size is enforced while the env writes: a disk filler gets ENOSPC, nothing else.
 
 A server of its own with ``--max-volume-mb 64``: each volume's changes live on an ext4 of
-64 MiB (``denv/server/volfs.py``). Inside one env, ``dd`` writes to /work until the kernel
-refuses; a sibling env still writes to its own /work, the host's disk lost at most the
+64 MiB (``denv/server/volumes/filesystems.py``). Inside one env, ``dd`` writes to /work until the
+kernel refuses; a sibling env still writes to its own /work, the host's disk lost at most the
 volume's size, the full env stays healthy, snapshots and forks from it, and deleting the
 envs leaves no mount and no loop device behind but the emptied filesystems the server pools
 for the next volumes: the next env gets an empty /work of the full size from one, and a

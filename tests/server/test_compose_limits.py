@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from denv.server.compose import ComposeError, parse_compose
-from denv.server.limits import service_limits
+from denv.server.lifecycle.compose import ComposeError, parse_compose
+from denv.server.lifecycle.limits import service_limits
 from denv.server.records import Limits, ServiceLimits
 
 HEAD = """

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from denv.server import egress
 from denv.server.errors import ApiError
-from denv.server.firewall import FWD_CHAIN, IN_CHAIN, EnvRule, Firewall
+from denv.server.net.firewall import FWD_CHAIN, IN_CHAIN, Firewall
+from denv.server.node import egress
+from denv.server.node.egress import EnvRule
 
 NAMES = {"proxy.trainer.test": ["198.51.100.7", "198.51.100.8"], "lan.test": ["192.168.1.9"]}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from denv.server import guard
-from denv.server.firewall import FirewallError
-from denv.server.netpolicy import HostGuardError
+from denv.server.net import host_guard as guard
+from denv.server.net.firewall import FirewallError
+from denv.server.net.policy import HostGuardError
 
 
 class FakeFirewall:

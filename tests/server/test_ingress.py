@@ -26,8 +26,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from denv.server.ingress import IngressTable, mount_ingress, new_token
-from denv.server.ingress_wire import REDACT
+from denv.server.ingress.proxy import IngressTable, mount_ingress, new_token
+from denv.server.ingress.wire import REDACT
 
 # ---------------------------------------------------------------------------- servers
 

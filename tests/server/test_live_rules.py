@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from denv.server import live
-from denv.server.livefork import launcher
-from denv.server.warm import retry_delay
+from denv.server.docker.launcher import launcher
+from denv.server.lifecycle.warm import retry_delay
+from denv.server.node import live
 
 
 @pytest.mark.parametrize(

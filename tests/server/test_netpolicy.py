@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from denv.server.netpolicy import (
+from denv.server.net.policy import (
     BRIDGE_NAME_OPTION,
     allow_network_options,
     bridge_name,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from denv.server import fairness, tls
+from denv.server.api import tls
+from denv.server.api.json_limits import check_json
 from denv.server.config import (
     MAX_JSON_DEPTH,
     MAX_JSON_NUMBER_CHARS,
@@ -23,8 +24,8 @@ from denv.server.config import (
     ServerConfig,
 )
 from denv.server.errors import ApiError
-from denv.server.fairness import Fairness
-from denv.server.json_limits import check_json
+from denv.server.lifecycle import fairness
+from denv.server.lifecycle.fairness import Fairness
 
 
 def test_every_body_the_contract_allows_passes_the_json_bounds() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from denv.server.auth import bearer, holds_api_key
-from denv.server.engine import limit_options
+from denv.server.docker.engine import limit_options
 from denv.server.records import Limits
 
 

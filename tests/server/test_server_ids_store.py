@@ -7,8 +7,8 @@ from pathlib import Path
 
 from denv.server import ids
 from denv.server.auth import KeyRing, create_api_key, digest
+from denv.server.db import Store
 from denv.server.records import EnvRecord, EnvStatus, VersionRecord, Volume
-from denv.server.store import Store
 
 CONTRACT_ENV_ID = re.compile(r"^env_[0-9A-HJKMNP-TV-Z]{26}$")
 

@@ -1,4 +1,4 @@
-"""Diffs of layer stacks (denv.server.layerdiff) against the truth: the two overlays mounted.
+"""Diffs of layer stacks (denv.server.volumes.layerdiff) against the truth: both overlays mounted.
 
 Layers are made the way envs make them (a real overlay mounted by `Volumes`, changed, its
 upper dir captured), so whiteouts and opaque directories are the kernel's own. The expected
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.layerdiff import diff_stacks
-from denv.server.volumes import Volumes
+from denv.server.volumes.layerdiff import diff_stacks
+from denv.server.volumes.overlay import Volumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting overlays needs root")
 

@@ -11,11 +11,13 @@ from pathlib import Path
 import yaml
 
 from denv.server.config import ServerConfig
-from denv.server.context import Context
-from denv.server.envs import Envs
+from denv.server.db import Store
 from denv.server.errors import EngineUnavailable
-from denv.server.ingress import IngressTable
-from denv.server.node import Booted, BootFailed, BootSpec, Cancelled, Node, Owned
+from denv.server.ingress.proxy import IngressTable
+from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.envs import Envs
+from denv.server.net.host_guard import HostGuardWatch
+from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled, Node, Owned
 from denv.server.records import (
     ALL,
     FINAL,
@@ -29,7 +31,6 @@ from denv.server.records import (
     VolumeSlot,
     volume_slots,
 )
-from denv.server.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,7 +193,14 @@ def _lifecycle(
     store = Store(tmp_path / "denv.db")
     seam: Node = node  # the fake is a Node as far as mypy is concerned
     pool = ThreadPoolExecutor(workers)
-    ctx = Context(config=config, store=store, node=seam, ingress=IngressTable(), pool=pool)
+    ctx = Context(
+        config=config,
+        store=store,
+        node=seam,
+        ingress=IngressTable(),
+        host_guard=HostGuardWatch(),
+        pool=pool,
+    )
     version = VersionRecord(
         id="ver_1",
         owner="o",

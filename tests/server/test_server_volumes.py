@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from denv.server.config import LAYER_DEPTH_LIMIT
-from denv.server.mounts import mount_points_under
-from denv.server.volumes import Volumes
+from denv.server.volumes.mounts import mount_points_under
+from denv.server.volumes.overlay import Volumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting overlays needs root")
 

@@ -25,8 +25,8 @@ import yaml
 from denv.cluster import ray_cluster
 from denv.server import cli as serve_cli
 from denv.server.config import DEFAULT_LIMITS
-from denv.server.firewall import PRIVATE_RANGES
-from denv.server.netpolicy import DENY_DNS
+from denv.server.net.policy import DENY_DNS
+from denv.server.node.egress import PRIVATE_RANGES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"

@@ -1,4 +1,4 @@
-"""Packing a volume layer into one digested file and back (denv.server.layerpack), on real dirs.
+"""Packing a volume layer into one digested file and back (denv.server.volumes.layerpack).
 
 The layers are made the way a snapshot makes them: an overlay is mounted, an env's changes
 land in its upper dir (a whiteout for a deleted file, an opaque dir for a dir deleted and made
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.layerpack import (
+from denv.server.volumes.layerpack import (
     LayerDigestMismatch,
     UnsafeLayer,
     file_digest,
     pack_layer,
     unpack_layer,
 )
-from denv.server.mounts import mount_points_under
-from denv.server.volumes import Volumes
+from denv.server.volumes.mounts import mount_points_under
+from denv.server.volumes.overlay import Volumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="overlays and trusted xattrs need root")
 

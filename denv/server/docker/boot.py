@@ -1,0 +1,282 @@
+"""The one boot sequence of the Docker node: cold starts and warm spares alike.
+
+Network; volumes (mounted now, or left as empty shared mount points for a late mount); each
+service's container in start order, a dependency's healthcheck passing first where a service
+waits for it; the agent's address; then, in a second call, the agent's health path. Every
+step that makes something runs under the node's lock of the env and checks that the boot was
+not cancelled, so a teardown that follows a cancel leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from contextlib import AbstractContextManager
+from inspect import signature
+from typing import Any, Protocol
+
+import httpx
+
+from denv.server.config import EXIT_CHECK_EVERY, HEALTH_POLL_S
+from denv.server.docker import cgroups, live
+from denv.server.docker.engine import Engine
+from denv.server.errors import ApiError
+from denv.server.node.egress import egress_hosts
+from denv.server.node.egress import parse as parse_egress
+from denv.server.node.seam import Booted, BootFailed, BootSpec
+from denv.server.records import Limits, ServiceSpec
+from denv.server.volumes.overlay import Volumes
+
+log = logging.getLogger(__name__)
+
+WARM_LABEL = "denv.warm"  # on a spare's containers: the key of its pool
+HEALTH_CONNECT_TIMEOUT_S = 0.5  # the env is on a local bridge: a live one answers in far less
+HEALTH_READ_TIMEOUT_S = 2.0
+SPARE_POLL_S = HEALTH_POLL_S * 5  # a spare boots in the background: poll it less often
+SPARE_EXTRA_STEP_S = 30.0  # more time for a spare past its limit that is still using CPU
+SPARE_PROGRESS_CPU_S = 0.5  # CPU seconds per step that count as still booting
+SPARE_MAX_EXTRA_S = 480.0  # at most this much more in all
+
+
+class Guard(Protocol):
+    """The node's side of a boot: its env lock, cancellation and CPU weight."""
+
+    def step(self, env_id: str) -> AbstractContextManager[None]:
+        """Hold the env's lock; Cancelled when its boot was cancelled."""
+        ...
+
+    def check(self, env_id: str) -> None:
+        """Cancelled when the env's boot was cancelled."""
+        ...
+
+    def cpu_shares(self, spec: BootSpec) -> int | None:
+        """The CPU weight of the next container the boot creates (None: Docker's default)."""
+        ...
+
+    def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
+        """Memory, pids and CPUs of a container the boot creates (a service's own or the
+        server's)."""
+        ...
+
+
+def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> Booted:
+    """Network, volumes and started containers, and the agent's address."""
+    env_id = spec.env_id
+    deadline = time.monotonic() + spec.timeout_s
+    network: str | None = None
+    made: dict[str, str] = {}
+    policy = parse_egress(spec.egress)
+    try:
+        with guard.step(env_id):
+            network = engine.create_network(env_id, spec.egress)
+            binds: dict[str, list[tuple[str, str]]] = {}
+            for slot in spec.volumes:
+                if spec.late_mount:
+                    mnt = volumes.prepare(env_id, slot.service, slot.n)
+                else:
+                    mnt = volumes.mount(env_id, slot.service, slot.n, slot.layers)
+                binds.setdefault(slot.service, []).append((str(mnt), slot.path))
+        by_name = {s.name: s for s in spec.services}
+        for svc in spec.services:  # in start order: dependencies first
+            for dep in svc.depends_on:
+                test = by_name[dep].healthcheck
+                if test and dep in svc.wait_healthy:
+                    _wait_exec(engine, guard, spec, dep, made[dep], test, deadline)
+            with guard.step(env_id):
+                agent = svc.name == spec.agent
+                command, live_dir, live_env = svc.command, None, {}
+                if agent and spec.live:  # the image's own command, under the launcher
+                    argv = svc.command or engine.image_command(svc.image_digest)
+                    command = live.launcher_command(argv)
+                    live_dir, live_env = str(volumes.live_dir(env_id)), {"DENV_ENV_ID": env_id}
+                cid = engine.create_container(
+                    env_id,
+                    svc.name,
+                    svc.image_digest,
+                    command,
+                    {**svc.env, **(spec.env if agent else {}), **live_env},
+                    svc.ports,
+                    binds.get(svc.name, []),
+                    network,
+                    publish=agent and spec.egress == "allow",
+                    extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
+                    cpu_shares=guard.cpu_shares(spec),
+                    limits=guard.limits(spec, svc),
+                    deny=not policy.resolver,
+                    extra_hosts=egress_hosts(policy),
+                    live_dir=live_dir,
+                )
+                made[svc.name] = cid
+                engine.start(cid)
+        with guard.step(env_id):
+            ip, host_ports = _address(engine, spec, network, made[spec.agent])
+    except BootFailed as exc:
+        exc.network, exc.containers = network, made
+        raise
+    except ApiError as exc:
+        raise BootFailed("engine_error", exc.message, None, network, made) from exc
+    return Booted(
+        env_id=env_id, network=network, containers=made, agent_ip=ip, host_ports=host_ports
+    )
+
+
+def _address(engine: Engine, spec: BootSpec, network: str, cid: str) -> tuple[str, dict[int, int]]:
+    """The agent's IP on the env's network and its published ports (egress allow)."""
+    agent = spec.agent_service()
+    info = engine.inspect(cid)
+    if info is None:
+        raise BootFailed("exited", "the container vanished", agent.name)
+    settings = info["NetworkSettings"]
+    ip = str(((settings.get("Networks") or {}).get(network) or {}).get("IPAddress") or "")
+    if not ip:
+        raise BootFailed("exited", "the container exited at once", agent.name)
+    host_ports = {}
+    if spec.egress == "allow":
+        for port in agent.ports:
+            bound = (settings.get("Ports") or {}).get(f"{port}/tcp") or []
+            if not bound:
+                raise BootFailed("start_failed", f"port {port} was not published", agent.name)
+            host_ports[port] = int(bound[0]["HostPort"])
+    return ip, host_ports
+
+
+def _wait_exec(
+    engine: Engine,
+    guard: Guard,
+    spec: BootSpec,
+    service: str,
+    cid: str,
+    test: list[str],
+    deadline: float,
+) -> None:
+    """Until a dependency's healthcheck (an exec in its container) passes."""
+    while not engine.exec_ok(cid, test):
+        guard.check(spec.env_id)
+        if engine.state(cid) in ("exited", "missing"):
+            raise BootFailed(
+                "exited", f"service '{service}' exited before its healthcheck passed", service
+            )
+        if time.monotonic() > deadline:
+            raise BootFailed(
+                "health_timeout",
+                f"the healthcheck of service '{service}' did not pass within {spec.timeout_name}",
+                service,
+            )
+        time.sleep(0.1)
+
+
+def wait_healthy(
+    engine: Engine, guard: Guard, spec: BootSpec, booted: Booted, timeout_s: float
+) -> None:
+    """Until the agent answers 200 on its health path (a spare then primes its sessions)."""
+    agent = spec.agent_service()
+    if not agent.health_path or not agent.ports:
+        return
+    port = agent.ports[0]
+    cid = booted.containers[agent.name]
+    deadline = time.monotonic() + timeout_s
+    _poll_health(engine, guard, spec, agent, cid, f"http://{booted.agent_ip}:{port}", deadline)
+    if spec.warm_pool:
+        _prime(f"ws://{booted.agent_ip}:{port}/ws")
+
+
+def _poll_health(
+    engine: Engine,
+    guard: Guard,
+    spec: BootSpec,
+    agent: ServiceSpec,
+    cid: str,
+    base: str,
+    deadline: float,
+) -> None:
+    path, port = agent.health_path, agent.ports[0]
+    polls = 0
+    interval = SPARE_POLL_S if spec.warm_pool else HEALTH_POLL_S
+    # A booting server refuses at once; a connect that times out means nobody holds the
+    # address any more (the container died): look at the container then, not 10 polls on.
+    timeout = httpx.Timeout(HEALTH_READ_TIMEOUT_S, connect=HEALTH_CONNECT_TIMEOUT_S)
+    with httpx.Client(timeout=timeout, trust_env=False) as http:
+        while True:
+            suspect = False
+            try:
+                if http.get(f"{base}{path}").status_code == 200:
+                    return
+            except httpx.TimeoutException:
+                suspect = True
+            except httpx.HTTPError:
+                pass
+            polls += 1
+            guard.check(spec.env_id)
+            if (suspect or polls % EXIT_CHECK_EVERY == 0) and engine.state(cid) in (
+                "exited",
+                "missing",
+            ):
+                raise BootFailed(
+                    "exited",
+                    "the agent service exited before it answered its health path",
+                    agent.name,
+                )
+            if time.monotonic() > deadline:
+                if spec.warm_pool and (more := _progress.more_time(cid)):
+                    deadline += more  # a spare that still boots under load is given time
+                    continue
+                raise BootFailed(
+                    "health_timeout",
+                    f"{path} on port {port} did not answer 200 within {spec.timeout_name}",
+                    agent.name,
+                )
+            time.sleep(interval)
+
+
+class _Progress:
+    """Whether a spare past its time limit is still booting (using CPU): then it gets more
+    time, up to SPARE_MAX_EXTRA_S in all. At a low CPU weight under load a spare boots slowly,
+    but it boots; failing it at a fixed limit wasted the work and stalled the pool."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, float, float]] = {}  # cid -> (cpu s, at, extra)
+        self._lock = threading.Lock()
+
+    def more_time(self, cid: str) -> float:
+        cpu = cgroups.cpu_seconds(cid)
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(cid)
+            if cpu is None:
+                return 0.0
+            if last is None:  # the first look: measure again one step on
+                self._seen[cid] = (cpu, now, SPARE_EXTRA_STEP_S)
+                return SPARE_EXTRA_STEP_S
+            cpu0, _, extra = last
+            if cpu - cpu0 < SPARE_PROGRESS_CPU_S or extra >= SPARE_MAX_EXTRA_S:
+                self._seen.pop(cid, None)
+                return 0.0
+            self._seen[cid] = (cpu, now, extra + SPARE_EXTRA_STEP_S)
+            return SPARE_EXTRA_STEP_S
+
+
+_progress = _Progress()
+
+
+def _prime(url: str) -> None:
+    """Open and end one OpenEnv session, so a child's first one finds its code loaded.
+
+    An OpenEnv server imports much of its environment's code when the first session
+    starts (hundreds of ms); a spare pays that before a fork, not after. The session sees
+    the still empty mount points: what it writes there is hidden by the child's overlay.
+    Best effort: a server with no ``/ws`` is a spare all the same.
+    """
+    from websockets.exceptions import WebSocketException
+    from websockets.sync.client import connect
+
+    # websockets >= 15 reads proxy settings from the environment; this is a bridge address.
+    direct: dict[str, Any] = {"proxy": None} if "proxy" in signature(connect).parameters else {}
+    try:
+        with connect(url, open_timeout=10, close_timeout=10, **direct) as ws:
+            ws.send('{"type": "close"}')
+            with contextlib.suppress(TimeoutError, WebSocketException):
+                ws.recv(timeout=10)
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        log.debug("warm: priming %s failed: %s", url, exc)

@@ -1,0 +1,365 @@
+"""Live forks, the node's side: a running server process copied, memory included.
+
+An env created with ``live: true`` runs the image's own command under denv's launcher
+(``launcher/launcher.py``, mounted read-only at ``/.denv/bin``). The launcher serves the app
+and a control socket; a fork copies the server process at a quiescent point into children
+that run in the same container, each in user, mount and pid namespaces of its own (see
+docs/live-forks.md for what separates them). This module is what the node does from the
+host, as root:
+
+- the launcher's container settings (:func:`container_settings`);
+- find the server process of a booted env (:func:`root_process`);
+- gate, fork, and plumb each child: its uid/gid maps (which the child cannot write itself),
+  then ``setup``, after which it serves (:func:`fork`);
+- whether a live process still runs, and kill it (:func:`alive`, :func:`kill`).
+
+Every process is named by its host pid and its start time (``/proc/PID/stat`` field 22), so
+a reused pid is never taken for a live env.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from denv.server.node.live import LiveError
+
+LAUNCHER_DIR = Path(__file__).parent / "launcher"
+BIN = "/.denv/bin"
+CTL_DIR = "/.denv/ctl"
+WORK_DIR = "/.denv/work"
+CTL_TIMEOUT_S = 10.0
+# Find the Python that runs the image's uvicorn (its script's shebang) and run the launcher
+# with it; the image's own command follows as arguments.
+_SH = r"""
+p=$(command -v "$1") || { echo "denv-live: $1 is not in PATH" >&2; exit 127; }
+case "$(basename "$1")" in
+  python*) py=$p ;;
+  *) read -r line < "$p"; line=${line#"#!"}; line=${line# }; interp=${line%% *}
+     if [ "$(basename "$interp")" = env ]; then arg=${line#"$interp"}; arg=${arg# }
+       py=$(command -v "${arg%% *}"); else py=$interp; fi ;;
+esac
+[ -n "$py" ] || { echo "denv-live: no Python found for $p" >&2; exit 3; }
+exec "$py" /.denv/bin/launcher.py "$@"
+"""
+
+
+def launcher_command(argv: list[str]) -> list[str]:
+    return ["/bin/sh", "-c", _SH, "denv-live", *argv]
+
+
+def container_settings(live_dir: Path) -> dict[str, Any]:
+    """What the agent's container needs for live forks (merged into its create call)."""
+    return {
+        "binds": [(str(LAUNCHER_DIR), BIN, "ro"), (str(live_dir), WORK_DIR, "rslave")],
+        "tmpfs": {CTL_DIR: "size=64k,mode=700"},
+        # Only so that Docker's default seccomp profile lets unshare(2) through: the
+        # launcher's pid 1 removes it from every set before the server starts.
+        "cap_add": ["SYS_ADMIN"],
+    }
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    start: int  # /proc/PID/stat starttime: the pid is this process, not a later one
+
+
+def start_time(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])
+
+
+def alive(proc: Proc) -> bool:
+    return start_time(proc.pid) == proc.start
+
+
+def kill(proc: Proc) -> None:
+    """SIGKILL a live process (pid 1 of its pid namespace: its descendants go with it)."""
+    if alive(proc):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+def ctl_path(pid: int, name: str = "ctl.sock") -> str:
+    return f"/proc/{pid}/root{CTL_DIR}/{name}"
+
+
+@contextmanager
+def _connect(path: str, timeout_s: float = CTL_TIMEOUT_S) -> Iterator[socket.socket]:
+    """Connect to a launcher's socket; refused at first while its owner is between bind()
+    and listen(), so retried until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(path)
+            break
+        except ConnectionRefusedError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+        except BaseException:
+            sock.close()
+            raise
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, _, _ = struct.unpack("3i", raw)
+    return int(pid)
+
+
+def _ask(sock: socket.socket, req: dict[str, Any], reader: Any) -> dict[str, Any]:
+    sock.sendall(json.dumps(req).encode() + b"\n")
+    line = reader.readline()
+    if not line:
+        raise LiveError("live_fork_failed", f"the env's launcher closed the connection on {req}")
+    out: dict[str, Any] = json.loads(line)
+    return out
+
+
+def root_process(container_pid: int, deadline_s: float = 10.0) -> Proc:
+    """The server process of a live env: the child of the container's pid 1 (the launcher)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            kids = Path(f"/proc/{container_pid}/task/{container_pid}/children").read_text()
+        except OSError as exc:
+            raise LiveError("live_fork_failed", f"the env's container ended ({exc})") from exc
+        for pid in map(int, kids.split()):
+            if os.path.exists(ctl_path(pid)):
+                st = start_time(pid)
+                if st is not None:
+                    return Proc(pid, st)
+        if time.monotonic() > end:
+            raise LiveError("live_fork_failed", "the env's launcher never opened its socket")
+        time.sleep(0.02)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    env_id: str
+    port: int
+    work: list[tuple[str, str]]  # (slot inside the container, the volume's path)
+    kids: str  # where its own children's slots appear: bound on /.denv/work in the child
+
+
+def fork(
+    parent: Proc,
+    children: list[ChildSpec],
+    snapshot: Any,
+    depth: int,
+    timeout_s: float = CTL_TIMEOUT_S,
+) -> tuple[list[Proc | LiveError], dict[str, float]]:
+    """Gate ``parent``, fork the children, call ``snapshot()`` (the node captures /work and
+    mounts each child's slot) while the parent clones them, reopen the gate, plumb each
+    child as it shows up: a Proc, or the LiveError of that child.
+
+    The parent's gate stays closed from the gate to the end of ``snapshot()`` (so /work is
+    captured as the children see it); a launcher without ``hold`` (started by an older
+    denv) is asked in the old order: snapshot, then fork.
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if not alive(parent):
+        raise LiveError("env_not_running", "the env's server process has ended")
+    specs = [{"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids} for c in children]
+    with (
+        _connect(ctl_path(parent.pid), timeout_s) as sock,
+        ThreadPoolExecutor(max(1, min(len(children), 8)) + 1, "denv-live-plumb") as pool,
+    ):
+        reader = sock.makefile("rb")
+        out = _ask(sock, {"op": "gate", "timeout_s": timeout_s}, reader)
+        if "error" in out:
+            raise LiveError(str(out["error"]), str(out.get("message", "")))
+        t1 = time.perf_counter()
+        timings["gate_ms"] = (t1 - t0) * 1e3
+        held = bool(out.get("hold"))
+        captured = threading.Event()
+
+        def forked() -> dict[str, str]:
+            """The fork's answer (children never forked, and why); with hold, the gate is
+            reopened here once the snapshot is done."""
+            answer = _read(reader, "fork")
+            timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
+            if held:
+                captured.wait()
+                _ask(sock, {"op": "ungate"}, reader)
+            if "error" in answer:
+                raise LiveError("live_fork_failed", str(answer.get("message", answer["error"])))
+            return dict(answer.get("failed") or {})
+
+        if not held:
+            _snapshot_or_ungate(snapshot, sock, reader)
+        sock.sendall(json.dumps({"op": "fork", "children": specs, "hold": held}).encode() + b"\n")
+        answer = pool.submit(forked)
+        if held:
+            try:
+                snapshot()
+            except BaseException:
+                captured.set()  # the answer's thread reopens the gate
+                _discard(parent, children, answer, timeout_s)
+                raise
+            captured.set()
+        t2 = time.perf_counter()
+        timings["snapshot_ms"] = (t2 - t1) * 1e3
+        results = _plumb_all(parent, children, answer, pool, depth, timeout_s)
+        timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
+    return results, timings
+
+
+def _snapshot_or_ungate(snapshot: Any, sock: socket.socket, reader: Any) -> None:
+    try:
+        snapshot()
+    except BaseException:
+        _ask(sock, {"op": "ungate"}, reader)
+        raise
+
+
+def _read(reader: Any, what: str) -> dict[str, Any]:
+    line = reader.readline()
+    if not line:
+        raise LiveError("live_fork_failed", f"the env's launcher closed the connection on {what}")
+    out: dict[str, Any] = json.loads(line)
+    return out
+
+
+def _plumb_all(
+    parent: Proc,
+    children: list[ChildSpec],
+    answer: Future[dict[str, str]],
+    pool: ThreadPoolExecutor,
+    depth: int,
+    timeout_s: float,
+) -> list[Proc | LiveError]:
+    """Set each child up as soon as its bootstrap socket shows up (the parent may still be
+    cloning the others); the fork's answer names those that were never forked."""
+    pending = {c.env_id: c for c in children}
+    found: dict[str, Future[Proc | LiveError]] = {}
+    not_forked: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        if answer.done() and not not_forked and answer.exception() is None:
+            not_forked = answer.result()
+            for env_id in not_forked:
+                pending.pop(env_id, None)
+        for env_id in list(pending):
+            path = ctl_path(parent.pid, f"{env_id}.sock")
+            if os.path.exists(path):
+                del pending[env_id]
+                found[env_id] = pool.submit(_plumb, parent, path, depth, timeout_s)
+        if answer.done() and answer.exception() is not None:
+            break
+        if pending:
+            time.sleep(0.0005)
+    error = answer.exception(timeout=timeout_s)
+    results: list[Proc | LiveError] = []
+    for c in children:
+        if c.env_id in found:
+            results.append(found[c.env_id].result())
+        elif c.env_id in not_forked:
+            why = not_forked[c.env_id]
+            results.append(LiveError("live_fork_failed", f"the fork failed: {why}"))
+        else:
+            results.append(LiveError("live_fork_failed", "the child did not come up"))
+    if error is not None:  # the fork failed as a whole: end whatever was set up meanwhile
+        for r in results:
+            if isinstance(r, Proc):
+                kill(r)
+        raise error
+    return results
+
+
+def _discard(
+    parent: Proc, children: list[ChildSpec], answer: Future[dict[str, str]], timeout_s: float
+) -> None:
+    """End the children of a fork whose snapshot failed: each waits for its set-up on its
+    bootstrap socket, and a connection closed without one ends it."""
+    with contextlib.suppress(Exception):
+        not_forked = answer.result(timeout=timeout_s)
+        deadline = time.monotonic() + min(timeout_s, 2.0)
+        left = [c.env_id for c in children if c.env_id not in not_forked]
+        while left and time.monotonic() < deadline:
+            for env_id in list(left):
+                path = ctl_path(parent.pid, f"{env_id}.sock")
+                if os.path.exists(path):
+                    left.remove(env_id)
+                    with contextlib.suppress(OSError), _connect(path, 1.0):
+                        pass
+            time.sleep(0.001)
+
+
+def _plumb(parent: Proc, path: str, depth: int, timeout_s: float) -> Proc | LiveError:
+    try:
+        with _connect(path, timeout_s) as sock:
+            pid = _peer_pid(sock)
+            st = start_time(pid)
+            if st is None:
+                return LiveError("live_fork_failed", "the child ended before its set-up")
+            write_id_maps(pid, parent.pid if depth > 0 else None)
+            out = _ask(sock, {"op": "setup"}, sock.makefile("rb"))
+            if "error" in out:
+                return LiveError("live_fork_failed", str(out.get("message")))
+            return Proc(pid, st)
+    except (OSError, ValueError) as exc:
+        return LiveError("live_fork_failed", f"setting up the child failed: {exc}")
+
+
+def write_id_maps(pid: int, forker: int | None) -> None:
+    """``0 0 1`` for the child's uid and gid maps: root in its namespace is its forker's root.
+
+    Only a process in the parent user namespace with CAP_SETFCAP there may map uid 0, so a
+    child of a live child (whose forker is in a user namespace of its own) is mapped from
+    inside the forker's namespace (``nsenter``).
+    """
+    if forker is None:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write("0 0 1\n")
+        return
+    script = f"echo '0 0 1' > /proc/{pid}/uid_map && echo '0 0 1' > /proc/{pid}/gid_map"
+    proc = subprocess.run(
+        ["nsenter", f"--user=/proc/{forker}/ns/user", "--", "/bin/sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise OSError(f"writing the uid/gid maps of {pid} failed: {proc.stderr.strip()}")
+
+
+def hello(proc: Proc) -> dict[str, Any]:
+    with _connect(ctl_path(proc.pid)) as sock:
+        return _ask(sock, {"op": "hello"}, sock.makefile("rb"))
+
+
+def private_bytes(proc: Proc) -> int:
+    """Private (not shared copy-on-write) memory of a live process, from smaps_rollup."""
+    total = 0
+    for line in Path(f"/proc/{proc.pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            total += int(line.split()[1]) * 1024
+    return total

@@ -1,0 +1,464 @@
+"""The Docker Engine node: the ``Node`` seam on this machine's Docker Engine and mounts.
+
+Containers and networks through ``Engine``, volumes through ``Volumes`` (overlayfs on the
+host), cgroup files through ``cgroups``, the boot sequence in ``boot``. Its own lock per env
+serialises what a boot makes with what a teardown removes, and a cancelled boot makes
+nothing more: so ``cancel`` then ``teardown`` leaves nothing behind, whatever a boot in
+flight was doing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from denv.server.config import CPU_SHARES, WARM_CPU_SHARES, StoreConfig
+from denv.server.docker import boot, cgroups, live
+from denv.server.docker.engine import MIB, Engine, container_name
+from denv.server.net.policy import network_name
+from denv.server.node.live import LiveError
+from denv.server.node.seam import Booted, BootSpec, Cancelled, Owned
+from denv.server.records import Limits, LiveProc, ServiceSpec, VolumeSlot
+from denv.server.volumes.layerdiff import diff_stacks
+from denv.server.volumes.layerpack import LayerDigestMismatch, check_bytes, pack_layer, unpack_layer
+from denv.server.volumes.object_store import LayerStore
+from denv.server.volumes.overlay import Volumes, disk_usage
+
+CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
+
+
+class DockerNode:
+    """This machine, through the Docker Engine. Safe to call from any thread."""
+
+    def __init__(self, engine: Engine, volumes: Volumes, limits: Limits | None = None) -> None:
+        self.engine = engine
+        self.volumes = volumes
+        self._limits = limits or Limits()
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()  # over the dicts below, never across a Docker call
+        self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
+        self._foreground: set[str] = set()  # envs whose boots create at full CPU weight
+        self._stopped = False
+        # packed layers (layer transfer): <state>/packed/<lyr_id>.{tar,digest}
+        self.packed_dir = volumes.layers_dir.parent / "packed"
+        self._stores: dict[StoreConfig, LayerStore] = {}
+
+    # the boot's guard (see boot.Guard)
+    def _lock(self, env_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks[env_id]
+
+    @contextmanager
+    def step(self, env_id: str) -> Iterator[None]:
+        with self._lock(env_id):
+            self.check(env_id)
+            yield
+
+    def check(self, env_id: str) -> None:
+        if self._stopped or env_id in self._cancelled:
+            raise Cancelled()
+
+    def cpu_shares(self, spec: BootSpec) -> int | None:
+        if spec.warm_pool is None:
+            return None
+        # Booting in the background, the envs in use go first; once an env waits for
+        # this spare, it boots as fast as that env's own cold start would.
+        return CPU_SHARES if spec.env_id in self._foreground else WARM_CPU_SHARES
+
+    def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
+        return self._limits.of(service.limits)  # the same for cold starts and spares
+
+    # placement and loss: one machine, no cap of its own, nothing remote to lose
+    def room(self) -> int | None:
+        return None
+
+    def lost(self) -> dict[str, str]:
+        return {}
+
+    def layer_storage(self, layer_ids: list[str]) -> str:
+        return "node"
+
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        return ["local"]
+
+    def lost_reason(self, env_id: str) -> str | None:
+        return None
+
+    # images and layers
+    def engine_version(self) -> str:
+        return self.engine.version()
+
+    def resolve_image(self, image: str, pull: bool) -> str:
+        return self.engine.resolve_image(image, pull)
+
+    def image_command(self, image_id: str) -> list[str]:
+        return self.engine.image_command(image_id)
+
+    def image_labels(self, image_id: str) -> dict[str, str]:
+        return self.engine.image_labels(image_id)
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        layer_id, tmp = self.volumes.new_layer_dir()
+        try:
+            has = self.engine.export_path(image_id, path, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if not has:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        self.volumes.publish(layer_id, tmp)
+        return layer_id
+
+    def has_layer(self, layer_id: str) -> bool:
+        return self.volumes.layer_path(layer_id).is_dir()
+
+    def layer_ids(self) -> set[str]:
+        return self.volumes.layer_ids()
+
+    def delete_layers(self, layer_ids: list[str]) -> None:
+        self.volumes.delete_layers(set(layer_ids))
+        for layer_id in layer_ids:
+            if layer_id.startswith("lyr_") and "/" not in layer_id:
+                for path in self._packed(layer_id):
+                    path.unlink(missing_ok=True)
+
+    def drop_partial_layers(self) -> None:
+        self.volumes.clean_tmp()
+        for part in self.packed_dir.glob("*.part-*"):
+            part.unlink(missing_ok=True)
+
+    # one env
+    def bring_up(self, spec: BootSpec) -> Booted:
+        return boot.bring_up(self.engine, self.volumes, self, spec)
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        boot.wait_healthy(self.engine, self, spec, booted, timeout_s)
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        with self.step(env_id):
+            for slot in volumes:
+                self.volumes.attach(env_id, slot.service, slot.n, slot.layers)
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        with self._lock(env_id):
+            with self._guard:
+                self._foreground.add(env_id)
+            for cid in containers or list(self.engine.states(env_id)):
+                cgroups.set_cpu_shares(self.engine, cid, CPU_SHARES)
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        new_layers: list[str | None] = []
+        with self._lock(env_id):
+            frozen: list[tuple[str, str]] = []
+            try:
+                for cid in containers:  # no inspect first: freezing what does not run is a no-op
+                    if how := cgroups.freeze(self.engine, cid):
+                        frozen.append((cid, how))
+                for slot in volumes:
+                    upper = self.volumes.upper(env_id, slot.service, slot.n)
+                    new_layers.append(self.volumes.capture(upper))
+            finally:
+                for cid, how in frozen:
+                    cgroups.thaw(self.engine, cid, how)
+        return [
+            self.volumes.stack(layer, slot.layers)
+            for slot, layer in zip(volumes, new_layers, strict=True)
+        ]
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        return [
+            disk_usage(self.volumes.upper(env_id, slot.service, slot.n), stop_after)
+            for slot in volumes
+        ]
+
+    def diff_layers(
+        self, base: list[str], layers: list[str], limit: int
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        def stack(ids: list[str]) -> list[Path]:
+            return [self.volumes.layer_path(x) for x in ids]
+
+        changes, truncated = diff_stacks(stack(base), stack(layers), limit)
+        return [(c.path, c.change, c.size) for c in changes], truncated
+
+    def cancel(self, env_id: str) -> None:
+        now = time.monotonic()
+        with self._guard:
+            for old in [x for x, t in self._cancelled.items() if now - t > CANCEL_MEMORY_S]:
+                del self._cancelled[old]
+            self._cancelled[env_id] = now
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        with self._lock(env_id):
+            for cid in set(containers) | set(self.engine.states(env_id)):
+                self.engine.remove(cid)
+            self.engine.remove_network(network_name(env_id))
+            self.volumes.remove_env(env_id)
+            with self._guard:
+                self._foreground.discard(env_id)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self.volumes.fs is not None:
+            self.volumes.fs.drain()  # pooled volume filesystems: nothing of them outlives us
+
+    # what runs
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        return self.engine.states(env_id)
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]:
+        return self.engine.logs(container_name(env_id, service), tail)
+
+    def memory_bytes(self, containers: list[str]) -> int:
+        return sum(cgroups.memory_bytes(self.engine, cid) or 0 for cid in containers)
+
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        info = self.engine.inspect(container_name(env_id, service))
+        if not info or not (info.get("State") or {}).get("OOMKilled"):
+            return None
+        limit = int((info.get("HostConfig") or {}).get("Memory") or 0)
+        return f"out of memory (limit {limit // MIB} MiB)" if limit else "out of memory"
+
+    # reconcile
+    def owned(self) -> Owned:
+        return Owned(
+            containers={
+                c["Id"]: (c.get("Labels") or {}).get("denv.env", "")
+                for c in self.engine.my_containers()
+            },
+            networks={
+                n["Name"]: (n.get("Labels") or {}).get("denv.env", "")
+                for n in self.engine.my_networks()
+            },
+            volume_envs=[d.name for d in self.volumes.envs_dir.iterdir()],
+        )
+
+    def remove_owned(self, owned: Owned) -> None:
+        for cid in owned.containers:
+            self.engine.remove(cid)
+        for name in owned.networks:
+            self.engine.remove_network(name)
+        for env_id in owned.volume_envs:
+            self.volumes.remove_env(env_id)
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        for service, cid in containers.items():
+            state = states.get(cid, "missing")
+            cgroups.thaw(self.engine, cid)  # frozen by a snapshot that was interrupted
+            if state == "paused":  # paused by one through docker
+                self.engine.unpause(cid)
+            elif state != "running":
+                return f"the container of service '{service}' is {state}"
+        for slot in volumes:
+            mnt = self.volumes.mnt(env_id, slot.service, slot.n)
+            if not os.path.ismount(mnt):
+                return f"the volume {slot.path} of service '{slot.service}' is not mounted"
+        return None
+
+    # live forks (denv.server.docker.live)
+    def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
+        """The server process of a booted ``live`` env, under its container's launcher."""
+        info = self.engine.inspect(container)
+        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
+        if not pid:
+            raise LiveError("live_fork_failed", "the env's container is not running")
+        proc = live.root_process(pid)
+        return LiveProc(
+            group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
+        )
+
+    def live_fork(
+        self,
+        parent_env: str,
+        parent: LiveProc,
+        volumes: list[VolumeSlot],
+        children: list[tuple[str, int]],
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        """Gate the parent, capture its volumes' changes into layers, mount each child's
+        volumes in the group's slot dir, fork, plumb: (each volume's new stack, each child's
+        process or why it failed, timings in ms)."""
+        stacks: list[list[str]] = []
+
+        def slot_of(env_id: str) -> str:
+            return f"{parent.slot}/kids/{env_id}" if parent.slot else env_id
+
+        def capture() -> None:
+            new = [
+                self.volumes.capture(self.volumes.upper(parent_env, s.service, s.n))
+                for s in volumes
+            ]
+            stacks.extend(
+                self.volumes.stack(layer, slot.layers)
+                for slot, layer in zip(volumes, new, strict=True)
+            )
+            jobs = [
+                (env_id, slot, layers)
+                for env_id, _ in children
+                for slot, layers in zip(volumes, stacks, strict=True)
+            ]
+
+            def attach(job: tuple[str, VolumeSlot, list[str]]) -> None:
+                env_id, slot, layers = job
+                self.volumes.attach_live(
+                    parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
+                )
+
+            # The parent waits at its gate meanwhile: mount the children's volumes at once.
+            with ThreadPoolExecutor(max(1, min(len(jobs), 8)), "denv-live-mount") as pool:
+                list(pool.map(attach, jobs))
+
+        specs = [
+            live.ChildSpec(
+                env_id,
+                port,
+                [(f"{live.WORK_DIR}/{env_id}/work-{s.n}", s.path) for s in volumes],
+                f"{live.WORK_DIR}/{env_id}/kids",
+            )
+            for env_id, port in children
+        ]
+        with self._lock(parent_env):
+            procs, timings = live.fork(
+                live.Proc(parent.pid, parent.start), specs, capture, parent.depth
+            )
+        out: list[LiveProc | str] = []
+        for (env_id, port), proc in zip(children, procs, strict=True):
+            if isinstance(proc, LiveError):
+                self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
+                out.append(proc.message)
+            else:
+                out.append(
+                    parent.model_copy(
+                        update={
+                            "pid": proc.pid,
+                            "start": proc.start,
+                            "port": port,
+                            "depth": parent.depth + 1,
+                            "slot": slot_of(env_id),
+                        }
+                    )
+                )
+        return stacks, out, timings
+
+    def live_alive(self, proc: LiveProc) -> bool:
+        return live.alive(live.Proc(proc.pid, proc.start))
+
+    def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
+        """End one live env: its process, its volume slots; the container with the last."""
+        with self._lock(env_id):
+            live.kill(live.Proc(proc.pid, proc.start))
+            self.volumes.detach_live(proc.group, proc.slot, env_id)
+        if last:
+            self.teardown(proc.group, [proc.container])
+
+    def live_private_bytes(self, proc: LiveProc) -> int:
+        return live.private_bytes(live.Proc(proc.pid, proc.start))
+
+    # layer transfer
+    def _packed(self, layer_id: str) -> tuple[Path, Path]:
+        if not layer_id.startswith("lyr_") or "/" in layer_id:
+            raise ValueError(f"not a layer id: {layer_id!r}")
+        return self.packed_dir / f"{layer_id}.tar", self.packed_dir / f"{layer_id}.digest"
+
+    def _pack(self, layer_id: str) -> tuple[str, Path]:
+        """The packed layer (made once, kept) and its digest; under the layer's lock."""
+        tar, digest_file = self._packed(layer_id)
+        if tar.exists() and digest_file.exists():
+            return digest_file.read_text(), tar
+        layer = self.volumes.layer_path(layer_id)
+        if not layer.is_dir():
+            raise FileNotFoundError(f"layer {layer_id} is not on this node ({layer})")
+        self.packed_dir.mkdir(parents=True, exist_ok=True)
+        digest, _ = pack_layer(layer, tar)
+        _write_atomic(digest_file, digest)
+        return digest, tar
+
+    def layer_digest(self, layer_id: str) -> str:
+        with self._lock(f"layer:{layer_id}"):
+            return self._pack(layer_id)[0]
+
+    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+        with self._lock(f"layer:{layer_id}"):
+            digest, tar = self._pack(layer_id)
+            return digest, tar.read_bytes()
+
+    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+        with self._lock(f"layer:{layer_id}"):
+            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
+            if self.has_layer(layer_id):
+                return
+            # Checked in memory, before a byte is written (not read back from the file).
+            check_bytes(data, digest)
+            self.packed_dir.mkdir(parents=True, exist_ok=True)
+            part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
+            try:
+                part.write_bytes(data)
+                self._publish_packed(layer_id, digest, part, checked=True)
+            finally:
+                part.unlink(missing_ok=True)
+
+    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+        with self._lock(f"layer:{layer_id}"):
+            digest, tar = self._pack(layer_id)
+            layers = self._store(store)
+            if layers.digest_of(layer_id) != digest:
+                layers.put(layer_id, tar, digest)
+            return digest
+
+    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+        with self._lock(f"layer:{layer_id}"):
+            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
+            if self.has_layer(layer_id):
+                return
+            self.packed_dir.mkdir(parents=True, exist_ok=True)
+            part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
+            try:
+                stored = self._store(store).get(layer_id, part)
+                if stored != digest:
+                    raise LayerDigestMismatch(
+                        f"the store holds layer {layer_id} with digest {stored}, expected "
+                        f"{digest}: it was replaced in the store; upload it again from its "
+                        "origin node"
+                    )
+                self._publish_packed(layer_id, digest, part, checked=True)
+            finally:
+                part.unlink(missing_ok=True)
+
+    def _publish_packed(
+        self, layer_id: str, digest: str, part: Path, checked: bool = False
+    ) -> None:
+        """Unpack a packed layer (its digest checked) as the layer, and keep it packed for
+        other nodes."""
+        unpack_layer(part, digest, self.volumes.layer_path(layer_id), checked=checked)
+        tar, digest_file = self._packed(layer_id)
+        os.replace(part, tar)
+        _write_atomic(digest_file, digest)
+
+    def _store(self, cfg: StoreConfig) -> LayerStore:
+        with self._guard:
+            found = self._stores.get(cfg)
+        if found is None:  # made outside the guard: a boto3 client takes ~0.1 s to make
+            made = LayerStore(cfg)
+            with self._guard:
+                found = self._stores.setdefault(cfg, made)
+        return found
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.part-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)

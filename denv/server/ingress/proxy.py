@@ -1,0 +1,409 @@
+"""Ingress: the proxy that reaches an egress-deny env's port at ``/ingress/<token>/...``.
+
+An env on a deny network publishes no port; the server reaches it by its container IP on
+the env's internal network and forwards HTTP (every method, bodies streamed both ways)
+and WebSocket traffic (``ingress_ws``) to it. The token in the path is the capability:
+whoever holds the URL reaches the env, and nobody can guess it (192 random bits).
+
+    table = IngressTable()
+    mount_ingress(app, table)
+    token = new_token()
+    table.register(token, "172.30.0.2", 8000)
+    # OpenEnv clients use http://127.0.0.1:7711/ingress/<token> as their base URL:
+    # GET <base>/health, WebSocket <base>/ws, POST <base>/reset, <base>/mcp ...
+
+Tokens are never stored (an env's token is derived from the server's secret, and the
+database keeps only digests: ``ingress_keys``), logged or echoed. The table keys its dict
+by the token's SHA-256 digest: a lookup is one hash and one dict probe whose timing
+depends only on the digest, which a caller cannot steer towards a registered token (no
+guessing prefix by prefix); a dict hit is an exact match of the digest, so nothing is left
+to compare. ``mount_ingress`` also redacts ``/ingress/<token>`` from uvicorn's access and
+WebSocket log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import fastapi
+import httpx
+from starlette.routing import Route, WebSocketRoute
+
+from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S
+from denv.server.errors import RETRY_AFTER_S
+from denv.server.ingress.websocket import proxy_websocket, reject_websocket
+from denv.server.ingress.wire import (
+    NOT_FOUND_MESSAGE,
+    Receive,
+    Scope,
+    Send,
+    error_body,
+    forward_headers,
+    header,
+    install_log_redaction,
+    response_headers,
+    send_error,
+    split_target,
+    upstream_down_message,
+)
+from denv.server.lifecycle.fairness import Fairness, throttled
+from denv.server.tokens import REF_PREFIX
+
+log = logging.getLogger(__name__)
+
+TOKEN_BYTES = 24  # 192 bits; the contract asks for at least 128
+MIN_TOKEN_CHARS = 22  # token_urlsafe(16) is 22 characters: 128 bits
+CONNECT_TIMEOUT_S = 10.0
+# Every read from the env has a timeout (the server's --ingress-read-timeout, default
+# DEFAULT_INGRESS_READ_TIMEOUT_S): generous, since an env's step may legitimately take long
+# and MCP keeps SSE streams open, but an env that goes silent mid-response no longer holds
+# the connection for ever. A client that disconnects cancels the upstream request at once
+# (see _watch_disconnect), so nothing waits on behalf of a client that left.
+WRITE_TIMEOUT_S = 300.0  # an env that stops reading an upload
+KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive, so pooled connections are live
+MAX_KEEPALIVE_CONNECTIONS = 256
+BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_REF_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def new_token() -> str:
+    """A fresh ingress token: 192 random bits, URL-safe base64 (32 characters)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+def _key(token_or_ref: str) -> bytes:
+    """The table's key of a token, or of its stored ``sha256:<hex>`` ref (ingress_keys.ref):
+    routes come back from the database as refs. Only register and unregister take a ref; a
+    request's token is always hashed (resolve), so a copy of the database opens nothing."""
+    if token_or_ref.startswith(REF_PREFIX):
+        return bytes.fromhex(token_or_ref.removeprefix(REF_PREFIX))
+    return _digest(token_or_ref)
+
+
+class IngressTable:
+    """Thread-safe map from ingress token to the (host, port) it reaches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._targets: dict[bytes, tuple[str, int]] = {}
+        self._owners: dict[bytes, str] = {}  # the API key (owner id) of each route
+
+    def register(self, token: str, host: str, port: int, owner: str = "") -> None:
+        """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target); the
+        token may be given as its stored ref (``sha256:<hex>``)."""
+        is_ref = bool(_REF_RE.match(token))
+        if not is_ref and (len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token)):
+            raise ValueError(
+                "an ingress token must be URL-safe base64 of at least 128 bits: "
+                "make one with denv.server.ingress.proxy.new_token()"
+            )
+        if not 0 < port < 65536:
+            raise ValueError(f"ingress port {port} is out of range: give the container's port")
+        key = _key(token)
+        with self._lock:
+            self._targets[key] = (host, port)
+            self._owners[key] = owner
+
+    def unregister(self, token: str) -> None:
+        """Forget a token (or its ref); an unknown one is ignored (delete is idempotent)."""
+        with self._lock:
+            self._targets.pop(_key(token), None)
+            self._owners.pop(_key(token), None)
+
+    def resolve(self, token: str) -> tuple[str, int] | None:
+        """The (host, port) a token reaches, or None."""
+        with self._lock:
+            return self._targets.get(_digest(token))
+
+    def owner(self, token: str) -> str:
+        """The API key (owner id) whose env a token reaches; "" when unknown."""
+        with self._lock:
+            return self._owners.get(_digest(token), "")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._targets)
+
+
+class IngressUpstreamBroke(Exception):
+    """The env's service broke the connection after its response had started."""
+
+
+class _ClientDisconnected(Exception):
+    pass
+
+
+class IngressProxy:
+    """The raw ASGI endpoint behind the ingress routes (HTTP here, WebSocket in ingress_ws)."""
+
+    def __init__(
+        self,
+        table: IngressTable,
+        fair: Fairness | None = None,
+        read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
+    ) -> None:
+        self.table = table
+        self.fair = fair  # caps each key's open connections
+        self._timeouts = {
+            "timeout": {
+                "connect": CONNECT_TIMEOUT_S,
+                "read": read_timeout_s or None,  # 0: none
+                "write": WRITE_TIMEOUT_S,
+                "pool": None,
+            }
+        }
+        self._transport: httpx.AsyncHTTPTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def transport(self) -> httpx.AsyncHTTPTransport:
+        """The pooled upstream transport of the running event loop.
+
+        httpx's connection pool without an ``AsyncClient`` around it: a client would keep a
+        cookie jar shared by every caller (one client's cookies sent with another's
+        requests), and its redirect, auth and hook layers are work the proxy must not do.
+        """
+        loop = asyncio.get_running_loop()
+        if self._transport is None or self._loop is not loop:
+            self._loop = loop
+            self._transport = httpx.AsyncHTTPTransport(
+                limits=httpx.Limits(
+                    max_connections=None,  # long polls to one env must not starve another
+                    max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+                    keepalive_expiry=KEEPALIVE_EXPIRY_S,
+                ),
+                trust_env=False,  # never send a container IP through a configured proxy
+            )
+        return self._transport
+
+    async def aclose(self) -> None:
+        """Close the pooled upstream connections."""
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            await transport.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return
+        owner = self.table.owner(split_target(scope)[0])
+        if self.fair is not None and owner and not self.fair.try_acquire(owner, "ingress"):
+            await _refuse_busy(scope, receive, send, self.fair.held(owner, "ingress"))
+            return
+        try:
+            if scope["type"] == "websocket":
+                await proxy_websocket(self.table.resolve, scope, receive, send)
+            else:
+                await self._http(scope, receive, send)
+        finally:
+            if self.fair is not None and owner:
+                self.fair.release(owner, "ingress")
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token, path = split_target(scope)
+        target = self.table.resolve(token)
+        if target is None:
+            await send_error(send, scope, 404, "not_found", NOT_FOUND_MESSAGE)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        disconnected = asyncio.Event()
+        watchers: list[asyncio.Task[None]] = []
+
+        def body_read() -> None:
+            # From now on receive() only reports a disconnect: watch for it and cancel.
+            watchers.append(asyncio.create_task(_watch_disconnect(receive, task, disconnected)))
+
+        try:
+            await self._forward(scope, receive, send, target, path, body_read)
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise
+            task.uncancel()  # the client went away: nothing is left to answer
+        except _ClientDisconnected:
+            pass
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+
+    async def _forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        target: tuple[str, int],
+        path: str,
+        body_read: Callable[[], None],
+    ) -> None:
+        host, port = target
+        headers = forward_headers(scope, host, port, websocket=False)
+        content: bytes | AsyncIterator[bytes] | None
+        length = header(scope["headers"], b"content-length")
+        if length is not None and length.isdigit() and int(length) <= BUFFER_BODY_MAX:
+            content = await _read_body(receive)
+            body_read()
+        elif length is not None or header(scope["headers"], b"transfer-encoding") is not None:
+            content = _stream_body(receive, body_read)
+        else:
+            content = None
+            body_read()
+        query = scope.get("query_string", b"")
+        url = f"http://{host}:{port}{path}" + (f"?{query.decode('latin-1')}" if query else "")
+        response = await self._open(scope, send, url, headers, content, port)
+        if response is None:
+            return
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": response_headers(response.headers.raw, scope, host, port),
+                }
+            )
+            try:
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.ReadTimeout:
+                raise IngressUpstreamBroke(
+                    f"the env's service on port {port} sent nothing for "
+                    f"{self._timeouts['timeout']['read']} s mid-response (the server's "
+                    "--ingress-read-timeout)"
+                ) from None
+            except httpx.TransportError as exc:
+                # Too late for a 502: abort, so the client sees a broken response, not a short one.
+                raise IngressUpstreamBroke(
+                    f"the env's service on port {port} broke the connection mid-response "
+                    f"({type(exc).__name__})"
+                ) from None
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    async def _open(
+        self,
+        scope: Scope,
+        send: Send,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes | AsyncIterator[bytes] | None,
+        port: int,
+    ) -> httpx.Response | None:
+        """Send the request upstream; on failure answer 502 and return None."""
+        transport = self.transport()
+        method = str(scope["method"])
+        # A pooled connection that the env's server closed just as it was reused fails with
+        # RemoteProtocolError before any response: retry once when that cannot repeat work.
+        retries = 1 if method in _IDEMPOTENT and not isinstance(content, AsyncIterator) else 0
+        while True:
+            request = httpx.Request(
+                method, url, headers=headers, content=content, extensions=self._timeouts
+            )
+            try:
+                return await transport.handle_async_request(request)
+            except httpx.RemoteProtocolError as exc:
+                if retries > 0:
+                    retries -= 1
+                    continue
+                failure: Exception = exc
+            except httpx.TransportError as exc:
+                failure = exc
+            except _ClientDisconnected:
+                raise
+            log.info("ingress: env's port %d not answering (%s)", port, type(failure).__name__)
+            await send_error(send, scope, 502, "internal", upstream_down_message(port))
+            return None
+
+
+async def _refuse_busy(scope: Scope, receive: Receive, send: Send, held: int) -> None:
+    """429 with Retry-After: the env's key holds as many ingress connections as it may."""
+    err = throttled("ingress", held, held)
+    headers, body = error_body(scope, err.code, err.message)
+    headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    if scope["type"] == "websocket":
+        if (await receive())["type"] == "websocket.connect":
+            await reject_websocket(send, scope, 429, headers, body)
+        return
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientDisconnected
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _stream_body(receive: Receive, body_read: Callable[[], None]) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientDisconnected
+        body = message.get("body", b"")
+        if body:
+            yield body
+        if not message.get("more_body", False):
+            body_read()
+            return
+
+
+async def _watch_disconnect(
+    receive: Receive, task: asyncio.Task[Any], disconnected: asyncio.Event
+) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            disconnected.set()
+            task.cancel()
+            return
+
+
+def mount_ingress(
+    app: fastapi.FastAPI,
+    table: IngressTable,
+    fair: Fairness | None = None,
+    read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
+) -> None:
+    """Add the ingress routes to ``app``: HTTP (every method) and WebSocket.
+
+    Routes ``/ingress/{token}`` and ``/ingress/{token}/{path:path}`` are raw ASGI endpoints
+    (no body parsing, no dependency injection), placed first in the router and left out of
+    the OpenAPI schema. The pooled upstream connections close with the app's lifespan. An auth
+    middleware must let ``/ingress/`` through: the token is the credential.
+    """
+    proxy = IngressProxy(table, fair, read_timeout_s)
+    app.router.routes[0:0] = [
+        Route("/ingress/{token}", proxy, include_in_schema=False),
+        Route("/ingress/{token}/{path:path}", proxy, include_in_schema=False),
+        WebSocketRoute("/ingress/{token}", proxy),
+        WebSocketRoute("/ingress/{token}/{path:path}", proxy),
+    ]
+    app.state.denv_ingress = proxy
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async with inner(a) as state:
+            try:
+                yield state
+            finally:
+                await proxy.aclose()
+
+    app.router.lifespan_context = lifespan
+    install_log_redaction()

@@ -1,0 +1,68 @@
+"""What the server's parts share: config, store, node, ingress and worker threads."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from denv.server.config import START_WORKERS, ServerConfig
+from denv.server.db import Store
+from denv.server.lifecycle.fairness import Fairness
+from denv.server.node.seam import Node
+from denv.server.tokens import IngressKeys
+
+
+class HostGuard(Protocol):
+    """What the lifecycle asks of the host guard (``denv.server.net.host_guard``)."""
+
+    def egress_unsafe(self) -> str | None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class IngressRoutes(Protocol):
+    """The part of ``denv.server.ingress.proxy.IngressTable`` the server calls."""
+
+    def register(self, token: str, host: str, port: int, owner: str = "") -> None: ...
+
+    def unregister(self, token: str) -> None: ...
+
+    def resolve(self, token: str) -> tuple[str, int] | None: ...
+
+
+@dataclass
+class Context:
+    config: ServerConfig
+    store: Store
+    node: Node
+    ingress: IngressRoutes
+    host_guard: HostGuard
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(START_WORKERS, thread_name_prefix="denv-env")
+    )
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Derives each env's ingress tokens; the server's is kept in <state_dir>/ingress_key.
+    ingress_keys: IngressKeys = field(default_factory=IngressKeys.ephemeral)
+    quota_lock: threading.Lock = field(default_factory=threading.Lock)
+    _locks: defaultdict[str, threading.Lock] = field(
+        default_factory=lambda: defaultdict(threading.Lock)
+    )
+    _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+    fair: Fairness = field(init=False)  # what each API key holds at once
+
+    def __post_init__(self) -> None:
+        self.fair = Fairness(self.config)
+
+    def env_lock(self, env_id: str) -> threading.Lock:
+        """Serialises the making and the removing of one env's resources (never global)."""
+        with self._locks_guard:
+            return self._locks[env_id]
+
+    def notify(self) -> None:
+        """Wake the waiters of ``wait``: some env changed status."""
+        with self.changed:
+            self.changed.notify_all()

@@ -1,0 +1,216 @@
+"""Live forks, the server's side: ``POST /v1/envs/{id}/fork`` with ``kind: live``.
+
+A live fork copies the parent env's running server process (memory and OpenEnv sessions
+included) into ``count`` children on the parent's node, at a quiescent point of the parent
+(see ``live`` and docs/live-forks.md). Its /work changes become a new version, as a volume
+fork's do, and each child's /work starts from that version with writes of its own.
+
+A child is an env like any other: its own id and ingress URL, its own delete, counted in the
+key's quota, reaped at its ttl, failed when its process ends, and listed with ``start:
+live`` and its parent. It runs in its group's container (the env created with ``live:
+true``): so it shares that container's network namespace (its egress rules), its limits and
+its engine-side state; the container stays until the last env of the group is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from denv.server import ids
+from denv.server.db import iso, now
+from denv.server.errors import ApiError
+from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.render import version_json, version_layers
+from denv.server.lifecycle.requests import EnvsCreate
+from denv.server.lifecycle.versions import Versions
+from denv.server.node import live
+from denv.server.records import (
+    READY,
+    Endpoint,
+    EnvError,
+    EnvRecord,
+    EnvSpec,
+    EnvStatus,
+    Runtime,
+    VersionRecord,
+    volume_slots,
+)
+
+log = logging.getLogger(__name__)
+PORT_LOCKS = 64
+
+
+def unsupported(rec: EnvRecord) -> str | None:
+    """Why ``rec`` cannot be live-forked now, or None."""
+    if rec.runtime.live is None:
+        if rec.spec.live and rec.status == EnvStatus.FAILED:
+            why = f" ({rec.error.code}: {rec.error.message})" if rec.error else ""
+            return f"env {rec.id} failed{why}"
+        if rec.spec.live and rec.status not in READY:
+            return f"env {rec.id} is {rec.status}: its server is not up yet"
+        return f"env {rec.id} was not created with live: true"
+    if rec.status not in READY:
+        return f"env {rec.id} is {rec.status}"
+    return None
+
+
+def _egress_name(egress: str) -> str:
+    """deny, allow, or "an allowlist" (a record keeps an allowlist as its JSON)."""
+    return egress if egress in ("deny", "allow") else "an allowlist"
+
+
+def refuse(reason: str) -> ApiError:
+    return ApiError(
+        409,
+        "live_unsupported",
+        f"a live fork is not possible: {reason}. Fork with kind: volume instead (its "
+        "children boot from a snapshot of /work), or create the env with live: true",
+    )
+
+
+class LiveForks:
+    def __init__(self, ctx: Context, versions: Versions) -> None:
+        self.ctx = ctx
+        self.versions = versions
+        # Over choosing a group's ports until its children are recorded: one lock per
+        # group (striped), so that forks of envs in different containers run at once.
+        self._ports = [threading.Lock() for _ in range(PORT_LOCKS)]
+
+    def fork(self, owner: str, rec: EnvRecord, opts: EnvsCreate, egress: str) -> dict[str, Any]:
+        """``{"version": <Version JSON>, "envs": [child ids]}``; 409 when live is impossible."""
+        ctx = self.ctx
+        reason = unsupported(rec)
+        if reason is not None:
+            raise refuse(reason)
+        proc = rec.runtime.live
+        assert proc is not None
+        parent_version = ctx.store.get_version(rec.version_id)
+        if parent_version is None:
+            raise ApiError(409, "conflict", f"the version of env {rec.id} is gone")
+        if egress != rec.egress:
+            raise refuse(
+                f"a live child runs in its parent's network namespace, so it keeps the "
+                f"parent's egress ({_egress_name(rec.egress)}), not {_egress_name(egress)}"
+            )
+        if opts.env:
+            raise refuse("a live child keeps its parent's process environment (env)")
+        slots = volume_slots(parent_version.volumes)
+        t0 = time.perf_counter()
+        with self._ports[hash(proc.group) % PORT_LOCKS]:
+            new_ids, ports = self._new_ids(opts.count), self._free_ports(proc, opts.count)
+            children = list(zip(new_ids, ports, strict=True))
+            try:
+                stacks, procs, timings = ctx.node.live_fork(rec.id, proc, slots, children)
+            except live.LiveError as exc:
+                status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
+                raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
+            version = self._version(rec, parent_version, stacks)
+            records = self._records(owner, rec, version, opts, children, procs)
+        log.info(
+            "live fork %s into %d: %s, total %.1f ms",
+            rec.id,
+            len(records),
+            ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
+            (time.perf_counter() - t0) * 1e3,
+        )
+        ctx.notify()
+        storage = ctx.node.layer_storage(version_layers(version))
+        return {"version": version_json(version, storage), "envs": [r.id for r in records]}
+
+    def _new_ids(self, n: int) -> list[str]:
+        return [ids.new_id("env") for _ in range(n)]
+
+    def _free_ports(self, proc: Any, n: int) -> list[int]:
+        used = {
+            e.runtime.live.port
+            for e in self.ctx.store.live_envs()
+            if e.runtime.live is not None and e.runtime.live.group == proc.group
+        }
+        ports: list[int] = []
+        port = live.CHILD_PORT_BASE
+        while len(ports) < n:
+            port += 1
+            if port not in used:
+                ports.append(port)
+        return ports
+
+    def _version(
+        self, rec: EnvRecord, parent: VersionRecord, stacks: list[list[str]]
+    ) -> VersionRecord:
+        volumes = [
+            vol.model_copy(update={"layers": layers})
+            for vol, layers in zip(parent.volumes, stacks, strict=True)
+        ]
+        return self.versions._record(
+            rec.owner,
+            parent.project,
+            rec.id,
+            parent.agent_service,
+            parent.services,
+            volumes,
+            parent.warm_fork,
+            {},
+            parent.id,
+        )
+
+    def _records(
+        self,
+        owner: str,
+        parent: EnvRecord,
+        version: VersionRecord,
+        opts: EnvsCreate,
+        children: list[tuple[str, int]],
+        procs: list[Any],
+    ) -> list[EnvRecord]:
+        ctx = self.ctx
+        created = now()
+        records: list[EnvRecord] = []
+        routes: list[tuple[str, str, int, str]] = []
+        host = parent.runtime.agent_ip or ""
+        for (env_id, port), proc in zip(children, procs, strict=True):
+            ok = not isinstance(proc, str)
+            # Derived from the server's secret: the record keeps no token (ingress_keys).
+            token = ctx.ingress_keys.token(env_id, parent.agent_service, port)
+            endpoint = Endpoint(service=parent.agent_service, port=port, url="", via="ingress")
+            records.append(
+                EnvRecord(
+                    id=env_id,
+                    owner=owner,
+                    version_id=version.id,
+                    parent_id=parent.id,
+                    project=parent.project,
+                    agent_service=parent.agent_service,
+                    egress=parent.egress,
+                    labels=dict(opts.labels),
+                    status=EnvStatus.HEALTHY if ok else EnvStatus.FAILED,
+                    start="live",
+                    created_at=iso(created),
+                    expires_at=iso(created + timedelta(seconds=opts.ttl_s)),
+                    error=None if ok else EnvError(code="start_failed", message=str(proc)),
+                    spec=EnvSpec(wait_timeout_s=opts.wait_timeout_s, live=True),
+                    # A child that did not come up has nothing of its own to remove: it
+                    # must not name its parent's container (a delete would remove that).
+                    runtime=Runtime(
+                        network=parent.runtime.network,
+                        containers=dict(parent.runtime.containers),
+                        endpoints=[endpoint],
+                        agent_ip=parent.runtime.agent_ip,
+                        live=proc,
+                        node=parent.runtime.node,
+                    )
+                    if ok
+                    else Runtime(),
+                )
+            )
+            if ok:
+                routes.append((token, env_id, port, host))
+        with ctx.quota_lock:
+            ctx.store.insert_envs(records)
+        for token, env_id, port, host_ip in routes:
+            ctx.store.add_ingress(token, env_id, parent.agent_service, port, host_ip)
+            ctx.ingress.register(token, host_ip, port, owner)
+        return records

@@ -1,0 +1,336 @@
+"""The server's operations behind the contract: create, fork, snapshot, deploy, and the rest.
+
+Routes (``routes``) parse HTTP and call one method here on a worker thread; what it returns
+is the contract's JSON. Here ownership is checked (another key's resources are 404), counts
+and quotas are enforced, and the work is handed to ``envs`` (lifecycle) and ``versions``;
+they reach the machine only through the node seam (``node``).
+
+    service = Service(ctx)
+    out = service.fork(owner, "env_...", EnvsCreate(count=4))   # {"version", "envs"}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from denv.server import ids
+from denv.server.config import MAX_COUNT
+from denv.server.errors import ApiError, invalid, not_found
+from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.fairness import over_quota
+from denv.server.lifecycle.limits import check_volume_sizes
+from denv.server.lifecycle.live_forks import LiveForks
+from denv.server.lifecycle.reconcile import reconcile
+from denv.server.lifecycle.render import env_json, version_json, version_layers
+from denv.server.lifecycle.requests import Egress, EnvsCreate, SandboxCreate, WaitFor
+from denv.server.lifecycle.versions import Versions
+from denv.server.node.egress import from_request as egress_from_request
+from denv.server.node.live import unsupported_reason as live_reason
+from denv.server.records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
+
+log = logging.getLogger(__name__)
+
+WAIT_MARGIN_S = 30.0
+WAIT_UNTIL: dict[str, frozenset[EnvStatus]] = {  # what a wait for each condition returns at
+    "none": ALL,
+    "running": UP | FINAL,
+    "healthy": READY | FINAL,
+    "deleted": frozenset({EnvStatus.DELETED}),
+}
+
+
+class Service:
+    """Every operation of one server; each call blocks (routes run it in a thread)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.envs = Envs(ctx)
+        self.versions = Versions(ctx)
+        self.live = LiveForks(ctx, self.versions)
+
+    # the server's life
+    def reconcile(self) -> None:
+        reconcile(self.ctx, self.envs)
+
+    def shutdown(self) -> None:
+        """Stop boots in flight and remove every warm spare (clean server exit)."""
+        self.ctx.stopping.set()
+        self.ctx.node.stop()
+        self.ctx.pool.shutdown(wait=False, cancel_futures=True)
+        self.envs.warm.shutdown()
+
+    def engine_version(self) -> str:
+        return self.ctx.node.engine_version()
+
+    # envs
+    def owned_env(self, owner: str, env_id: str) -> EnvRecord:
+        rec = self.ctx.store.get_env(env_id) if ids.is_id(env_id, "env") else None
+        if rec is None or rec.owner != owner:
+            raise not_found("env", env_id)
+        return rec
+
+    def states(self, env_id: str | None = None) -> dict[str, str] | None:
+        try:
+            return self.ctx.node.states(env_id)
+        except ApiError:
+            return None  # engine down: report services as missing, do not fail envs
+
+    def env_view(self, rec: EnvRecord, states: dict[str, str] | None) -> dict[str, Any]:
+        if states is not None:
+            rec = self.envs.observe(rec, states)
+        version = self.ctx.store.get_version(rec.version_id, include_deleted=True)
+        return env_json(
+            rec, version, states or {}, self.ctx.config.public_url(), self.ctx.ingress_keys
+        )
+
+    def version_view(self, rec: VersionRecord) -> dict[str, Any]:
+        return version_json(rec, self.ctx.node.layer_storage(version_layers(rec)))
+
+    def get_env(self, owner: str, env_id: str) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        return self.env_view(rec, self._env_states(rec))
+
+    def _env_states(self, rec: EnvRecord) -> dict[str, str] | None:
+        """The states of the containers of ``rec`` (a live child: its group's container)."""
+        return self.states(rec.runtime.live.group if rec.runtime.live else rec.id)
+
+    def list_envs(
+        self,
+        owner: str,
+        limit: int,
+        cursor: str | None,
+        status: EnvStatus | None,
+        version_id: str | None,
+        include_deleted: bool = False,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of envs, newest first, and the cursor of the next (None at the end).
+
+        Deleted envs only with `include_deleted` (or when `status` asks for them)."""
+        recs = self.ctx.store.list_envs(
+            owner, limit + 1, cursor, status, version_id, include_deleted
+        )
+        states = self.states()
+        items = [self.env_view(r, states) for r in recs[:limit]]
+        return items, recs[limit - 1].id if len(recs) > limit else None
+
+    def delete_env(self, owner: str, env_id: str) -> None:
+        self.envs.delete(self.owned_env(owner, env_id).id)
+
+    def wait_env(self, owner: str, env_id: str, until: str, timeout_s: float) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        done = self.envs.wait(rec.id, WAIT_UNTIL[until], timeout_s)
+        return self.env_view(done, self._env_states(done))
+
+    def warm_pool(self, owner: str, env_id: str) -> dict[str, Any]:
+        return self.envs.warm.status(self.owned_env(owner, env_id).id)
+
+    def logs(self, owner: str, env_id: str, service: str | None, tail: int) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        name = service or rec.agent_service
+        version = self.ctx.store.get_version(rec.version_id)
+        if version is not None and name not in {s.name for s in version.services}:
+            raise invalid(f"service: env {rec.id} has no service '{name}'", "service")
+        return {"env_id": rec.id, "service": name, "lines": self.envs.logs(rec, name, tail)}
+
+    def _wait_all(
+        self, recs: list[EnvRecord], wait: WaitFor, timeout_s: float
+    ) -> list[dict[str, Any]]:
+        until = WAIT_UNTIL[wait]
+        done = [self.envs.wait(r.id, until, timeout_s + WAIT_MARGIN_S) for r in recs]
+        states = self.states()
+        return [self.env_view(r, states) for r in done]
+
+    def _check_count(self, owner: str, count: int) -> None:
+        if count > MAX_COUNT:
+            raise ApiError(
+                422,
+                "limit_exceeded",
+                f"count {count} is above the limit of {MAX_COUNT} envs per request: "
+                "make several requests",
+                {"path": "count"},
+            )
+        limit = self.ctx.config.max_envs_per_key
+        live = self.ctx.store.count_live(owner)
+        if live + count > limit:
+            raise ApiError(
+                429,
+                "quota_exceeded",
+                f"this API key has {live} live env(s); {count} more would pass the "
+                f"limit of {limit}: delete envs you no longer need",
+            )
+
+    def _check_versions(self, owner: str) -> None:
+        """429 ``quota_exceeded`` when one more version would pass --max-versions-per-key."""
+        cap = self.ctx.config.max_versions_per_key
+        held = self.ctx.store.count_versions(owner) if cap else 0
+        if cap and held >= cap:
+            raise over_quota(
+                "versions",
+                f"this API key has {held} versions, the server's limit is {cap} "
+                "(--max-versions-per-key): delete versions you no longer need "
+                "(DELETE /v1/versions/{id})",
+                cap,
+            )
+
+    # create, fork, snapshot, deploy
+    def create_sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
+        """``POST /v1/sandboxes``: an implicit one-service version and ``count`` envs from it.
+
+        Ready spares of the same configuration (a warm pool another env of this image asked
+        for) are taken before booting; each env succeeds or fails on its own.
+        """
+        count = body.count or 1
+        self._check_count(owner, count)
+        self._check_versions(owner)
+        version = self.versions.implicit(owner, body)
+        if body.live:
+            svc = version.services[0]
+            argv = svc.command or self.ctx.node.image_command(svc.image_digest)
+            reason = live_reason(argv, len(version.services))
+            if reason is not None:
+                raise ApiError(
+                    409,
+                    "live_unsupported",
+                    f"{body.image} cannot run for live forks: {reason}. Create it without "
+                    "live (its forks then boot from a snapshot of /work: kind volume)",
+                )
+        recs = self.envs.create(
+            owner,
+            version,
+            count,
+            egress=self._egress(body.egress),
+            env={},
+            labels=body.labels,
+            ttl_s=body.ttl_s,
+            wait_timeout_s=body.wait_timeout_s,
+            warm=body.warm,
+            use_spares=True,
+            live_env=body.live,
+        )
+        envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
+        return envs[0] if body.count is None else {"envs": envs}
+
+    def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
+        rec = self.owned_env(owner, env_id)
+        self._check_versions(owner)
+        check_volume_sizes(self.ctx, rec)
+        return self.version_view(self.versions.snapshot(rec, labels))
+
+    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
+        """One snapshot of the env, ``opts.count`` children started from it."""
+        rec = self.owned_env(owner, env_id)
+        self._check_count(owner, opts.count)
+        self._check_versions(owner)
+        if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
+            same = rec.egress if opts.egress is None else self._egress(opts.egress)
+            out = self.live.fork(owner, rec, opts, same)
+            # The children run in the parent's container, which ran their fork a moment
+            # ago: no round trip to the engine to say so.
+            states = {cid: "running" for cid in rec.runtime.containers.values()}
+            children = [self.ctx.store.get_env(i) for i in out["envs"]]
+            views = [self.env_view(r, states) for r in children if r is not None]
+            return {"version": out["version"], "envs": views}
+        egress = rec.egress if opts.egress is None else self._egress(opts.egress)
+        parent = self.ctx.store.get_version(rec.version_id)
+        if parent is not None:  # the children's caps, before the snapshot is made
+            self.envs.check_fair(owner, parent, egress, opts.env, opts.count, opts.warm)
+        check_volume_sizes(self.ctx, rec)
+        t0 = time.perf_counter()
+        version = self.versions.snapshot(rec, {})
+        t1 = time.perf_counter()
+        recs = self._start_from(owner, version, opts, egress)
+        t2 = time.perf_counter()
+        envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
+        log.info(
+            "fork env %s into %d (%d warm): snapshot %.1f ms, create %.1f ms, wait %.1f ms",
+            rec.id,
+            len(recs),
+            sum(r.start == "warm" for r in recs),
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+            (time.perf_counter() - t2) * 1000,
+        )
+        return {"version": self.version_view(version), "envs": envs}
+
+    def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
+        version = self.versions.get_owned(owner, version_id)
+        self._check_count(owner, opts.count)
+        egress = self._version_egress(version) if opts.egress is None else self._egress(opts.egress)
+        recs = self._start_from(owner, version, opts, egress)
+        return {"envs": self._wait_all(recs, opts.wait, opts.wait_timeout_s)}
+
+    def _egress(self, value: Egress) -> str:
+        """A request's egress as a record's string; an allowlist is checked and resolved now."""
+        text = egress_from_request(
+            value if isinstance(value, str) else value.allow,
+            allow_private=self.ctx.config.allow_private_egress,
+        )
+        return self._egress_safe(text)
+
+    def _egress_safe(self, egress: str) -> str:
+        """503 for an env that may open connections while the egress rules are missing."""
+        if egress != "deny":
+            unsafe = self.ctx.host_guard.egress_unsafe()
+            if unsafe:
+                raise ApiError(503, "engine_unavailable", unsafe)
+        return egress
+
+    def _start_from(
+        self, owner: str, version: VersionRecord, opts: EnvsCreate, egress: str
+    ) -> list[EnvRecord]:
+        self._egress_safe(egress)
+        return self.envs.create(
+            owner,
+            version,
+            opts.count,
+            egress=egress,
+            env=opts.env,
+            labels=opts.labels,
+            ttl_s=opts.ttl_s,
+            wait_timeout_s=opts.wait_timeout_s,
+            warm=opts.warm,
+            use_spares=True,
+        )
+
+    def _version_egress(self, version: VersionRecord) -> str:
+        """A version keeps the egress of the env it came from; deny otherwise."""
+        store = self.ctx.store
+        parent = store.get_env(version.parent_env_id) if version.parent_env_id else None
+        return parent.egress if parent else "deny"
+
+    def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
+        self._check_versions(owner)
+        return self.version_view(self.versions.deploy(owner, name, compose, labels))
+
+    # versions and projects
+    def get_version(self, owner: str, version_id: str) -> dict[str, Any]:
+        return self.version_view(self.versions.get_owned(owner, version_id))
+
+    def list_versions(
+        self, owner: str, limit: int, cursor: str | None, project: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        recs = self.ctx.store.list_versions(owner, limit + 1, cursor, project)
+        items = [self.version_view(r) for r in recs[:limit]]
+        return items, recs[limit - 1].id if len(recs) > limit else None
+
+    def delete_version(self, owner: str, version_id: str) -> None:
+        self.versions.delete(owner, version_id)
+
+    def diff_versions(self, owner: str, base_id: str, version_id: str) -> dict[str, Any]:
+        """``GET /v1/versions/{id}/diff?base=``: the files that differ, from the layers."""
+        return self.versions.diff(
+            self.versions.get_owned(owner, base_id), self.versions.get_owned(owner, version_id)
+        )
+
+    def list_projects(
+        self, owner: str, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        rows = self.ctx.store.list_projects(owner, limit + 1, cursor)
+        items = [
+            {"name": n, "latest_version_id": v, "version_count": k, "created_at": t}
+            for n, t, v, k in rows[:limit]
+        ]
+        return items, rows[limit - 1][0] if len(rows) > limit else None

@@ -1,0 +1,4 @@
+"""Networks of envs: egress firewall rules, the host guard, network policy, subnets.
+
+A leaf: knows neither the Docker node nor the cluster, only what the seam's records say.
+"""

@@ -1,0 +1,301 @@
+"""The node seam: what one machine does for the envs placed on it.
+
+A *node* is a machine that runs envs: it holds images, volume layers and each env's network,
+volumes and containers. The server's lifecycle code (``envs``, ``warm``, ``versions``,
+``reconcile``) asks a node for everything it needs done there and never touches Docker, the
+host's mounts or cgroups itself. ``DockerNode`` (``docker_node``) is the first node: the
+local Docker Engine. A later one may be a Ray actor on another machine behind the same calls.
+
+So every call takes and returns plain values: ids (``env_...``, ``lyr_...``, container ids),
+strings, numbers, and *records*, frozen pydantic models that serialise to JSON unchanged
+(``ServiceSpec``, ``VolumeSlot`` from ``records``; ``BootSpec``, ``Booted``, ``Owned`` here).
+No live object, no callback crosses it; a boot is stopped by an explicit :meth:`Node.cancel`,
+and its time limit is a number of seconds. Failures are exceptions holding plain values:
+``BootFailed`` (the env cannot boot: a code for its ``error``), ``Cancelled``, and ``ApiError``
+(``engine_unavailable``, ``image_not_found``).
+
+The calls, by what they serve::
+
+    bring_up(BootSpec) -> Booted         network, volumes, containers (dependencies healthy
+                                         first), the agent's address; BootFailed, Cancelled
+    wait_healthy(BootSpec, Booted, s)    until the agent answers its health path
+    mount_volumes(env_id, [VolumeSlot])  late mount into a running spare (rslave mounts)
+    prioritize(env_id, [container])      full CPU weight for a spare someone waits for
+    snapshot(env_id, [container], [VolumeSlot]) -> [[layer]]
+                                         freeze, capture each volume's changes, thaw
+    changed_bytes(env_id, [VolumeSlot], cap) -> [int]
+    cancel(env_id) / teardown(env_id, [container]) / stop()
+    states(env_id?) / logs(env_id, service, n) / memory_bytes([container])
+    exit_reason(env_id, service)         "out of memory ..." when the OOM killer ended it
+    owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
+    room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
+    engine_version() / resolve_image / image_labels / seed_layer / has_layer
+    layer_ids() / delete_layers([layer])
+    layer_digest / read_layer / write_layer / upload_layer / fetch_layer
+                                         layers between nodes and object storage (layerpack)
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from denv.server.config import StoreConfig
+from denv.server.records import LiveProc, ServiceSpec, VolumeSlot
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BootSpec(_Record):
+    """What to bring up for one env (or a warm spare, which carries its future env id)."""
+
+    env_id: str
+    services: list[ServiceSpec]  # in start order: dependencies first
+    agent: str  # the service that serves OpenEnv
+    egress: str  # "deny": an internal network; "allow": the agent's ports published
+    env: dict[str, str] = {}  # the agent's env overrides
+    volumes: list[VolumeSlot] = []
+    late_mount: bool = False  # mount points stay empty until mount_volumes (a spare)
+    live: bool = False  # the agent runs under the live-fork launcher (denv.server.docker.live)
+    warm_pool: str | None = None  # a spare's pool: it boots at low CPU weight, primed
+    timeout_s: float = 120.0
+    timeout_name: str = "wait_timeout_s"  # how failure messages name the time limit
+
+    def agent_service(self) -> ServiceSpec:
+        return next(s for s in self.services if s.name == self.agent)
+
+
+class Booted(_Record):
+    """What ``bring_up`` made: the network, containers (service -> id), the agent's address."""
+
+    env_id: str
+    network: str
+    containers: dict[str, str]
+    agent_ip: str
+    host_ports: dict[int, int] = {}  # container port -> published host port (egress allow)
+    node: str = "local"  # the node it runs on (a cluster's node name)
+
+
+class Owned(_Record):
+    """What a node holds for this server: containers and networks by env, volume dirs."""
+
+    containers: dict[str, str] = {}  # container id -> env id ("" for a seed container)
+    networks: dict[str, str] = {}  # network name -> env id
+    volume_envs: list[str] = []  # env ids with volume dirs
+
+
+class BootFailed(Exception):
+    """The env cannot boot; ``code`` and ``message`` become its ``error``."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        service: str | None = None,
+        network: str | None = None,
+        containers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code, self.message, self.service = code, message, service
+        self.network, self.containers = network, dict(containers or {})
+
+    def __reduce__(self) -> tuple[type[BootFailed], tuple[object, ...]]:
+        # Its fields, not just the message, survive a trip to another process (pickle).
+        args = (self.code, self.message, self.service, self.network, self.containers)
+        return (BootFailed, args)
+
+
+class Cancelled(Exception):
+    """The boot was cancelled (its env deleted, its pool dropped, the node stopping)."""
+
+
+class NodeLost(Exception):
+    """The node does not answer: its machine (or its agent) is gone or unreachable."""
+
+    def __init__(self, node: str, reason: str = "") -> None:
+        super().__init__(f"node {node} is lost" + (f": {reason}" if reason else ""))
+        self.node, self.reason = node, reason
+
+    def __reduce__(self) -> tuple[type[NodeLost], tuple[str, str]]:
+        return (NodeLost, (self.node, self.reason))
+
+
+class Node(Protocol):
+    """One machine's part in running envs. Every call blocks; callers run them in threads."""
+
+    # images and layers
+    def engine_version(self) -> str: ...
+
+    def resolve_image(self, image: str, pull: bool) -> str: ...
+
+    def image_labels(self, image_id: str) -> dict[str, str]: ...
+
+    def image_command(self, image_id: str) -> list[str]:
+        """The image's Entrypoint and Cmd, as the engine runs them."""
+        ...
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        """A new layer with what the image has at ``path``; None when it has nothing."""
+        ...
+
+    def has_layer(self, layer_id: str) -> bool: ...
+
+    def layer_ids(self) -> set[str]: ...
+
+    def delete_layers(self, layer_ids: list[str]) -> None: ...
+
+    def drop_partial_layers(self) -> None:
+        """Remove half-made layers of a server that died mid-snapshot."""
+        ...
+
+    # one env
+    def bring_up(self, spec: BootSpec) -> Booted:
+        """Network, volumes and started containers, dependencies' healthchecks passed first."""
+        ...
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        """Until the agent answers 200 on its health path; BootFailed, Cancelled."""
+        ...
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        """Mount volumes on the empty mount points of a spare: its containers see them."""
+        ...
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        """Full CPU weight for ``containers`` (every container of the env when empty) and
+        for the containers its boot creates from now on."""
+        ...
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        """Freeze, turn each volume's changes into a layer, thaw: each volume's new stack."""
+        ...
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        """Disk each volume's changes use; counting stops past ``stop_after``."""
+        ...
+
+    def diff_layers(
+        self, base: list[str], layers: list[str], limit: int
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        """Files that differ from one layer stack (newest first) to another, read from the
+        layers: (path in the volume, added/modified/deleted, bytes), at most ``limit``, and
+        whether more differ."""
+        ...
+
+    def cancel(self, env_id: str) -> None:
+        """Stop a boot of ``env_id`` in flight or to come (Cancelled)."""
+        ...
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        """Remove the env's containers, network and volumes (idempotent)."""
+        ...
+
+    def stop(self) -> None:
+        """The server is stopping: every boot in flight ends with Cancelled."""
+        ...
+
+    # what runs
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        """Container id -> created / running / paused / exited, of one env or all."""
+        ...
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]: ...
+
+    def memory_bytes(self, containers: list[str]) -> int: ...
+
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        """Why a service's container ended, when the node knows more than its exit: "out of
+        memory (limit 2048 MiB)" after the OOM killer; None otherwise."""
+        ...
+
+    # live forks (``live: true`` envs; see denv.server.docker.live)
+    def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
+        """The server process of a booted live env."""
+        ...
+
+    def live_fork(
+        self,
+        parent_env: str,
+        parent: LiveProc,
+        volumes: list[VolumeSlot],
+        children: list[tuple[str, int]],
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        """Copy the parent's process into each (env id, port): each volume's new stack,
+        each child's process or why it failed, timings (ms)."""
+        ...
+
+    def live_alive(self, proc: LiveProc) -> bool: ...
+
+    def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
+        """End one live env's process and volumes; its group's container too when last."""
+        ...
+
+    def live_private_bytes(self, proc: LiveProc) -> int: ...
+
+    # placement and loss (a cluster of nodes; one machine has no cap and loses nothing)
+    def room(self) -> int | None:
+        """How many more envs the node(s) accept now; None: no cap."""
+        ...
+
+    def lost(self) -> dict[str, str]:
+        """Envs that were on a node found dead since the last call: env id -> reason."""
+        ...
+
+    def lost_reason(self, env_id: str) -> str | None:
+        """Why the env's node is lost (its envs fail with code ``lost``); None when it is
+        not (or the env is unknown). Unlike :meth:`lost`, it hands nothing out."""
+        ...
+
+    def layer_nodes(self, layer_ids: list[str]) -> list[str]:
+        """The nodes known to hold every one of the layers, least loaded first (a fork's
+        spares there need no copy); what the node knows now, without asking around."""
+        ...
+
+    def layer_storage(self, layer_ids: list[str]) -> str:
+        """Where a version's layers are kept: "node" (only on the node that made them),
+        "uploading", "durable" (all in object storage) or "lost" (on no live node and not
+        stored)."""
+        ...
+
+    # reconcile
+    def owned(self) -> Owned: ...
+
+    def remove_owned(self, owned: Owned) -> None: ...
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        """After a restart: thaw what an interrupted snapshot froze; what is lost, if any."""
+        ...
+
+    # layer transfer (packed layers with a content digest: see layerpack, objstore)
+    def layer_digest(self, layer_id: str) -> str:
+        """The digest ("sha256:<hex>") of the layer packed (once, then cached on the node)."""
+        ...
+
+    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+        """The packed layer and its digest, to copy it to another node."""
+        ...
+
+    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+        """Check ``data`` has ``digest``, unpack it and publish the layer (a no-op when the
+        node has it); LayerDigestMismatch when the digest differs."""
+        ...
+
+    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+        """Store the packed layer in object storage unless stored already; its digest."""
+        ...
+
+    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+        """Download the layer from object storage, check ``digest``, unpack and publish it
+        (a no-op when the node has it); StoreError, LayerNotStored, LayerDigestMismatch."""
+        ...
