@@ -67,7 +67,8 @@ UPSTREAM = textwrap.dedent(
 PROXY = textwrap.dedent(
     """
     import sys, fastapi, uvicorn
-    from denv.server.ingress.proxy import IngressTable, mount_ingress
+    from denv.server.ingress.proxy import mount_ingress
+    from denv.server.ingress.routes import IngressTable
     app = fastapi.FastAPI()
     table = IngressTable()
     mount_ingress(app, table)

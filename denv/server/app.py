@@ -22,7 +22,8 @@ from denv.server.db import Store
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
 from denv.server.errors import install_error_handlers
-from denv.server.ingress.proxy import IngressTable, mount_ingress
+from denv.server.ingress.proxy import mount_ingress
+from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.reconcile import reap_forever
 from denv.server.lifecycle.service import Service

@@ -26,7 +26,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from denv.server.ingress.proxy import IngressTable, mount_ingress, new_token
+from denv.server.ingress.proxy import mount_ingress, new_token
+from denv.server.ingress.routes import IngressTable
 from denv.server.ingress.wire import REDACT
 
 # ---------------------------------------------------------------------------- servers

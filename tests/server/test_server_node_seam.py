@@ -13,7 +13,7 @@ import yaml
 from denv.server.config import ServerConfig
 from denv.server.db import Store
 from denv.server.errors import EngineUnavailable
-from denv.server.ingress.proxy import IngressTable
+from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.net.host_guard import HostGuardWatch

@@ -13,22 +13,18 @@ whoever holds the URL reaches the env, and nobody can guess it (192 random bits)
     # GET <base>/health, WebSocket <base>/ws, POST <base>/reset, <base>/mcp ...
 
 Tokens are never stored (an env's token is derived from the server's secret, and the
-database keeps only digests: ``ingress_keys``), logged or echoed. The table keys its dict
-by the token's SHA-256 digest: a lookup is one hash and one dict probe whose timing
-depends only on the digest, which a caller cannot steer towards a registered token (no
-guessing prefix by prefix); a dict hit is an exact match of the digest, so nothing is left
-to compare. ``mount_ingress`` also redacts ``/ingress/<token>`` from uvicorn's access and
-WebSocket log lines.
+database keeps only digests: ``ingress_keys``), logged or echoed. The route table
+(``ingress.routes``) keys its dict by the token's SHA-256 digest, so a lookup's timing
+cannot be steered towards a registered token, and a dict hit is an exact match of the
+digest: nothing is left to compare. ``mount_ingress`` also redacts ``/ingress/<token>``
+from uvicorn's access and WebSocket log lines.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import re
 import secrets
-import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,6 +35,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S
 from denv.server.errors import RETRY_AFTER_S
+from denv.server.ingress.routes import IngressTable
 from denv.server.ingress.websocket import proxy_websocket, reject_websocket
 from denv.server.ingress.wire import (
     NOT_FOUND_MESSAGE,
@@ -55,12 +52,10 @@ from denv.server.ingress.wire import (
     upstream_down_message,
 )
 from denv.server.lifecycle.fairness import Fairness, throttled
-from denv.server.tokens import REF_PREFIX
 
 log = logging.getLogger(__name__)
 
 TOKEN_BYTES = 24  # 192 bits; the contract asks for at least 128
-MIN_TOKEN_CHARS = 22  # token_urlsafe(16) is 22 characters: 128 bits
 CONNECT_TIMEOUT_S = 10.0
 # Every read from the env has a timeout (the server's --ingress-read-timeout, default
 # DEFAULT_INGRESS_READ_TIMEOUT_S): generous, since an env's step may legitimately take long
@@ -72,71 +67,11 @@ KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive, so pooled connection
 MAX_KEEPALIVE_CONNECTIONS = 256
 BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_REF_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def new_token() -> str:
     """A fresh ingress token: 192 random bits, URL-safe base64 (32 characters)."""
     return secrets.token_urlsafe(TOKEN_BYTES)
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
-
-def _key(token_or_ref: str) -> bytes:
-    """The table's key of a token, or of its stored ``sha256:<hex>`` ref (ingress_keys.ref):
-    routes come back from the database as refs. Only register and unregister take a ref; a
-    request's token is always hashed (resolve), so a copy of the database opens nothing."""
-    if token_or_ref.startswith(REF_PREFIX):
-        return bytes.fromhex(token_or_ref.removeprefix(REF_PREFIX))
-    return _digest(token_or_ref)
-
-
-class IngressTable:
-    """Thread-safe map from ingress token to the (host, port) it reaches."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._targets: dict[bytes, tuple[str, int]] = {}
-        self._owners: dict[bytes, str] = {}  # the API key (owner id) of each route
-
-    def register(self, token: str, host: str, port: int, owner: str = "") -> None:
-        """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target); the
-        token may be given as its stored ref (``sha256:<hex>``)."""
-        is_ref = bool(_REF_RE.match(token))
-        if not is_ref and (len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token)):
-            raise ValueError(
-                "an ingress token must be URL-safe base64 of at least 128 bits: "
-                "make one with denv.server.ingress.proxy.new_token()"
-            )
-        if not 0 < port < 65536:
-            raise ValueError(f"ingress port {port} is out of range: give the container's port")
-        key = _key(token)
-        with self._lock:
-            self._targets[key] = (host, port)
-            self._owners[key] = owner
-
-    def unregister(self, token: str) -> None:
-        """Forget a token (or its ref); an unknown one is ignored (delete is idempotent)."""
-        with self._lock:
-            self._targets.pop(_key(token), None)
-            self._owners.pop(_key(token), None)
-
-    def resolve(self, token: str) -> tuple[str, int] | None:
-        """The (host, port) a token reaches, or None."""
-        with self._lock:
-            return self._targets.get(_digest(token))
-
-    def owner(self, token: str) -> str:
-        """The API key (owner id) whose env a token reaches; "" when unknown."""
-        with self._lock:
-            return self._owners.get(_digest(token), "")
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._targets)
 
 
 class IngressUpstreamBroke(Exception):
