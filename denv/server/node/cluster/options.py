@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported when a cluster is asked for: `denv serve` alone needs neither
     from denv.server.config import StoreConfig
-    from denv.server.node.cluster.node import NodeCaps
+    from denv.server.node.cluster.placement import NodeCaps
 
 DEFAULT_BUCKET = "denv-layers"
 
@@ -98,7 +98,7 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
                 raise ValueError(f"{flag} is an option of a cluster: add --cluster ADDRESS")
         return None
     from denv.server.config import StoreConfig
-    from denv.server.node.cluster.node import NodeCaps
+    from denv.server.node.cluster.placement import NodeCaps
 
     if args.node_max_envs < 0 or args.node_max_memory < 0:
         raise ValueError("--node-max-envs and --node-max-memory are >= 0 (0: no cap)")

@@ -1,0 +1,333 @@
+"""Every call about an env goes to the member it is on; calls about everything merge all.
+
+The lifecycle above the seam names envs, containers and live processes, never members: this
+is where those names are turned into the member to ask (``_env``, ``_cid``, ``_net``; a live
+process's group), where a lost member's answer becomes the lost env's reason, and where
+``owned`` rebuilds the map after a control-plane restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from denv.server.config import StoreConfig
+from denv.server.errors import ApiError
+from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled, Node, NodeLost, Owned
+from denv.server.records import LiveProc, VolumeSlot
+
+from .layers import Layers
+from .placement import NodeCaps
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Routing(Layers):
+    """Layers plus the ``Node`` calls, each sent to the member it concerns."""
+
+    def __init__(
+        self,
+        members: Callable[[], Mapping[str, Node]],
+        caps: NodeCaps | None = None,
+        store: StoreConfig | None = None,
+    ) -> None:
+        super().__init__(members, caps, store)
+        self._booting: set[str] = set()
+        self._cancelled: set[str] = set()
+
+    # Node: images (any member answers)
+    def _first(self, fn: Callable[[Node], T]) -> T:
+        last: Exception | None = None
+        for name in self.live_members():
+            try:
+                return self._call(name, fn)
+            except NodeLost as exc:
+                last = exc
+        raise ApiError(
+            503,
+            "engine_unavailable",
+            "no node of the cluster answers"
+            + (f" (last: {last})" if last else "")
+            + ": check `denv cluster status` and the Ray cluster",
+        )
+
+    def engine_version(self) -> str:
+        return self._first(lambda n: n.engine_version())
+
+    def resolve_image(self, image: str, pull: bool) -> str:
+        return self._first(lambda n: n.resolve_image(image, pull))
+
+    def image_labels(self, image_id: str) -> dict[str, str]:
+        return self._first(lambda n: n.image_labels(image_id))
+
+    def image_command(self, image_id: str) -> list[str]:
+        return self._first(lambda n: n.image_command(image_id))
+
+    # Node: one env
+    def bring_up(self, spec: BootSpec) -> Booted:
+        with self._lock:
+            if self._stopped or spec.env_id in self._cancelled:
+                raise Cancelled()
+        name = self._place(spec)
+        with self._lock:
+            self._env[spec.env_id] = name
+            self._booting.add(spec.env_id)
+        try:
+            if not spec.late_mount:
+                self._ensure_layers(name, [x for v in spec.volumes for x in v.layers])
+            booted = self._call(name, lambda n: n.bring_up(spec))
+        except NodeLost as exc:
+            raise BootFailed("lost", f"{exc} (while the env started)") from exc
+        finally:
+            with self._lock:
+                self._booting.discard(spec.env_id)
+        with self._lock:
+            for cid in booted.containers.values():
+                self._cid[cid] = name
+            self._net[booted.network] = name
+        return booted.model_copy(update={"node": name})
+
+    def _routed(self, env_id: str, fn: Callable[[Node], T]) -> T:
+        name = self._env_member(env_id)
+        if name is None:
+            raise NodeLost("(none)", f"no node holds {env_id}")
+        return self._call(name, fn)
+
+    def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
+        try:
+            self._routed(spec.env_id, lambda n: n.wait_healthy(spec, booted, timeout_s))
+        except NodeLost as exc:
+            raise BootFailed("lost", f"{exc} (while the env started)") from exc
+
+    def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
+        name = self._env_member(env_id)
+        if name is None:
+            raise NodeLost("(none)", f"no node holds {env_id}")
+        self._ensure_layers(name, [x for v in volumes for x in v.layers])
+        self._call(name, lambda n: n.mount_volumes(env_id, volumes))
+
+    def prioritize(self, env_id: str, containers: list[str]) -> None:
+        self._routed(env_id, lambda n: n.prioritize(env_id, containers))
+
+    def snapshot(
+        self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
+    ) -> list[list[str]]:
+        name = self._env_member(env_id)
+        if name is None:
+            raise NodeLost("(none)", f"no node holds {env_id}")
+        stacks = self._call(name, lambda n: n.snapshot(env_id, containers, volumes))
+        self._made(name, _new_layers(stacks, volumes))
+        return stacks
+
+    def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
+        return self._routed(env_id, lambda n: n.changed_bytes(env_id, volumes, stop_after))
+
+    def cancel(self, env_id: str) -> None:
+        with self._lock:
+            self._cancelled.add(env_id)
+            name = self._env.get(env_id)
+        if name is not None:
+            with contextlib.suppress(NodeLost):
+                self._call(name, lambda n: n.cancel(env_id))
+
+    def teardown(self, env_id: str, containers: list[str]) -> None:
+        name = self._env_member(env_id)
+        if name is not None:
+            try:
+                self._call(name, lambda n: n.teardown(env_id, containers))
+            except NodeLost:
+                log.info("cluster: env %s's node %s is lost; nothing to tear down", env_id, name)
+        self._forget(env_id, containers)
+
+    def _forget(self, env_id: str, containers: list[str]) -> None:
+        with self._lock:
+            self._env.pop(env_id, None)
+            self._cancelled.discard(env_id)
+            self._lost_envs.pop(env_id, None)
+            for cid in containers:
+                self._cid.pop(cid, None)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            booting = [(e, self._env.get(e)) for e in self._booting]
+        for env_id, name in booting:
+            if name is not None:
+                with contextlib.suppress(NodeLost):
+                    self._call(name, lambda n, e=env_id: n.cancel(e))  # type: ignore[misc]
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # Node: what runs
+    def states(self, env_id: str | None = None) -> dict[str, str]:
+        if env_id is not None:
+            try:
+                return self._routed(env_id, lambda n: n.states(env_id))
+            except NodeLost:
+                return {}
+        out: dict[str, str] = {}
+        for name in self.live_members():
+            try:
+                found = self._call(name, lambda n: n.states())
+            except NodeLost:
+                continue
+            with self._lock:
+                for cid in found:
+                    self._cid.setdefault(cid, name)
+            out.update(found)
+        self._measure_memory()
+        return out
+
+    def logs(self, env_id: str, service: str, tail: int) -> list[str]:
+        try:
+            return self._routed(env_id, lambda n: n.logs(env_id, service, tail))
+        except NodeLost as exc:
+            return [f"({exc}: no log)"]
+
+    def memory_bytes(self, containers: list[str]) -> int:
+        with self._lock:
+            by_member: defaultdict[str, list[str]] = defaultdict(list)
+            for cid in containers:
+                name = self._cid.get(cid)
+                if name is not None:
+                    by_member[name].append(cid)
+        total = 0
+        for name, cids in by_member.items():
+            try:
+                total += self._call(name, lambda n, c=cids: n.memory_bytes(c))  # type: ignore[misc]
+            except NodeLost:
+                continue
+        return total
+
+    def lost_reason(self, env_id: str) -> str | None:
+        name = self._env_member(env_id)
+        with self._lock:
+            return self._dead.get(name) if name is not None else None
+
+    def exit_reason(self, env_id: str, service: str) -> str | None:
+        name = self._env_member(env_id)
+        with self._lock:
+            why = self._dead.get(name or "")
+        if why:
+            return why
+        try:
+            return self._routed(env_id, lambda n: n.exit_reason(env_id, service))
+        except NodeLost:
+            return None
+
+    # Node: live forks (a live group stays on its member)
+    def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
+        return self._routed(env_id, lambda n: n.live_root(env_id, container, port))
+
+    def live_fork(
+        self,
+        parent_env: str,
+        parent: LiveProc,
+        volumes: list[VolumeSlot],
+        children: list[tuple[str, int]],
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        name = self._env_member(parent.group)
+        if name is None:
+            raise NodeLost("(none)", f"no node holds {parent.group}")
+        with self._lock:
+            for child, _ in children:
+                self._env[child] = name
+        result = self._call(name, lambda n: n.live_fork(parent_env, parent, volumes, children))
+        self._made(name, _new_layers(result[0], volumes))
+        return result
+
+    def live_alive(self, proc: LiveProc) -> bool:
+        try:
+            return self._routed(proc.group, lambda n: n.live_alive(proc))
+        except NodeLost:
+            return False
+
+    def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
+        with contextlib.suppress(NodeLost):
+            self._routed(proc.group, lambda n: n.live_teardown(env_id, proc, last))
+        if env_id != proc.group:
+            self._forget(env_id, [])
+
+    def live_private_bytes(self, proc: LiveProc) -> int:
+        return self._routed(proc.group, lambda n: n.live_private_bytes(proc))
+
+    # reconcile
+    def owned(self) -> Owned:
+        containers: dict[str, str] = {}
+        networks: dict[str, str] = {}
+        volume_envs: list[str] = []
+        for name in self.live_members():
+            try:
+                o = self._call(name, lambda n: n.owned())
+            except NodeLost:
+                continue
+            with self._lock:
+                for cid, env_id in o.containers.items():
+                    self._cid[cid] = name
+                    if env_id:
+                        self._env.setdefault(env_id, name)
+                for net, env_id in o.networks.items():
+                    self._net[net] = name
+                    if env_id:
+                        self._env.setdefault(env_id, name)
+                for env_id in o.volume_envs:
+                    self._env.setdefault(env_id, name)
+            containers.update(o.containers)
+            networks.update(o.networks)
+            volume_envs += o.volume_envs
+        return Owned(containers=containers, networks=networks, volume_envs=volume_envs)
+
+    def remove_owned(self, owned: Owned) -> None:
+        parts: defaultdict[str, Owned] = defaultdict(Owned)
+        with self._lock:
+            for cid, env_id in owned.containers.items():
+                name = self._cid.get(cid)
+                if name:
+                    p = parts[name]
+                    parts[name] = p.model_copy(update={"containers": {**p.containers, cid: env_id}})
+            for net, env_id in owned.networks.items():
+                name = self._net.get(net)
+                if name:
+                    p = parts[name]
+                    parts[name] = p.model_copy(update={"networks": {**p.networks, net: env_id}})
+            for env_id in owned.volume_envs:
+                name = self._env.get(env_id)
+                if name:
+                    p = parts[name]
+                    parts[name] = p.model_copy(update={"volume_envs": [*p.volume_envs, env_id]})
+        for name, part in parts.items():
+            try:
+                self._call(name, lambda n, o=part: n.remove_owned(o))  # type: ignore[misc]
+            except NodeLost:
+                continue
+        for env_id in {*owned.containers.values(), *owned.networks.values(), *owned.volume_envs}:
+            self._forget(env_id, [c for c, e in owned.containers.items() if e == env_id])
+
+    def recover(
+        self,
+        env_id: str,
+        containers: dict[str, str],
+        volumes: list[VolumeSlot],
+        states: dict[str, str],
+    ) -> str | None:
+        name = self._env_member(env_id)
+        if name is None:
+            return "no node of the cluster holds its containers"
+        with self._lock:
+            why = self._dead.get(name)
+        if why:
+            return why
+        try:
+            return self._call(name, lambda n: n.recover(env_id, containers, volumes, states))
+        except NodeLost:
+            return f"node {name} stopped answering"
+
+
+def _new_layers(stacks: list[list[str]], volumes: list[VolumeSlot]) -> list[str]:
+    """The layers of ``stacks`` that the volumes did not have before (captured, merged)."""
+    old = {x for v in volumes for x in v.layers}
+    return [x for stack in stacks for x in stack if x not in old]
