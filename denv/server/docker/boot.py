@@ -70,7 +70,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
     policy = parse_egress(spec.egress)
     try:
         with guard.step(env_id):
-            network = engine.create_network(env_id, spec.egress)
+            network = engine.networks.create(env_id, spec.egress)
             binds: dict[str, list[tuple[str, str]]] = {}
             for slot in spec.volumes:
                 if spec.late_mount:

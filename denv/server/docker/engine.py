@@ -1,39 +1,35 @@
-"""The Docker Engine seam: containers, networks and images, through the ``docker`` SDK.
+"""The Docker SDK wrapper the Docker node uses: images and containers, with denv's labels.
 
-Every call blocks; callers run them in threads. Every object carries the labels
-``denv.managed``, ``denv.instance``, ``denv.env`` and ``denv.service``, and reconcile only ever
-touches objects with this server's ``denv.instance``.
+``DockerNode`` (``node``) and the boot sequence (``boot``) call Docker through it; it is no
+seam of its own (the node seam is ``denv.server.node.seam``). The connection and labels are
+``DockerApi``'s (``sdk``); env networks, with their subnets and egress rules, are
+``EnvNetworks``' (``networks``), which ``Engine.networks`` holds. Every call blocks; callers
+run them in threads.
 """
 
 from __future__ import annotations
 
 import io
-import ipaddress
 import logging
 import tarfile
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
-import requests.exceptions
 
-from denv.server.config import DOCKER_TIMEOUT_S, START_WORKERS
 from denv.server.docker import live
-from denv.server.errors import ApiError, EngineUnavailable
-from denv.server.net.firewall import Firewall, FirewallError
-from denv.server.net.firewall import tools as firewall_tools
-from denv.server.net.policy import BRIDGE_NAME_OPTION, DENY_DNS, bridge_name, network_name
-from denv.server.net.subnets import OVERLAP_RETRIES, SubnetPool
-from denv.server.node.egress import EGRESS_LABEL, egress_label
-from denv.server.node.egress import parse as parse_egress
+from denv.server.docker.networks import EnvNetworks
+from denv.server.docker.sdk import DockerApi, engine_errors
+from denv.server.errors import ApiError
+from denv.server.net.firewall import Firewall
+from denv.server.net.policy import DENY_DNS
+from denv.server.net.subnets import SubnetPool
 from denv.server.records import Limits
 
 log = logging.getLogger(__name__)
 
-NotFound = docker.errors.NotFound
 MIB = 1024 * 1024
 # Every capability dropped but one (Limits.capabilities; `denv serve --env-cap-add` grants
 # more): a process in an env cannot make device nodes, open raw
@@ -60,18 +56,7 @@ def limit_options(limits: Limits) -> dict[str, Any]:
     return opts
 
 
-@contextmanager
-def engine_errors() -> Iterator[None]:
-    """Docker transport failures become 503 ``engine_unavailable``."""
-    try:
-        yield
-    except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-        if isinstance(exc, docker.errors.APIError | docker.errors.ImageNotFound):
-            raise
-        raise EngineUnavailable(type(exc).__name__) from exc
-
-
-class Engine:
+class Engine(DockerApi):
     """The Docker calls denv makes, with its labels applied."""
 
     # Off: a pull sends an empty registry auth, whatever ~/.docker/config.json (or its
@@ -86,35 +71,12 @@ class Engine:
         firewall: Firewall | None = None,
         allow_private_egress: bool = False,
     ) -> None:
-        self.instance_id = instance_id
-        self.subnets = subnets or SubnetPool()
-        # The egress rules of allow and allowlist envs (None: not managed, for tests of parts).
-        self.firewall = firewall
-        self.allow_private_egress = allow_private_egress
-        self._bridge_of: dict[str, str] = {}  # network name -> bridge with per-env rules
-        self._subnet_of: dict[str, str] = {}  # network name -> the subnet it was given
-        self._client: docker.DockerClient | None = None
+        super().__init__(instance_id)
+        self.networks = EnvNetworks(self, subnets or SubnetPool(), firewall, allow_private_egress)
 
-    @property
-    def client(self) -> docker.DockerClient:
-        if self._client is None:
-            with engine_errors():
-                self._client = docker.from_env(
-                    timeout=DOCKER_TIMEOUT_S, max_pool_size=START_WORKERS
-                )
-        return self._client
-
-    @property
-    def api(self) -> Any:
-        return self.client.api
-
-    def labels(self, env_id: str, service: str = "") -> dict[str, str]:
-        return {
-            "denv.managed": "true",
-            "denv.instance": self.instance_id,
-            "denv.env": env_id,
-            "denv.service": service,
-        }
+    def adopt_egress(self) -> int:
+        """``EnvNetworks.adopt_egress``, for the composition roots that call it at start."""
+        return self.networks.adopt_egress()
 
     def version(self) -> str:
         try:
@@ -179,119 +141,6 @@ class Engine:
             # lands outside dest, and setuid/setgid bits are cleared.
             tar.extractall(dest, members=members, numeric_owner=True, filter="tar")
         return True
-
-    # networks
-    def create_network(self, env_id: str, egress: str) -> str:
-        """The env's network, on a subnet of the server's pool (not Docker's ~30 defaults).
-
-        An allowlist env's bridge gets its rules (its destinations) before anything runs on
-        it; so does an allow env's on a server started with ``--allow-private-egress``.
-        """
-        name = network_name(env_id)
-        policy = parse_egress(egress)
-        bridge = bridge_name(env_id, deny=policy.internal, allowlist=policy.mode == "allowlist")
-        for _ in range(OVERLAP_RETRIES):
-            subnet = self.subnets.allocate(self._docker_subnets)
-            gateway = str(next(ipaddress.IPv4Network(subnet).hosts()))  # named, as Docker does
-            pool = docker.types.IPAMPool(subnet=subnet, gateway=gateway)
-            ipam = docker.types.IPAMConfig(pool_configs=[pool])
-            try:
-                with engine_errors():
-                    self.api.create_network(
-                        name,
-                        driver="bridge",
-                        internal=policy.internal,
-                        labels={**self.labels(env_id), **egress_label(egress)},
-                        ipam=ipam,
-                        options={BRIDGE_NAME_OPTION: bridge},
-                    )
-            except docker.errors.APIError as exc:
-                if "overlaps" not in str(exc.explanation or exc):
-                    self.subnets.release(subnet)
-                    raise
-                self.subnets.overlapped(subnet)  # another server took it a moment ago
-                continue
-            self._subnet_of[name] = subnet
-            self._open_egress(name, bridge, policy.mode, list(policy.rules))
-            return name
-        raise ApiError(
-            503,
-            "engine_unavailable",
-            f"no free subnet for network {name} after {OVERLAP_RETRIES} tries: other "
-            "networks keep taking them; retry, or give denv serve another --subnet-pool",
-        )
-
-    def _docker_subnets(self) -> list[str]:
-        with engine_errors():
-            found = self.api.networks()
-        return [
-            str(cfg.get("Subnet"))
-            for net in found
-            for cfg in ((net.get("IPAM") or {}).get("Config") or [])
-            if cfg.get("Subnet")
-        ]
-
-    def _open_egress(
-        self, name: str, bridge: str, mode: str, rules: list[Any], *, made_now: bool = True
-    ) -> None:
-        """Per-env firewall rules of a network; a failure removes a network ``made_now``."""
-        wanted = mode == "allowlist" or (mode == "allow" and self.allow_private_egress)
-        if self.firewall is None or not wanted:
-            return
-        try:
-            self.firewall.add_env(firewall_tools(), bridge, rules, fresh=made_now)
-        except FirewallError as exc:
-            if made_now:
-                self.remove_network(name)
-            raise ApiError(
-                503,
-                "engine_unavailable",
-                f"the egress rules of network {name} could not be installed ({exc}): the "
-                "server needs root or CAP_NET_ADMIN; GET /v1/health shows host_guard",
-            ) from exc
-        self._bridge_of[name] = bridge
-
-    def adopt_egress(self) -> int:
-        """At start: take back the per-env egress rules of this server's networks.
-
-        Their rules outlive a server restart in the kernel, but the new process must know
-        them to put them back after a firewall reload; each network carries its env's
-        egress in its ``denv.egress`` label. Returns how many networks have rules.
-        """
-        with engine_errors():
-            found = self.api.networks(filters={"label": [f"denv.instance={self.instance_id}"]})
-        adopted = 0
-        for net in found:
-            egress = (net.get("Labels") or {}).get(EGRESS_LABEL)
-            bridge = (net.get("Options") or {}).get(BRIDGE_NAME_OPTION)
-            if not egress or not bridge:
-                continue
-            policy = parse_egress(egress)
-            try:
-                name = str(net["Name"])
-                self._open_egress(name, bridge, policy.mode, list(policy.rules), made_now=False)
-            except ApiError as exc:
-                log.error("egress rules of %s not restored: %s", net["Name"], exc.message)
-                continue
-            adopted += int(str(net["Name"]) in self._bridge_of)
-        return adopted
-
-    def remove_network(self, name: str) -> None:
-        bridge = self._bridge_of.pop(name, None) or self._bridge(name)
-        with engine_errors(), suppress(docker.errors.NotFound):
-            self.api.remove_network(name)
-        self.subnets.release(self._subnet_of.pop(name, None))
-        if self.firewall is not None and bridge and not bridge.startswith("dvd"):
-            self.firewall.remove_env(firewall_tools(), bridge)
-
-    def _bridge(self, name: str) -> str | None:
-        """The bridge of a network made before this server started (its rules may be left)."""
-        try:
-            with engine_errors():
-                info = self.api.inspect_network(name)
-        except (docker.errors.NotFound, ApiError):
-            return None
-        return (info.get("Options") or {}).get(BRIDGE_NAME_OPTION)
 
     # containers
     def create_container(
@@ -399,10 +248,6 @@ class Engine:
             found = self.api.containers(all=True, filters={"label": label})
         return {c["Id"]: _state(c.get("State", "exited")) for c in found}
 
-    def pause(self, cid: str) -> None:
-        with engine_errors():
-            self.api.pause(cid)
-
     def try_pause(self, cid: str) -> bool:
         """Pause a running container; False (no error) when it is not running."""
         with engine_errors():
@@ -467,11 +312,6 @@ class Engine:
             found = self.api.containers(
                 all=True, filters={"label": [f"denv.instance={self.instance_id}"]}
             )
-        return list(found)
-
-    def my_networks(self) -> list[dict[str, Any]]:
-        with engine_errors():
-            found = self.api.networks(filters={"label": [f"denv.instance={self.instance_id}"]})
         return list(found)
 
 

@@ -201,7 +201,7 @@ class DockerNode:
         with self._lock(env_id):
             for cid in set(containers) | set(self.engine.states(env_id)):
                 self.engine.remove(cid)
-            self.engine.remove_network(network_name(env_id))
+            self.engine.networks.remove(network_name(env_id))
             self.volumes.remove_env(env_id)
             with self._guard:
                 self._foreground.discard(env_id)
@@ -237,7 +237,7 @@ class DockerNode:
             },
             networks={
                 n["Name"]: (n.get("Labels") or {}).get("denv.env", "")
-                for n in self.engine.my_networks()
+                for n in self.engine.networks.mine()
             },
             volume_envs=[d.name for d in self.volumes.envs_dir.iterdir()],
         )
@@ -246,7 +246,7 @@ class DockerNode:
         for cid in owned.containers:
             self.engine.remove(cid)
         for name in owned.networks:
-            self.engine.remove_network(name)
+            self.engine.networks.remove(name)
         for env_id in owned.volume_envs:
             self.volumes.remove_env(env_id)
 
