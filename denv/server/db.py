@@ -1,13 +1,12 @@
 """SQLite state (WAL): API keys, versions, envs, ingress tokens, projects, idempotency records.
 
 One connection shared by all threads behind a lock held only for the SQL itself, never across a
-Docker call. Records are those of ``records``; JSON columns hold their nested parts, converted
-here and nowhere else.
+Docker call. Records are those of ``records``; their rows are converted in ``db_rows`` and
+the tables are made (and older databases upgraded) by ``db_schema``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -18,46 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from denv.server import ids
-from denv.server.records import (
-    LIVE,
-    EnvError,
-    EnvRecord,
-    EnvSpec,
-    EnvStatus,
-    Runtime,
-    ServiceSpec,
-    VersionRecord,
-    Volume,
-)
+from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
+from denv.server.db_schema import create_and_migrate
+from denv.server.records import LIVE, EnvError, EnvRecord, EnvStatus, Runtime, VersionRecord
 from denv.server.tokens import ref
 
 __all__ = ["EnvRecord", "Store", "VersionRecord", "iso", "now"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS api_keys (digest TEXT PRIMARY KEY, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS versions (
-  id TEXT PRIMARY KEY, owner TEXT NOT NULL, project TEXT, parent_env_id TEXT,
-  agent_service TEXT NOT NULL, services TEXT NOT NULL, volumes TEXT NOT NULL,
-  warm_fork INTEGER NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL,
-  deleted INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS versions_owner ON versions (owner, id);
-CREATE TABLE IF NOT EXISTS envs (
-  id TEXT PRIMARY KEY, owner TEXT NOT NULL, version_id TEXT NOT NULL, parent_id TEXT,
-  project TEXT, agent_service TEXT NOT NULL, egress TEXT NOT NULL, labels TEXT NOT NULL,
-  status TEXT NOT NULL, start TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT NOT NULL,
-  error TEXT, spec TEXT NOT NULL, runtime TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS envs_owner ON envs (owner, id);
-CREATE INDEX IF NOT EXISTS envs_version ON envs (version_id, status);
-CREATE TABLE IF NOT EXISTS ingress (
-  token TEXT PRIMARY KEY, env_id TEXT NOT NULL, service TEXT NOT NULL, port INTEGER NOT NULL,
-  host TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS projects (
-  owner TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (owner, name));
-CREATE TABLE IF NOT EXISTS idempotency (
-  owner TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
-  body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (owner, key));
-"""
 
 
 def now() -> datetime:
@@ -86,36 +51,7 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
-            self._add_parent_version_column()
-            self._add_tools_column()
-            self._digest_ingress_tokens()
-
-    def _digest_ingress_tokens(self) -> None:
-        """Routes stored in clear by an older server are kept as digests from now on."""
-        rows = self._db.execute("SELECT token FROM ingress WHERE token NOT LIKE 'sha256:%'")
-        for (token,) in rows.fetchall():
-            self._db.execute("UPDATE ingress SET token=? WHERE token=?", (ref(token), token))
-
-    def _add_tools_column(self) -> None:
-        """A database made before versions kept their MCP tools gains the column (NULL: the
-        version's compose file said none, or it was not kept)."""
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(versions)")}
-        if "tools" not in columns:
-            self._db.execute("ALTER TABLE versions ADD COLUMN tools TEXT")
-
-    def _add_parent_version_column(self) -> None:
-        """A database made before versions knew their parent version gains the column,
-        filled from the parent env of each snapshot."""
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(versions)")}
-        if "parent_version_id" in columns:
-            return
-        self._db.execute("ALTER TABLE versions ADD COLUMN parent_version_id TEXT")
-        self._db.execute(
-            "UPDATE versions SET parent_version_id = "
-            "(SELECT version_id FROM envs WHERE envs.id = versions.parent_env_id) "
-            "WHERE parent_env_id IS NOT NULL"
-        )
+            create_and_migrate(self._db)
 
     def close(self) -> None:
         with self._lock:
@@ -171,48 +107,17 @@ class Store:
             "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, services, "
             "volumes, warm_fork, labels, created_at, deleted, parent_version_id, tools) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
-            (
-                v.id,
-                v.owner,
-                v.project,
-                v.parent_env_id,
-                v.agent_service,
-                json.dumps([x.model_dump() for x in v.services]),
-                json.dumps([x.model_dump() for x in v.volumes]),
-                int(v.warm_fork),
-                json.dumps(v.labels),
-                v.created_at,
-                v.parent_version_id,
-                None if v.tools is None else json.dumps(v.tools),
-            ),
+            version_row(v),
         )
         if v.project:
             self._run(
                 "INSERT OR IGNORE INTO projects VALUES (?,?,?)", (v.owner, v.project, v.created_at)
             )
 
-    @staticmethod
-    def _version(r: sqlite3.Row) -> VersionRecord:
-        return VersionRecord(
-            id=r["id"],
-            owner=r["owner"],
-            project=r["project"],
-            parent_env_id=r["parent_env_id"],
-            agent_service=r["agent_service"],
-            services=[ServiceSpec.model_validate(x) for x in json.loads(r["services"])],
-            volumes=[Volume.model_validate(x) for x in json.loads(r["volumes"])],
-            warm_fork=bool(r["warm_fork"]),
-            labels=json.loads(r["labels"]),
-            created_at=r["created_at"],
-            deleted=bool(r["deleted"]),
-            parent_version_id=r["parent_version_id"],
-            tools=None if r["tools"] is None else json.loads(r["tools"]),
-        )
-
     def get_version(self, version_id: str, include_deleted: bool = False) -> VersionRecord | None:
         sql = "SELECT * FROM versions WHERE id=?" + ("" if include_deleted else " AND deleted=0")
         rows = self._all(sql, (version_id,))
-        return self._version(rows[0]) if rows else None
+        return version_from_row(rows[0]) if rows else None
 
     def list_versions(
         self, owner: str, limit: int, before: str | None, project: str | None
@@ -227,10 +132,10 @@ class Store:
             args.append(project)
         sql += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
-        return [self._version(r) for r in self._all(sql, tuple(args))]
+        return [version_from_row(r) for r in self._all(sql, tuple(args))]
 
     def all_versions(self) -> list[VersionRecord]:
-        return [self._version(r) for r in self._all("SELECT * FROM versions WHERE deleted=0")]
+        return [version_from_row(r) for r in self._all("SELECT * FROM versions WHERE deleted=0")]
 
     def mark_version_deleted(self, version_id: str) -> None:
         self._run("UPDATE versions SET deleted=1 WHERE id=?", (version_id,))
@@ -265,52 +170,12 @@ class Store:
         with self.transaction() as db:
             db.executemany(
                 "INSERT INTO envs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [self._env_row(e) for e in records],
+                [env_row(e) for e in records],
             )
-
-    @staticmethod
-    def _env_row(e: EnvRecord) -> tuple[Any, ...]:
-        return (
-            e.id,
-            e.owner,
-            e.version_id,
-            e.parent_id,
-            e.project,
-            e.agent_service,
-            e.egress,
-            json.dumps(e.labels),
-            e.status.value,
-            e.start,
-            e.created_at,
-            e.expires_at,
-            e.error.model_dump_json() if e.error else None,
-            e.spec.model_dump_json(),
-            e.runtime.model_dump_json(),
-        )
-
-    @staticmethod
-    def _env(r: sqlite3.Row) -> EnvRecord:
-        return EnvRecord(
-            id=r["id"],
-            owner=r["owner"],
-            version_id=r["version_id"],
-            parent_id=r["parent_id"],
-            project=r["project"],
-            agent_service=r["agent_service"],
-            egress=r["egress"],
-            labels=json.loads(r["labels"]),
-            status=EnvStatus(r["status"]),
-            start=r["start"],
-            created_at=r["created_at"],
-            expires_at=r["expires_at"],
-            error=EnvError.model_validate_json(r["error"]) if r["error"] else None,
-            spec=EnvSpec.model_validate_json(r["spec"]),
-            runtime=Runtime.model_validate_json(r["runtime"]),
-        )
 
     def get_env(self, env_id: str) -> EnvRecord | None:
         rows = self._all("SELECT * FROM envs WHERE id=?", (env_id,))
-        return self._env(rows[0]) if rows else None
+        return env_from_row(rows[0]) if rows else None
 
     def list_envs(
         self,
@@ -334,10 +199,10 @@ class Store:
             args.append(before)
         sql += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
-        return [self._env(r) for r in self._all(sql, tuple(args))]
+        return [env_from_row(r) for r in self._all(sql, tuple(args))]
 
     def live_envs(self) -> list[EnvRecord]:
-        return [self._env(r) for r in self._all("SELECT * FROM envs WHERE status!='deleted'")]
+        return [env_from_row(r) for r in self._all("SELECT * FROM envs WHERE status!='deleted'")]
 
     def count_live(self, owner: str) -> int:
         rows = self._all("SELECT COUNT(*) FROM envs WHERE owner=? AND status!='deleted'", (owner,))
