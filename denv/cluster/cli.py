@@ -71,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         from . import local
+        from .processes import ClusterError
     except ImportError as exc:
         print(f"denv cluster: needs {exc.name}: pip install 'denv[cluster]'", file=sys.stderr)
         return 1
@@ -84,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"denv cluster down: {line}", file=sys.stderr)
         print(f"denv cluster down: nothing of {cluster_dir} runs any more", file=sys.stderr)
         return 0
-    except local.ClusterError as exc:
+    except ClusterError as exc:
         print(f"denv cluster {args.action}: {exc}", file=sys.stderr)
         return 1
 

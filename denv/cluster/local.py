@@ -21,20 +21,17 @@ the containers, networks and volume mounts each node's agent made (found by the 
 instance id, in this process) and Ray's temp dirs; ``purge=True`` deletes ``cluster_dir``.
 
 All nodes share this machine's Docker Engine and kernel: what a one-machine cluster does
-not show is in docs/cluster.md.
+not show is in docs/cluster.md. The processes' bookkeeping is in ``processes``, the Ray
+nodes in ``ray_nodes``; this module is the cluster as a whole.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -45,261 +42,23 @@ from typing import Any
 from denv.server.auth import load_or_create_key_file, private_dir
 
 from .agent import INSTANCE_FILE, AgentConfig
+from .processes import (
+    STATE_FILE,
+    ClusterError,
+    free_port,
+    read_state,
+    session_pids,
+    spawn,
+    stop_session,
+    stop_sessions,
+    tail,
+    write_state,
+)
+from .ray_nodes import node_names, ray_tmp_dir, start_ray_node, wait_gcs, wait_ray_nodes
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "cluster.json"
-OBJECT_STORE_BYTES = 200 * 1024 * 1024  # Ray's object store per node (layers copied between
-# agents pass through it; Ray spills to disk past it)
-NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
 SERVER_START_S = 120.0
-STOP_GRACE_S = 5.0  # then SIGKILL (a Ray head's `ray start --block` seldom ends on SIGTERM)
-# Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
-HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
-
-
-class ClusterError(Exception):
-    """The local cluster cannot be started or stopped; the message says why and the fix."""
-
-
-def node_names(count: int) -> list[str]:
-    return [f"n{i}" for i in range(count)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def ray_command() -> list[str]:
-    """``ray`` of this Python environment."""
-    return [sys.executable, "-m", "ray.scripts.scripts"]
-
-
-def ray_tmp_dir(cluster_dir: Path) -> str:
-    """The Ray nodes' temp dirs' parent: short (Ray's unix sockets need a short path) and
-    the same for the same cluster dir."""
-    return f"/tmp/denv-ray-{hashlib.sha256(str(cluster_dir).encode()).hexdigest()[:10]}"
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Processes whose command line holds ``text`` (a cluster's dir or Ray temp dir)."""
-    found: list[int] = []
-    needle = text.encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-    return found
-
-
-def read_state(cluster_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((cluster_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_state(cluster_dir: Path, state: dict[str, Any]) -> None:
-    path = cluster_dir / STATE_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(state, out, indent=2)
-    os.replace(tmp, path)
-
-
-# processes, by session (each Ray node, the server, SeaweedFS is a session of its own)
-def session_pids(sid: int) -> list[int]:
-    """Every process of session ``sid`` (Ray's workers have process groups of their own but
-    stay in their node's session)."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def stop_session(sid: int, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM every process of session ``sid``, SIGKILL what is left after ``grace_s``."""
-    stop_sessions([sid], grace_s)
-
-
-def stop_sessions(sids: list[int], grace_s: float = STOP_GRACE_S) -> None:
-    """``stop_session`` of several sessions at once."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        pids = [pid for sid in sids for pid in session_pids(sid)]
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(session_pids(sid) for sid in sids):
-            _reap()
-            time.sleep(0.1)
-    _reap()
-
-
-def _reap() -> None:
-    """Collect exited children of this process (nodes it started), so none stays a zombie."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-
-
-def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
-    # The API key reaches denv serve in a file, never through the environment.
-    inherited = {k: v for k, v in os.environ.items() if k != "DENV_API_KEY"}
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own session: outlives `up`, found again by `down`
-            env={**inherited, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
-        )
-    return proc.pid
-
-
-def raylet_pid(sid: int) -> int | None:
-    """The raylet of the Ray node whose session is ``sid`` (killing it kills the node)."""
-    for pid in session_pids(sid):
-        with contextlib.suppress(OSError):
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-            if argv0.endswith(b"/raylet"):
-                return pid
-    return None
-
-
-# Ray nodes
-def start_ray_node(
-    cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
-) -> dict[str, Any]:
-    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``."""
-    temp_dir = Path(state["ray_tmp"]) / name
-    temp_dir.mkdir(parents=True, exist_ok=True)
-    resources = json.dumps({"denv_node": 1, f"denv_node_{name}": 1})
-    cmd = [
-        *ray_command(),
-        "start",
-        "--block",
-        "--disable-usage-stats",
-        "--num-cpus=1",
-        f"--object-store-memory={OBJECT_STORE_BYTES}",
-        f"--temp-dir={temp_dir}",
-        f"--resources={resources}",
-        "--dashboard-agent-listen-port=0",
-        "--min-worker-port=0",
-        "--max-worker-port=0",
-    ]
-    if head:
-        port = free_port()
-        state["address"] = f"127.0.0.1:{port}"
-        cmd += [
-            "--head",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--include-dashboard=false",
-            f"--dashboard-port={free_port()}",
-        ]
-    else:
-        cmd += [f"--address={state['address']}", "--node-ip-address=127.0.0.1"]
-    log_path = cluster_dir / "logs" / f"ray-{name}.log"
-    pid = _spawn(cmd, log_path, HEALTH_ENV)
-    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path)}
-    state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
-    write_state(cluster_dir, state)
-    return node
-
-
-def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
-    """Until the head's GCS port answers; ClusterError with its log when the head exits."""
-    head = next(n for n in state["nodes"] if n["name"] == state["head"])
-    host, port = state["address"].rsplit(":", 1)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if not session_pids(int(head["sid"])):
-            raise ClusterError(f"the Ray head exited: {_tail(Path(head['log']))}")
-        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(
-                f"the Ray head did not listen on {state['address']} within {timeout_s:.0f} s: "
-                f"{_tail(Path(head['log']))}"
-            )
-        time.sleep(0.3)
-
-
-def wait_ray_nodes(address: str, names: list[str], timeout_s: float = NODE_START_S) -> None:
-    """Until Ray sees every node of ``names`` alive (this process joins the cluster)."""
-    from . import ray_cluster
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            ray_cluster.connect(address)
-            missing = set(names) - ray_cluster.alive()
-        except ConnectionError as exc:
-            missing, why = set(names), str(exc)
-        else:
-            why = ""
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(
-                f"Ray nodes {', '.join(sorted(missing))} did not join {address} within "
-                f"{timeout_s:.0f} s {why}: see the logs under <cluster dir>/logs"
-            )
-        time.sleep(0.5)
-
-
-def kill_node(cluster_dir: Path, name: str) -> None:
-    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest."""
-    state = read_state(cluster_dir) or {}
-    node = next((n for n in state.get("nodes", []) if n["name"] == name), None)
-    if node is None:
-        raise ClusterError(f"no node {name!r} in {cluster_dir / STATE_FILE}")
-    raylet = raylet_pid(int(node["sid"]))
-    if raylet is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(raylet, signal.SIGKILL)
-    stop_session(int(node["sid"]), grace_s=5.0)
-
-
-def restart_node(cluster_dir: Path, name: str) -> None:
-    """Start Ray node ``name`` again (a new Ray node with the same name and state dir)."""
-    state = read_state(cluster_dir)
-    if state is None or "address" not in state:
-        raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
-    if state.get("head") == name:
-        raise ClusterError("the head node cannot be restarted: run denv cluster down, then up")
-    old = next((n for n in state["nodes"] if n["name"] == name), None)
-    if old is not None and session_pids(int(old["sid"])):
-        raise ClusterError(f"node {name} still runs (session {old['sid']}): kill_node first")
-    from . import ray_cluster
-
-    # A node killed a moment ago may still count as alive until Ray's health checks miss it:
-    # its successor must not be taken for it (nor its agent's name still be held).
-    ray_cluster.connect(state["address"])
-    deadline = time.monotonic() + NODE_START_S
-    while name in ray_cluster.alive():
-        if time.monotonic() > deadline:
-            raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
-        time.sleep(0.2)
-    start_ray_node(cluster_dir, state, name)
-    wait_ray_nodes(state["address"], [name])
 
 
 # the whole cluster
@@ -415,7 +174,7 @@ def _start_server(
             f"--store-credentials={state['store']['credentials']}",
         ]
     log_path = cluster_dir / "logs" / "server.log"
-    pid = _spawn(cmd, log_path, {"RAY_ADDRESS": state["address"]})
+    pid = spawn(cmd, log_path, {"RAY_ADDRESS": state["address"]})
     url = f"http://127.0.0.1:{port}"
     server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
     state["server"] = server
@@ -446,19 +205,12 @@ def _wait_server(url: str, key: str, pid: int, log_path: Path) -> None:
     request = urllib.request.Request(f"{url}/v1/health", headers={"Authorization": f"Bearer {key}"})
     while time.monotonic() < deadline:
         if not session_pids(pid):
-            raise ClusterError(f"denv serve --cluster exited: {_tail(log_path)}")
+            raise ClusterError(f"denv serve --cluster exited: {tail(log_path)}")
         with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=2) as resp:
             if resp.status == 200:
                 return
         time.sleep(0.3)
     raise ClusterError(f"denv serve --cluster did not answer within {SERVER_START_S:.0f} s")
-
-
-def _tail(path: Path, lines: int = 8) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
 
 
 def api_key(cluster_dir: Path) -> str:

@@ -97,15 +97,15 @@ class LocalCluster:
 
     def kill_node(self, name: str) -> None:
         """Kill Ray node ``name`` as a machine dies (SIGKILL to its raylet, then the rest)."""
-        from denv.cluster import local
+        from denv.cluster import ray_nodes
 
-        local.kill_node(self.dir, name)
+        ray_nodes.kill_node(self.dir, name)
 
     def restart_node(self, name: str) -> None:
         """Start Ray node ``name`` again (same name and state dir); returns once Ray sees it."""
-        from denv.cluster import local
+        from denv.cluster import ray_nodes
 
-        local.restart_node(self.dir, name)
+        ray_nodes.restart_node(self.dir, name)
 
     def restart_server(self) -> None:
         """Stop ``denv serve --cluster`` (SIGTERM) and start it again on the same URL; returns
@@ -127,10 +127,10 @@ class LocalCluster:
 def cluster_leftovers(cluster_dir: Path, instance_ids: list[str], sessions: list[int]) -> list[str]:
     """What a stopped cluster left: processes of its sessions (Ray nodes, server, store),
     containers and networks of its nodes' instances, mounts under its dir, Ray temp dirs."""
-    from denv.cluster import local
+    from denv.cluster import processes
 
     left = [
-        f"process {pid} of session {sid}" for sid in sessions for pid in local.session_pids(sid)
+        f"process {pid} of session {sid}" for sid in sessions for pid in processes.session_pids(sid)
     ]
     for inst in instance_ids:
         label = f"label=denv.instance={inst}"
@@ -147,9 +147,9 @@ def cluster_leftovers(cluster_dir: Path, instance_ids: list[str], sessions: list
 
 def cluster_sessions(cluster_dir: Path) -> list[int]:
     """The session ids of every process group ``up`` started (from cluster.json)."""
-    from denv.cluster import local
+    from denv.cluster import processes
 
-    state = local.read_state(cluster_dir) or {}
+    state = processes.read_state(cluster_dir) or {}
     sessions = [int(n["sid"]) for n in state.get("nodes", [])]
     if state.get("server"):
         sessions.append(int(state["server"]["sid"]))

@@ -86,12 +86,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     node capped at ``CLUSTER_MAX_ENVS`` envs. After the last test of tests/cluster ``down``
     stops it all, and nothing may be left: processes, containers, networks, mounts, Ray's
     temp dir."""
-    from denv.cluster import local, seaweed
+    from denv.cluster import local, processes, seaweed
 
     cluster_dir = tmp_path_factory.mktemp("cluster")
     try:
         state = local.up(cluster_dir, CLUSTER_NODES, max_envs=CLUSTER_MAX_ENVS)
-    except local.ClusterError as e:
+    except processes.ClusterError as e:
         pytest.fail(f"the local cluster did not start: {e}")
     found = LocalCluster(
         url=state["server"]["url"],
@@ -106,7 +106,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     instances = list(found.instance_ids().values())
 
     def stop() -> None:
-        if not local.read_state(cluster_dir):
+        if not processes.read_state(cluster_dir):
             return  # stopped already
         import ray
 

@@ -26,7 +26,7 @@ import pytest
 import ray
 from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions
 
-from denv.cluster import local, ray_cluster
+from denv.cluster import local, processes, ray_cluster, ray_nodes
 from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
 from denv.cluster.remote import RemoteNode
 from denv.server import ids
@@ -316,7 +316,7 @@ def test_cli_up_status_down_leaves_nothing(tmp_path: Path) -> None:
         ).stdout
         assert "n0 *" in text and "alive" in text, text
     finally:
-        state = local.read_state(cluster_dir) or {}
+        state = processes.read_state(cluster_dir) or {}
         sessions = cluster_sessions(cluster_dir)
         instances = [
             (d / "instance").read_text().strip()
@@ -353,11 +353,11 @@ def test_a_failed_up_stops_what_it_started(tmp_path: Path) -> None:
     assert up.returncode == 1, up.stderr
     assert "denv serve --cluster exited" in up.stderr, up.stderr
     instances = [(cluster_dir / "nodes" / "n0" / "instance").read_text().strip()]
-    assert not local.read_state(cluster_dir), "cluster.json kept after the failed up"
-    ray_tmp = local.ray_tmp_dir(cluster_dir.resolve())
+    assert not processes.read_state(cluster_dir), "cluster.json kept after the failed up"
+    ray_tmp = ray_nodes.ray_tmp_dir(cluster_dir.resolve())
     left = cluster_leftovers(cluster_dir, instances, [])
-    left += [f"process {p}" for p in local.processes_mentioning(ray_tmp)]
-    left += [f"process {p}" for p in local.processes_mentioning(str(cluster_dir))]
+    left += [f"process {p}" for p in processes.processes_mentioning(ray_tmp)]
+    left += [f"process {p}" for p in processes.processes_mentioning(str(cluster_dir))]
     left += [ray_tmp] if Path(ray_tmp).exists() else []
     assert not left, f"a failed up left: {left}"
     print(f"failed up (port {port} taken): {up.stderr.strip().splitlines()[-1][:160]}")

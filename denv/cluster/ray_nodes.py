@@ -1,0 +1,182 @@
+"""The Ray nodes of a local cluster: started, waited for, killed as a machine dies, restarted.
+
+Each node is a ``ray start --block`` of its own session (``processes``) with its own short temp
+dir, a small object store and the resources that name it (``denv_node_<name>``), so that one
+machine can stand in for N: the node agents find their node by those resources
+(``ray_cluster``), and tests kill and restart a node to see the control plane lose and regain
+it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .processes import (
+    STATE_FILE,
+    ClusterError,
+    free_port,
+    read_state,
+    session_pids,
+    spawn,
+    stop_session,
+    tail,
+    write_state,
+)
+
+OBJECT_STORE_BYTES = 200 * 1024 * 1024  # Ray's object store per node (layers copied between
+# agents pass through it; Ray spills to disk past it)
+NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
+# Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
+HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+
+
+def node_names(count: int) -> list[str]:
+    return [f"n{i}" for i in range(count)]
+
+
+def ray_command() -> list[str]:
+    """``ray`` of this Python environment."""
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def ray_tmp_dir(cluster_dir: Path) -> str:
+    """The Ray nodes' temp dirs' parent: short (Ray's unix sockets need a short path) and
+    the same for the same cluster dir."""
+    return f"/tmp/denv-ray-{hashlib.sha256(str(cluster_dir).encode()).hexdigest()[:10]}"
+
+
+def raylet_pid(sid: int) -> int | None:
+    """The raylet of the Ray node whose session is ``sid`` (killing it kills the node)."""
+    for pid in session_pids(sid):
+        with contextlib.suppress(OSError):
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            if argv0.endswith(b"/raylet"):
+                return pid
+    return None
+
+
+def start_ray_node(
+    cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
+) -> dict[str, Any]:
+    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``."""
+    temp_dir = Path(state["ray_tmp"]) / name
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    resources = json.dumps({"denv_node": 1, f"denv_node_{name}": 1})
+    cmd = [
+        *ray_command(),
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        "--num-cpus=1",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        f"--temp-dir={temp_dir}",
+        f"--resources={resources}",
+        "--dashboard-agent-listen-port=0",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+    ]
+    if head:
+        port = free_port()
+        state["address"] = f"127.0.0.1:{port}"
+        cmd += [
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--dashboard-port={free_port()}",
+        ]
+    else:
+        cmd += [f"--address={state['address']}", "--node-ip-address=127.0.0.1"]
+    log_path = cluster_dir / "logs" / f"ray-{name}.log"
+    pid = spawn(cmd, log_path, HEALTH_ENV)
+    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path)}
+    state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
+    write_state(cluster_dir, state)
+    return node
+
+
+def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
+    """Until the head's GCS port answers; ClusterError with its log when the head exits."""
+    head = next(n for n in state["nodes"] if n["name"] == state["head"])
+    host, port = state["address"].rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not session_pids(int(head["sid"])):
+            raise ClusterError(f"the Ray head exited: {tail(Path(head['log']))}")
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"the Ray head did not listen on {state['address']} within {timeout_s:.0f} s: "
+                f"{tail(Path(head['log']))}"
+            )
+        time.sleep(0.3)
+
+
+def wait_ray_nodes(address: str, names: list[str], timeout_s: float = NODE_START_S) -> None:
+    """Until Ray sees every node of ``names`` alive (this process joins the cluster)."""
+    from . import ray_cluster
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray_cluster.connect(address)
+            missing = set(names) - ray_cluster.alive()
+        except ConnectionError as exc:
+            missing, why = set(names), str(exc)
+        else:
+            why = ""
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"Ray nodes {', '.join(sorted(missing))} did not join {address} within "
+                f"{timeout_s:.0f} s {why}: see the logs under <cluster dir>/logs"
+            )
+        time.sleep(0.5)
+
+
+def kill_node(cluster_dir: Path, name: str) -> None:
+    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest."""
+    state = read_state(cluster_dir) or {}
+    node = next((n for n in state.get("nodes", []) if n["name"] == name), None)
+    if node is None:
+        raise ClusterError(f"no node {name!r} in {cluster_dir / STATE_FILE}")
+    raylet = raylet_pid(int(node["sid"]))
+    if raylet is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(raylet, signal.SIGKILL)
+    stop_session(int(node["sid"]), grace_s=5.0)
+
+
+def restart_node(cluster_dir: Path, name: str) -> None:
+    """Start Ray node ``name`` again (a new Ray node with the same name and state dir)."""
+    state = read_state(cluster_dir)
+    if state is None or "address" not in state:
+        raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
+    if state.get("head") == name:
+        raise ClusterError("the head node cannot be restarted: run denv cluster down, then up")
+    old = next((n for n in state["nodes"] if n["name"] == name), None)
+    if old is not None and session_pids(int(old["sid"])):
+        raise ClusterError(f"node {name} still runs (session {old['sid']}): kill_node first")
+    from . import ray_cluster
+
+    # A node killed a moment ago may still count as alive until Ray's health checks miss it:
+    # its successor must not be taken for it (nor its agent's name still be held).
+    ray_cluster.connect(state["address"])
+    deadline = time.monotonic() + NODE_START_S
+    while name in ray_cluster.alive():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
+        time.sleep(0.2)
+    start_ray_node(cluster_dir, state, name)
+    wait_ray_nodes(state["address"], [name])
