@@ -19,8 +19,9 @@ from denv.server import ids
 from denv.server.config import LOG_TAIL_LINES
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
+from denv.server.lifecycle.admission import Admission, check_quota
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.fairness import throttled
+from denv.server.lifecycle.endpoints import Route, ingress_endpoint
 from denv.server.lifecycle.spares import Spare
 from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
@@ -41,8 +42,6 @@ from denv.server.records import (
 
 log = logging.getLogger(__name__)
 
-Route = tuple[str, str, int, str]  # ingress token, service, port, host
-
 
 class _Aborted(Exception):
     """The env was deleted while it was starting."""
@@ -56,6 +55,7 @@ class Envs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.warm = WarmPools(ctx)
+        self.admit = Admission(ctx, self.warm)
 
     # create
     def create(
@@ -78,7 +78,7 @@ class Envs:
         With ``use_spares`` (create, fork, create-from-version) envs take booted spares of the
         version's warm pool while there are some; ``warm`` sets that pool's size.
         """
-        store, limit = self.ctx.store, self.ctx.config.max_envs_per_key
+        store = self.ctx.store
         if live_env:  # a spare runs the image's command without the live launcher
             use_spares, warm = False, 0
         created = now()
@@ -101,15 +101,10 @@ class Envs:
             for _ in range(count)
         ]
         with self.ctx.quota_lock:
-            live = store.count_live(owner)
-            if live + count > limit:
-                raise ApiError(
-                    429,
-                    "quota_exceeded",
-                    f"this API key has {live} live env(s); {count} more would pass "
-                    f"the limit of {limit}: delete envs you no longer need",
-                )
-            self.check_fair(owner, version, egress, env, count, warm)
+            # Admitted before anything was written; checked again under the lock that makes
+            # "count, then insert" one step, against a concurrent request of the same key.
+            check_quota(self.ctx, owner, count)
+            self.admit.fair(owner, version, egress, env, count, warm)
             spares = self.warm.take(version, egress, env, count) if use_spares else []
             room = self.ctx.node.room()  # a cluster's nodes under their caps; None: no cap
             if room is not None and count - len(spares) > room:
@@ -137,26 +132,6 @@ class Envs:
             else:
                 self.ctx.pool.submit(self._start, rec.id)
         return records
-
-    def check_fair(
-        self,
-        owner: str,
-        version: VersionRecord,
-        egress: str,
-        env: dict[str, str],
-        count: int,
-        warm: int,
-    ) -> None:
-        """Envs starting and warm spares of ``owner`` within their caps (``fairness``), or 429.
-
-        A request larger than the starting cap is let through when none of the key's envs
-        is starting, so a fork of up to ``MAX_COUNT`` still runs on a quiet key."""
-        cap = self.ctx.config.max_starting_per_key
-        starting = self.ctx.store.count_starting(owner) if cap else 0
-        if starting and starting + count > cap:
-            raise throttled("starting", starting, cap)
-        if warm:
-            self.warm.check_spares(owner, version, egress, env, warm)
 
     def wait(self, env_id: str, until: frozenset[EnvStatus], timeout_s: float) -> EnvRecord:
         """Block until the env's status is in ``until`` (or final) or the timeout passes."""
@@ -190,9 +165,11 @@ class Envs:
                 endpoints.append(Endpoint(service=agent.name, port=port, url=url, via="published"))
             else:
                 # The URL is rendered with the server's current URL and this same token.
-                token = self.ctx.ingress_keys.token(rec.id, agent.name, port)
-                routes.append((token, agent.name, port, booted.agent_ip))
-                endpoints.append(Endpoint(service=agent.name, port=port, url="", via="ingress"))
+                endpoint, route = ingress_endpoint(
+                    self.ctx.ingress_keys, rec.id, agent.name, port, booted.agent_ip
+                )
+                endpoints.append(endpoint)
+                routes.append(route)
         return endpoints, routes
 
     @staticmethod

@@ -24,13 +24,11 @@ from denv.server import ids
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.render import version_json, version_layers
+from denv.server.lifecycle.endpoints import Route, ingress_endpoint
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.versions import Versions
 from denv.server.node import live
 from denv.server.records import (
-    READY,
-    Endpoint,
     EnvError,
     EnvRecord,
     EnvSpec,
@@ -44,34 +42,6 @@ log = logging.getLogger(__name__)
 PORT_LOCKS = 64
 
 
-def unsupported(rec: EnvRecord) -> str | None:
-    """Why ``rec`` cannot be live-forked now, or None."""
-    if rec.runtime.live is None:
-        if rec.spec.live and rec.status == EnvStatus.FAILED:
-            why = f" ({rec.error.code}: {rec.error.message})" if rec.error else ""
-            return f"env {rec.id} failed{why}"
-        if rec.spec.live and rec.status not in READY:
-            return f"env {rec.id} is {rec.status}: its server is not up yet"
-        return f"env {rec.id} was not created with live: true"
-    if rec.status not in READY:
-        return f"env {rec.id} is {rec.status}"
-    return None
-
-
-def _egress_name(egress: str) -> str:
-    """deny, allow, or "an allowlist" (a record keeps an allowlist as its JSON)."""
-    return egress if egress in ("deny", "allow") else "an allowlist"
-
-
-def refuse(reason: str) -> ApiError:
-    return ApiError(
-        409,
-        "live_unsupported",
-        f"a live fork is not possible: {reason}. Fork with kind: volume instead (its "
-        "children boot from a snapshot of /work), or create the env with live: true",
-    )
-
-
 class LiveForks:
     def __init__(self, ctx: Context, versions: Versions) -> None:
         self.ctx = ctx
@@ -80,24 +50,13 @@ class LiveForks:
         # group (striped), so that forks of envs in different containers run at once.
         self._ports = [threading.Lock() for _ in range(PORT_LOCKS)]
 
-    def fork(self, owner: str, rec: EnvRecord, opts: EnvsCreate, egress: str) -> dict[str, Any]:
-        """``{"version": <Version JSON>, "envs": [child ids]}``; 409 when live is impossible."""
+    def fork(
+        self, owner: str, rec: EnvRecord, parent_version: VersionRecord, opts: EnvsCreate
+    ) -> tuple[VersionRecord, list[EnvRecord]]:
+        """The fork's version and its children's records (admitted by ``Admission.live_fork``)."""
         ctx = self.ctx
-        reason = unsupported(rec)
-        if reason is not None:
-            raise refuse(reason)
         proc = rec.runtime.live
         assert proc is not None
-        parent_version = ctx.store.get_version(rec.version_id)
-        if parent_version is None:
-            raise ApiError(409, "conflict", f"the version of env {rec.id} is gone")
-        if egress != rec.egress:
-            raise refuse(
-                f"a live child runs in its parent's network namespace, so it keeps the "
-                f"parent's egress ({_egress_name(rec.egress)}), not {_egress_name(egress)}"
-            )
-        if opts.env:
-            raise refuse("a live child keeps its parent's process environment (env)")
         slots = volume_slots(parent_version.volumes)
         t0 = time.perf_counter()
         with self._ports[hash(proc.group) % PORT_LOCKS]:
@@ -108,7 +67,7 @@ class LiveForks:
             except live.LiveError as exc:
                 status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
-            version = self._version(rec, parent_version, stacks)
+            version = self.versions.child(rec, parent_version, stacks, {})
             records = self._records(owner, rec, version, opts, children, procs)
         log.info(
             "live fork %s into %d: %s, total %.1f ms",
@@ -118,8 +77,7 @@ class LiveForks:
             (time.perf_counter() - t0) * 1e3,
         )
         ctx.notify()
-        storage = ctx.node.layer_storage(version_layers(version))
-        return {"version": version_json(version, storage), "envs": [r.id for r in records]}
+        return version, records
 
     def _new_ids(self, n: int) -> list[str]:
         return [ids.new_id("env") for _ in range(n)]
@@ -138,25 +96,6 @@ class LiveForks:
                 ports.append(port)
         return ports
 
-    def _version(
-        self, rec: EnvRecord, parent: VersionRecord, stacks: list[list[str]]
-    ) -> VersionRecord:
-        volumes = [
-            vol.model_copy(update={"layers": layers})
-            for vol, layers in zip(parent.volumes, stacks, strict=True)
-        ]
-        return self.versions._record(
-            rec.owner,
-            parent.project,
-            rec.id,
-            parent.agent_service,
-            parent.services,
-            volumes,
-            parent.warm_fork,
-            {},
-            parent.id,
-        )
-
     def _records(
         self,
         owner: str,
@@ -169,13 +108,13 @@ class LiveForks:
         ctx = self.ctx
         created = now()
         records: list[EnvRecord] = []
-        routes: list[tuple[str, str, int, str]] = []
+        routes: list[tuple[str, Route]] = []
         host = parent.runtime.agent_ip or ""
         for (env_id, port), proc in zip(children, procs, strict=True):
             ok = not isinstance(proc, str)
-            # Derived from the server's secret: the record keeps no token (ingress_keys).
-            token = ctx.ingress_keys.token(env_id, parent.agent_service, port)
-            endpoint = Endpoint(service=parent.agent_service, port=port, url="", via="ingress")
+            endpoint, route = ingress_endpoint(
+                ctx.ingress_keys, env_id, parent.agent_service, port, host
+            )
             records.append(
                 EnvRecord(
                     id=env_id,
@@ -207,10 +146,10 @@ class LiveForks:
                 )
             )
             if ok:
-                routes.append((token, env_id, port, host))
+                routes.append((env_id, route))
         with ctx.quota_lock:
             ctx.store.insert_envs(records)
-        for token, env_id, port, host_ip in routes:
-            ctx.store.add_ingress(token, env_id, parent.agent_service, port, host_ip)
+        for env_id, (token, service, port, host_ip) in routes:
+            ctx.store.add_ingress(token, env_id, service, port, host_ip)
             ctx.ingress.register(token, host_ip, port, owner)
         return records

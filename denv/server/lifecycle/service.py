@@ -16,19 +16,15 @@ import time
 from typing import Any
 
 from denv.server import ids
-from denv.server.config import MAX_COUNT
 from denv.server.errors import ApiError, invalid, not_found
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
-from denv.server.lifecycle.fairness import over_quota
 from denv.server.lifecycle.limits import check_volume_sizes
 from denv.server.lifecycle.live_forks import LiveForks
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
-from denv.server.lifecycle.requests import Egress, EnvsCreate, SandboxCreate, WaitFor
+from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate, WaitFor
 from denv.server.lifecycle.versions import Versions
-from denv.server.node.egress import from_request as egress_from_request
-from denv.server.node.live import unsupported_reason as live_reason
 from denv.server.records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
 
 log = logging.getLogger(__name__)
@@ -50,6 +46,7 @@ class Service:
         self.envs = Envs(ctx)
         self.versions = Versions(ctx)
         self.live = LiveForks(ctx, self.versions)
+        self.admit = self.envs.admit  # everything that can refuse, before anything is written
 
     # the server's life
     def reconcile(self) -> None:
@@ -143,38 +140,6 @@ class Service:
         states = self.states()
         return [self.env_view(r, states) for r in done]
 
-    def _check_count(self, owner: str, count: int) -> None:
-        if count > MAX_COUNT:
-            raise ApiError(
-                422,
-                "limit_exceeded",
-                f"count {count} is above the limit of {MAX_COUNT} envs per request: "
-                "make several requests",
-                {"path": "count"},
-            )
-        limit = self.ctx.config.max_envs_per_key
-        live = self.ctx.store.count_live(owner)
-        if live + count > limit:
-            raise ApiError(
-                429,
-                "quota_exceeded",
-                f"this API key has {live} live env(s); {count} more would pass the "
-                f"limit of {limit}: delete envs you no longer need",
-            )
-
-    def _check_versions(self, owner: str) -> None:
-        """429 ``quota_exceeded`` when one more version would pass --max-versions-per-key."""
-        cap = self.ctx.config.max_versions_per_key
-        held = self.ctx.store.count_versions(owner) if cap else 0
-        if cap and held >= cap:
-            raise over_quota(
-                "versions",
-                f"this API key has {held} versions, the server's limit is {cap} "
-                "(--max-versions-per-key): delete versions you no longer need "
-                "(DELETE /v1/versions/{id})",
-                cap,
-            )
-
     # create, fork, snapshot, deploy
     def create_sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
         """``POST /v1/sandboxes``: an implicit one-service version and ``count`` envs from it.
@@ -183,25 +148,17 @@ class Service:
         for) are taken before booting; each env succeeds or fails on its own.
         """
         count = body.count or 1
-        self._check_count(owner, count)
-        self._check_versions(owner)
-        version = self.versions.implicit(owner, body)
-        if body.live:
-            svc = version.services[0]
-            argv = svc.command or self.ctx.node.image_command(svc.image_digest)
-            reason = live_reason(argv, len(version.services))
-            if reason is not None:
-                raise ApiError(
-                    409,
-                    "live_unsupported",
-                    f"{body.image} cannot run for live forks: {reason}. Create it without "
-                    "live (its forks then boot from a snapshot of /work: kind volume)",
-                )
+        self.admit.count(owner, count)
+        self.admit.version(owner)
+        self.admit.image(body.image, "image")
+        planned = self.versions.implicit(owner, body)  # resolves the image, records nothing
+        egress = self.admit.sandbox(owner, planned, body)
+        version = self.versions.add(planned)
         recs = self.envs.create(
             owner,
             version,
             count,
-            egress=self._egress(body.egress),
+            egress=egress,
             env={},
             labels=body.labels,
             ttl_s=body.ttl_s,
@@ -215,28 +172,22 @@ class Service:
 
     def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)
-        self._check_versions(owner)
-        check_volume_sizes(self.ctx, rec)
+        self.admit.snapshot(owner, rec)
         return self.version_view(self.versions.snapshot(rec, labels))
 
     def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
         """One snapshot of the env, ``opts.count`` children started from it."""
         rec = self.owned_env(owner, env_id)
-        self._check_count(owner, opts.count)
-        self._check_versions(owner)
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
-            same = rec.egress if opts.egress is None else self._egress(opts.egress)
-            out = self.live.fork(owner, rec, opts, same)
+            copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
+            version, children = self.live.fork(owner, rec, copied, opts)
             # The children run in the parent's container, which ran their fork a moment
             # ago: no round trip to the engine to say so.
             states = {cid: "running" for cid in rec.runtime.containers.values()}
-            children = [self.ctx.store.get_env(i) for i in out["envs"]]
-            views = [self.env_view(r, states) for r in children if r is not None]
-            return {"version": out["version"], "envs": views}
-        egress = rec.egress if opts.egress is None else self._egress(opts.egress)
+            views = [self.env_view(r, states) for r in children]
+            return {"version": self.version_view(version), "envs": views}
         parent = self.ctx.store.get_version(rec.version_id)
-        if parent is not None:  # the children's caps, before the snapshot is made
-            self.envs.check_fair(owner, parent, egress, opts.env, opts.count, opts.warm)
+        egress = self.admit.fork(owner, rec, parent, opts.egress, opts.env, opts.count, opts.warm)
         check_volume_sizes(self.ctx, rec)
         t0 = time.perf_counter()
         version = self.versions.snapshot(rec, {})
@@ -257,31 +208,14 @@ class Service:
 
     def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
         version = self.versions.get_owned(owner, version_id)
-        self._check_count(owner, opts.count)
-        egress = self._version_egress(version) if opts.egress is None else self._egress(opts.egress)
+        self.admit.count(owner, opts.count)
+        egress = self.admit.egress(opts.egress, self._version_egress(version))
         recs = self._start_from(owner, version, opts, egress)
         return {"envs": self._wait_all(recs, opts.wait, opts.wait_timeout_s)}
-
-    def _egress(self, value: Egress) -> str:
-        """A request's egress as a record's string; an allowlist is checked and resolved now."""
-        text = egress_from_request(
-            value if isinstance(value, str) else value.allow,
-            allow_private=self.ctx.config.allow_private_egress,
-        )
-        return self._egress_safe(text)
-
-    def _egress_safe(self, egress: str) -> str:
-        """503 for an env that may open connections while the egress rules are missing."""
-        if egress != "deny":
-            unsafe = self.ctx.host_guard.egress_unsafe()
-            if unsafe:
-                raise ApiError(503, "engine_unavailable", unsafe)
-        return egress
 
     def _start_from(
         self, owner: str, version: VersionRecord, opts: EnvsCreate, egress: str
     ) -> list[EnvRecord]:
-        self._egress_safe(egress)
         return self.envs.create(
             owner,
             version,
@@ -302,7 +236,7 @@ class Service:
         return parent.egress if parent else "deny"
 
     def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
-        self._check_versions(owner)
+        self.admit.version(owner)
         return self.version_view(self.versions.deploy(owner, name, compose, labels))
 
     # versions and projects

@@ -58,8 +58,8 @@ class Versions:
         return [Volume(service=service, path=p, layers=self._seed(image_id, p)) for p in paths]
 
     def implicit(self, owner: str, body: SandboxCreate) -> VersionRecord:
-        """The one-service version behind ``POST /v1/sandboxes``."""
-        check_allowed(body.image, self.ctx.config.allow_images, "image")
+        """The one-service version behind ``POST /v1/sandboxes``, not yet recorded: the
+        request is admitted on it first (``add`` records it)."""
         image_id = self.ctx.node.resolve_image(body.image, body.pull)
         paths = ["/work", *[p.rstrip("/") or "/" for p in body.volumes]]
         paths = list(dict.fromkeys(paths))
@@ -75,7 +75,12 @@ class Versions:
         )
         vols = self._volumes(SANDBOX_SERVICE, image_id, paths)
         warm_fork = body.warm_fork or self._warm_image(image_id)
-        return self._record(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {})
+        return self._new(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {})
+
+    def add(self, rec: VersionRecord) -> VersionRecord:
+        """Record a version made by ``implicit`` once its request is admitted."""
+        self.ctx.store.insert_version(rec)
+        return rec
 
     def _warm_image(self, image_id: str) -> bool:
         return self.ctx.node.image_labels(image_id).get(FORK_LABEL) == "warm"
@@ -120,12 +125,12 @@ class Versions:
             warm_fork = spec.fork == "warm"
         else:  # undeclared: warm when every image declares it
             warm_fork = all(self._warm_image(s.image_digest) for s in services)
-        return self._record(
+        return self.add(self._new(
             owner, project, None, spec.agent_service, services, vols, warm_fork, labels,
             tools=spec.tools,
-        )  # fmt: skip
+        ))  # fmt: skip
 
-    def _record(
+    def _new(
         self,
         owner: str,
         project: str | None,
@@ -152,7 +157,6 @@ class Versions:
             created_at=iso(now()),
             tools=tools,
         )
-        self.ctx.store.insert_version(rec)
         return rec
 
     def snapshot(self, env: EnvRecord, labels: dict[str, str]) -> VersionRecord:
@@ -173,21 +177,35 @@ class Versions:
                 )
             containers = list(current.runtime.containers.values())
             stacks = ctx.node.snapshot(env.id, containers, volume_slots(parent.volumes))
+        return self.child(env, parent, stacks, labels)
+
+    def child(
+        self,
+        env: EnvRecord,
+        parent: VersionRecord,
+        stacks: list[list[str]],
+        labels: dict[str, str],
+    ) -> VersionRecord:
+        """Record the version a snapshot or a fork of ``env`` made: its parent version with
+        each volume's layers as ``stacks`` (newest first); the one way both kinds of fork
+        record what the children start from."""
         volumes = [
             vol.model_copy(update={"layers": layers})
             for vol, layers in zip(parent.volumes, stacks, strict=True)
         ]
-        return self._record(
-            env.owner,
-            parent.project,
-            env.id,
-            parent.agent_service,
-            parent.services,
-            volumes,
-            parent.warm_fork,
-            labels,
-            parent.id,
-            parent.tools,
+        return self.add(
+            self._new(
+                env.owner,
+                parent.project,
+                env.id,
+                parent.agent_service,
+                parent.services,
+                volumes,
+                parent.warm_fork,
+                labels,
+                parent.id,
+                parent.tools,
+            )
         )
 
     def get_owned(self, owner: str, version_id: str) -> VersionRecord:
