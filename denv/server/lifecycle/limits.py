@@ -12,8 +12,7 @@ the check at snapshot (or fork) covers a server run with that option larger than
 from __future__ import annotations
 
 from denv.server.errors import ApiError
-from denv.server.lifecycle.compose import ComposeError
-from denv.server.lifecycle.compose import ServiceSpec as ComposeService
+from denv.server.lifecycle.compose import ComposeError, ComposeService
 from denv.server.lifecycle.context import Context
 from denv.server.records import EnvRecord, Limits, ServiceLimits, volume_slots
 
