@@ -24,6 +24,7 @@ from denv.server.lifecycle.fairness import over_quota, throttled
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import check_volume_sizes
 from denv.server.lifecycle.requests import Egress, SandboxCreate
+from denv.server.lifecycle.spares import PoolOf, pool_of
 from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.egress import from_request as egress_from_request
 from denv.server.node.live import unsupported_reason as live_reason
@@ -133,19 +134,11 @@ class Admission:
                 raise ApiError(503, "engine_unavailable", unsafe)
         return text
 
-    def fair(
-        self,
-        owner: str,
-        version: VersionRecord,
-        egress: str,
-        env: dict[str, str],
-        count: int,
-        warm: int,
-    ) -> None:
+    def fair(self, owner: str, pool: PoolOf, count: int, warm: int) -> None:
         """The key's starting envs and warm spares within their caps (``fairness``), or 429."""
         check_starting(self.ctx, owner, count)
         if warm:
-            self.warm.check_spares(owner, version, egress, env, warm)
+            self.warm.check_spares(owner, pool, warm)
 
     def image(self, image: str, path: str) -> None:
         """422 for an image the operator's ``--allow-image`` list does not admit."""
@@ -180,7 +173,7 @@ class Admission:
         self.version(owner)
         resolved = self.egress(egress, rec.egress)
         if parent is not None:  # the children's caps, before the snapshot is made
-            self.fair(owner, parent, resolved, env, count, warm)
+            self.fair(owner, pool_of(parent, resolved, env), count, warm)
         return resolved
 
     def live_fork(
@@ -214,7 +207,7 @@ class Admission:
         egress = self.egress(body.egress, "deny")
         if body.live:
             self.live(body.image, version)
-        self.fair(owner, version, egress, {}, count, 0 if body.live else body.warm)
+        self.fair(owner, pool_of(version, egress, {}), count, 0 if body.live else body.warm)
         return egress
 
     def snapshot(self, owner: str, rec: EnvRecord) -> None:

@@ -22,7 +22,7 @@ from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admission, check_quota
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
-from denv.server.lifecycle.spares import Spare
+from denv.server.lifecycle.spares import Spare, pool_of
 from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
 from denv.server.records import (
@@ -100,15 +100,16 @@ class Envs:
             )
             for _ in range(count)
         ]
+        pool = pool_of(version, egress, env)  # the warm pool these envs take from and ask
         with self.ctx.quota_lock:
             # Admitted before anything was written; checked again under the lock that makes
             # "count, then insert" one step, against a concurrent request of the same key.
             check_quota(self.ctx, owner, count)
-            self.admit.fair(owner, version, egress, env, count, warm)
-            spares = self.warm.take(version, egress, env, count) if use_spares else []
+            self.admit.fair(owner, pool, count, warm)
+            spares = self.warm.take(pool, count) if use_spares else []
             room = self.ctx.node.room()  # a cluster's nodes under their caps; None: no cap
             if room is not None and count - len(spares) > room:
-                self.warm.give_back(version, egress, env, spares)
+                self.warm.give_back(pool, spares)
                 raise ApiError(
                     429,
                     "rate_limited",
@@ -123,9 +124,9 @@ class Envs:
             try:
                 store.insert_envs(records)
             except BaseException:
-                self.warm.give_back(version, egress, env, spares)
+                self.warm.give_back(pool, spares)
                 raise
-        self.warm.ask([r.id for r in records], version, egress, env, warm, owner)
+        self.warm.ask([r.id for r in records], pool, warm, owner)
         for i, rec in enumerate(records):
             if i < len(spares):
                 self.ctx.pool.submit(self._adopt, rec.id, version, spares[i][1])

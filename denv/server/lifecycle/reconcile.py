@@ -17,6 +17,7 @@ from denv.server.config import IDEMPOTENCY_TTL_S
 from denv.server.db import iso, now
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.spares import pool_of
 from denv.server.node.seam import Owned
 from denv.server.records import BOOTING, EnvError, EnvStatus, volume_slots
 
@@ -62,7 +63,7 @@ def reconcile(ctx: Context, envs: Envs) -> None:
         failed = rec.status == EnvStatus.FAILED
         version = store.get_version(rec.version_id) if warm and not failed else None
         if version is not None:
-            envs.warm.ask([rec.id], version, rec.egress, rec.spec.env, warm, rec.owner)
+            envs.warm.ask([rec.id], pool_of(version, rec.egress, rec.spec.env), warm, rec.owner)
 
 
 def _problem(ctx: Context, env_id: str, states: dict[str, str]) -> str | None:

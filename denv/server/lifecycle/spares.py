@@ -12,6 +12,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from denv.server.config import WARM_BOOT_TIMEOUT_S
 from denv.server.node.seam import Booted, BootSpec, Node
@@ -49,6 +50,27 @@ def pool_key(bp: BootSpec) -> str:
     volumes = [(s.service, s.n, s.path) for s in bp.volumes]
     doc = [services, volumes, bp.agent, bp.egress, sorted(bp.env.items())]
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class PoolOf(NamedTuple):
+    """A request's warm pool, worked out once and passed along (check, take, give back, ask).
+
+    ``key`` names the pool (``pool_key``), ``blueprint`` is what its spares boot from,
+    ``warm`` says whether the version allows spares at all, and ``layers`` are the version's
+    layers (on a cluster, spares on the nodes holding them are taken first).
+    """
+
+    key: str
+    blueprint: BootSpec
+    warm: bool
+    layers: list[str]
+
+
+def pool_of(version: VersionRecord, egress: str, env: dict[str, str]) -> PoolOf:
+    """The pool that children of ``version`` with this egress and env take spares from."""
+    bp = blueprint(version, egress, env)
+    layers = list(dict.fromkeys(x for v in version.volumes for x in v.layers))
+    return PoolOf(pool_key(bp), bp, version.warm_fork, layers)
 
 
 def boot_spare(node: Node, bp: BootSpec, env_id: str, key: str) -> Spare:

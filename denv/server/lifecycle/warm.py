@@ -35,9 +35,8 @@ from denv.server.config import (
 )
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.fairness import over_quota
-from denv.server.lifecycle.spares import Spare, blueprint, boot_spare, pool_key
+from denv.server.lifecycle.spares import PoolOf, Spare, boot_spare
 from denv.server.node.seam import BootSpec, Cancelled
-from denv.server.records import VersionRecord
 
 log = logging.getLogger(__name__)
 
@@ -113,23 +112,14 @@ class WarmPools:
         self._dropped: list[Pool] = []  # pools dropped by shutdown, to fail their claims
 
     # what envs ask for and take
-    def ask(
-        self,
-        env_ids: list[str],
-        version: VersionRecord,
-        egress: str,
-        env: dict[str, str],
-        n: int,
-        owner: str = "",
-    ) -> None:
+    def ask(self, env_ids: list[str], of: PoolOf, n: int, owner: str = "") -> None:
         """Keep ``n`` spares of this configuration while any of ``env_ids`` lives."""
-        if n <= 0 or not version.warm_fork:
+        if n <= 0 or not of.warm:
             return
-        bp = blueprint(version, egress, env)
         with self._lock:
             if self._closed:
                 return
-            pool = self._pools.setdefault(pool_key(bp), Pool(pool_key(bp), bp))
+            pool = self._pools.setdefault(of.key, Pool(of.key, of.blueprint))
             for env_id in env_ids:
                 pool.owners[env_id] = n
                 pool.keys[env_id] = owner
@@ -137,16 +127,14 @@ class WarmPools:
             pool.failures = 0
             self._refill()
 
-    def check_spares(
-        self, owner: str, version: VersionRecord, egress: str, env: dict[str, str], n: int
-    ) -> None:
+    def check_spares(self, owner: str, of: PoolOf, n: int) -> None:
         """429 ``quota_exceeded`` when asking ``n`` spares of this configuration would take
         ``owner`` past ``--max-spares-per-key``; a key counts, in each pool, the most spares
         one of its envs asked for."""
         cap = self.ctx.config.max_spares_per_key
-        if not cap or n <= 0 or not version.warm_fork:
+        if not cap or n <= 0 or not of.warm:
             return
-        key = pool_key(blueprint(version, egress, env))
+        key = of.key
         with self._lock:
             asked = {
                 k: max((m for e, m in p.owners.items() if p.keys.get(e) == owner), default=0)
@@ -162,25 +150,21 @@ class WarmPools:
                 cap,
             )
 
-    def take(
-        self, version: VersionRecord, egress: str, env: dict[str, str], count: int
-    ) -> list[tuple[str, Future[Spare | None]]]:
+    def take(self, of: PoolOf, count: int) -> list[tuple[str, Future[Spare | None]]]:
         """Spares for up to ``count`` children of ``version``: (env id, its spare when booted).
 
         Idle spares come first (their futures are done); then spares still booting, which
         are ahead of a cold start begun now (the future gives None if the boot fails).
         None of either when the version is not warm-safe.
         """
-        if not version.warm_fork:
+        if not of.warm:
             return []
-        key = pool_key(blueprint(version, egress, env))
         taken: list[tuple[str, Future[Spare | None]]] = []
         # On a cluster, spares on the nodes that hold the version's layers go first: the
         # others must fetch the layers before their late mount.
-        layers = list(dict.fromkeys(x for v in version.volumes for x in v.layers))
-        near = set(self.ctx.node.layer_nodes(layers)) if layers else set()
+        near = set(self.ctx.node.layer_nodes(of.layers)) if of.layers else set()
         with self._lock:
-            pool = self._pools.get(key)
+            pool = self._pools.get(of.key)
             if pool is None:
                 return []
             pool.last_used = time.monotonic()
@@ -202,18 +186,11 @@ class WarmPools:
             self._refill()
         return taken
 
-    def give_back(
-        self,
-        version: VersionRecord,
-        egress: str,
-        env: dict[str, str],
-        taken: list[tuple[str, Future[Spare | None]]],
-    ) -> None:
+    def give_back(self, of: PoolOf, taken: list[tuple[str, Future[Spare | None]]]) -> None:
         """Return what :meth:`take` gave when the request failed before using it."""
-        key = pool_key(blueprint(version, egress, env))
         gone = []
         with self._lock:
-            pool = None if self._closed else self._pools.get(key)
+            pool = None if self._closed else self._pools.get(of.key)
             for env_id, fut in taken:
                 if pool is not None and pool.claims.get(env_id) is fut:
                     del pool.claims[env_id]  # its boot goes on, to the pool
@@ -305,13 +282,6 @@ class WarmPools:
                     "--warm-max-memory, --warm-min-free-memory) or the host's free memory"
                 )
             return _pool_status(env_id, state, pool.target, ready, booting, pool.failures, error)
-
-    def stats(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                k: {"target": p.target, "idle": len(p.idle), "booting": len(p.booting)}
-                for k, p in self._pools.items()
-            }
 
     # internals (the _locked ones run under self._lock)
     def _drop(self, key: str) -> list[str]:
