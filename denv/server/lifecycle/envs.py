@@ -350,7 +350,7 @@ class Envs:
             rec = ctx.store.get_env(env_id)
             if rec is None or rec.status in (EnvStatus.FAILED, EnvStatus.DELETED):
                 return False
-            log.warning("env %s is lost: %s", env_id, why)
+            log.warning("env %s is lost: %s", env_id, why)  # a dead node, or found at start
             error = EnvError(code="lost", message=f"{why}; delete this env")
             ctx.store.set_status(env_id, EnvStatus.FAILED, error)
             self.teardown(env_id)

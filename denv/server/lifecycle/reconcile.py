@@ -18,8 +18,9 @@ from denv.server.db import iso, now
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.spares import pool_of
+from denv.server.lifecycle.versions import referenced_layers
 from denv.server.node.seam import Owned
-from denv.server.records import BOOTING, EnvError, EnvStatus, volume_slots
+from denv.server.records import BOOTING, EnvStatus, volume_slots
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +48,13 @@ def reconcile(ctx: Context, envs: Envs) -> None:
     states = node.states()
     for rec in live.values():
         problem = _problem(ctx, rec.id, states)
-        if problem and rec.status != EnvStatus.FAILED:
-            log.info("reconcile: env %s is lost (%s)", rec.id, problem)
-            error = EnvError(code="lost", message=f"{problem}; delete this env")
-            store.set_status(rec.id, EnvStatus.FAILED, error)
-            envs.teardown(rec.id)
+        if problem:
+            envs.lose(rec.id, problem)
     owners = {r.id: r.owner for r in store.live_envs() if r.status != EnvStatus.FAILED}
     for token, env_id, host, port in store.ingress_routes():
         if env_id in owners:
             ctx.ingress.register(token, host, port, owners[env_id])
-    referenced = {x for v in store.all_versions() for vol in v.volumes for x in vol.layers}
-    node.delete_layers(sorted(node.layer_ids() - referenced))
+    node.delete_layers(sorted(node.layer_ids() - referenced_layers(store)))
     for rec in store.live_envs():  # warm pools live in memory: ask for them again
         warm = rec.spec.warm
         failed = rec.status == EnvStatus.FAILED

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from denv.server import ids
-from denv.server.db import iso, now
+from denv.server.db import Store, iso, now
 from denv.server.errors import ApiError, not_found
 from denv.server.lifecycle.compose import ComposeSpec, parse_compose
 from denv.server.lifecycle.context import Context
@@ -258,5 +258,9 @@ class Versions:
         }
 
     def collect_layers(self, candidates: set[str]) -> None:
-        used = {x for v in self.ctx.store.all_versions() for vol in v.volumes for x in vol.layers}
-        self.ctx.node.delete_layers(sorted(candidates - used))
+        self.ctx.node.delete_layers(sorted(candidates - referenced_layers(self.ctx.store)))
+
+
+def referenced_layers(store: Store) -> set[str]:
+    """Every layer some version (deleted ones excepted) still names."""
+    return {x for v in store.all_versions() for vol in v.volumes for x in vol.layers}
