@@ -14,35 +14,19 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import TYPE_CHECKING, Any, overload
 
-from denv.errors import Conflict, EnvReadyTimeout, EnvStartError, NotFound
 from openenv.core.containers.runtime import ContainerProvider
 
-from . import _async, _waits
-from ._async import delete_on_a_thread, in_event_loop
-from ._config import (
-    Egress,
-    ForkKind,
-    ProviderConfig,
-    check_start_options,
-)
-from ._connection import Connection, open_connection
-from ._readiness import WebSocketProbe, child_probe, no_websocket, probe_websocket
-from ._waits import FAILED, ReadyWait, agent_url, start_error
+from . import _async, _operations, _waits
+from ._binding import Binding
+from ._config import Egress, ForkKind, ProviderConfig
+from ._plan import run
+from ._readiness import WebSocketProbe, no_websocket, probe_websocket
 
 if TYPE_CHECKING:
-    from denv import Env, WarmPool
-
-logger = logging.getLogger(__name__)
-
-#: The contract's limit on children per fork request (EnvsCreate.count).
-MAX_FORK_COUNT = 32
+    from denv import WarmPool
 
 
 class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no type hints
@@ -109,60 +93,64 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             websocket,
             fork,
         )
-        self._setup(config)
+        probe = probe_websocket if config.websocket else no_websocket
+        self._binding = Binding(config, probe, connection=None)
 
-    def _setup(self, config: ProviderConfig) -> None:
-        self._config = config
-        self._connection: Connection | None = None
-        self._env_id: str | None = None
-        self._base_url: str | None = None
-        self._ready_timeout_s: float | None = None
-        self._origin = ""  # what the env was started from, for messages
-        self._start: str | None = None  # "warm" or "cold": how the server started the env
-        self._healthy_at_bind = False
-        self._async = False  # bound by an *_async call: stop_container never blocks a loop
-        self._lock = threading.RLock()
-        #: The WebSocket readiness check, a seam: tests that replay recorded HTTP
-        #: (which cannot hold a WebSocket) replace it. Forks inherit it.
-        self.ws_probe: WebSocketProbe = probe_websocket if config.websocket else no_websocket
+    @classmethod
+    def _bound(cls, binding: Binding) -> DenvProvider:
+        """A provider on `binding` (a fork's child), made without `__init__`."""
+        provider: DenvProvider = cls.__new__(cls)
+        provider._binding = binding
+        return provider
 
     # -- what the provider is bound to ---------------------------------------------------------
 
     @property
     def config(self) -> ProviderConfig:
         """The settings this provider was made with (its forks are made with the same)."""
-        return self._config
+        return self._binding.config
 
     @property
     def env_id(self) -> str | None:
         """The id of the env this provider runs, or None when it runs none."""
-        return self._env_id
+        return self._binding.env_id
 
     @property
     def base_url(self) -> str | None:
         """The URL an OpenEnv client connects to (holds an ingress capability: keep it private)."""
-        return self._base_url
+        return self._binding.base_url
 
     @property
     def start(self) -> str | None:
         """How the server started the env: `"warm"` (a booted spare) or `"cold"` (a boot)."""
-        return self._start
+        return self._binding.start
 
     @property
     def server(self) -> str:
         """The denv server's URL (resolving the embedded default if needed)."""
-        return str(self._conn().denv.server)
+        return str(self._binding.connection().denv.server)
 
     @property
     def api_key(self) -> str:
         """The API key used for `server` (never shown in repr or logs)."""
-        return self._conn().api_key
+        return self._binding.connection().api_key
+
+    @property
+    def ws_probe(self) -> WebSocketProbe:
+        """The WebSocket readiness check, a seam: tests that replay recorded HTTP (which
+        cannot hold a WebSocket) replace it. Forks inherit it."""
+        return self._binding.ws_probe
+
+    @ws_probe.setter
+    def ws_probe(self, probe: WebSocketProbe) -> None:
+        self._binding.ws_probe = probe
 
     def __repr__(self) -> str:
-        server = self._connection.denv.server if self._connection else self._config.server
+        binding = self._binding
+        server = binding.connection().denv.server if binding.connected else binding.config.server
         return (
-            f"DenvProvider(env_id={self._env_id!r}, image={self._config.image!r}, "
-            f"egress={self._config.egress!r}, server={server!r})"
+            f"DenvProvider(env_id={binding.env_id!r}, image={binding.config.image!r}, "
+            f"egress={binding.config.egress!r}, server={server!r})"
         )
 
     # -- OpenEnv's ContainerProvider -----------------------------------------------------------
@@ -182,28 +170,10 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         `command` (or `cmd`, a list or a shell-style string). Any other keyword
         is an error. The env is not ready yet: call `wait_for_ready(base_url)`.
         """
-        check_start_options(kwargs)
-        config = self._config
-        image = image or config.image
-        if not image:
-            raise ValueError(
-                "no image to start: pass one to start_container(image) or DenvProvider(image=...)"
-            )
-        wait_timeout = kwargs.get("wait_timeout")
-        with self._lock:
-            self._require_unbound()
-            denv = self._conn().denv
-
-            options = config.sandbox_options(port, env_vars, kwargs)
-            try:
-                env = denv.create_sandbox(image, live=config.fork != "volume", **options)
-            except Conflict as exc:
-                if not config.volume_fallback(exc.code):
-                    raise
-                logger.info("fork='auto': %s; starting for volume forks", exc)
-                env = denv.create_sandbox(image, live=False, **options)
-            self._ready_timeout_s = float(wait_timeout) if wait_timeout else None
-            return self._adopt(env, f"image {image!r}")
+        binding = self._binding
+        with binding.lock:  # one start at a time
+            plan = _operations.start_image(binding, image, port, env_vars, kwargs, awaited=False)
+            return run(plan, binding)
 
     def start_version(
         self,
@@ -214,22 +184,12 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         labels: Mapping[str, str] | None = None,
     ) -> str:
         """Start a new env from a stored version (`ver_...`) and return its base URL."""
-        config = self._config
-        with self._lock:
-            self._require_unbound()
-            (env,) = self._conn().denv.envs_from_version(
-                version_id,
-                count=1,
-                egress=config.egress,
-                env=dict(env_vars) if env_vars else None,
-                labels=config.merged_labels(labels),
-                ttl_s=config.ttl_s,
-                wait="running",
-                wait_timeout_s=float(wait_timeout or config.timeout_s),
-                warm=config.warm,
+        binding = self._binding
+        with binding.lock:
+            plan = _operations.start_version(
+                binding, version_id, env_vars, wait_timeout, labels, awaited=False
             )
-            self._ready_timeout_s = float(wait_timeout) if wait_timeout else None
-            return self._adopt(env, f"version {version_id}")
+            return run(plan, binding)
 
     def wait_for_ready(self, base_url: str, timeout_s: float | None = None) -> None:
         """Return once `<base_url>/health` answers 200 and a WebSocket opens on `<base_url>/ws`.
@@ -240,41 +200,21 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         `wait_timeout`, else the constructor's `timeout_s`). Either way the
         env is deleted. A refused API key raises `denv.Unauthorized` at once.
         """
-        timeout = (
-            timeout_s if timeout_s is not None else self._ready_timeout_s or self._config.timeout_s
-        )
-        env_id = self._env_id
-        wait = ReadyWait(self._conn(), self.ws_probe, env_id, self._origin, timeout)
-        try:
-            if env_id is not None and not self._healthy_at_bind:
-                wait.until_healthy()
-            wait.until_probes_pass(base_url)
-        except (EnvStartError, EnvReadyTimeout):
-            if env_id is not None:
-                self._delete_quietly(env_id)
-                self._unbind(env_id)
-            raise
+        run(_waits.ready(self._binding, base_url, timeout_s), self._binding)
 
     def stop_container(self) -> None:
         """Delete the env (at once, no grace period). Safe to call again, or with no env.
 
         Also lets go of the connection to the server; a later start opens a new one.
         """
-        with self._lock:
-            env_id, connection = self._env_id, self._connection
-            if env_id is not None and connection is not None and self._async and in_event_loop():
-                # OpenEnv's async close() calls this from a coroutine: delete on a thread.
-                self._env_id = self._base_url = self._start = self._connection = None
-                delete_on_a_thread(connection, env_id)
+        binding = self._binding
+        with binding.lock:
+            bound = binding.env_id is not None and binding.connected
+            if bound and binding.awaited and _async.in_event_loop():
+                # OpenEnv's async close() calls this from a coroutine: stop on a thread.
+                _operations.stop_on_a_thread(binding.hand_over())
                 return
-            if env_id is not None and connection is not None:
-                with contextlib.suppress(NotFound):  # already gone: what stop wants
-                    connection.denv.delete_env(env_id)
-                self._env_id = self._base_url = self._start = None
-                logger.info("deleted env %s", env_id)
-            self._connection = None
-        if connection is not None:
-            connection.release()
+            run(_operations.stop(binding), binding)
 
     def close(self) -> None:
         """Delete the env, if any, and close the connection to the server (as stop_container)."""
@@ -299,44 +239,8 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         "live")`) the child is a copy of the running server, OpenEnv sessions included.
         Nothing is left behind when any child fails: all of them are deleted.
         """
-        count = 1 if n is None else n
-        if not 1 <= count <= MAX_FORK_COUNT:
-            raise ValueError(f"fork count must be between 1 and {MAX_FORK_COUNT}, not {count!r}")
-        env_id = self._env_id
-        if env_id is None:
-            raise RuntimeError(
-                "fork() needs a running env: start one first (start_container(), or a client "
-                "made with from_docker_image(image, provider=DenvProvider()))"
-            )
-        config, connection = self._config, self._conn()
-        result = connection.denv.fork(
-            env_id,
-            count=count,
-            labels=config.merged_labels(),
-            ttl_s=config.ttl_s,
-            # The server starts the children in parallel and answers once each is healthy or
-            # failed (at once for warm children); the client then only probes its own path.
-            wait="healthy",
-            wait_timeout_s=config.timeout_s,
-            warm=config.warm,
-            kind=config.fork_kind(kind),
-        )
-        logger.info("forked env %s into %d (version %s)", env_id, count, result.version.id)
-        children: list[DenvProvider] = []
-        try:
-            for env in result.envs:
-                children.append(self._child(env, connection))
-            timeout_s = config.timeout_s
-            _waits.run_all(
-                [
-                    partial(c.wait_for_ready, c.base_url or "", timeout_s)
-                    for c in children
-                    if _waits.needs_probes(c.start)
-                ]
-            )
-        except BaseException:
-            _waits.discard([env.id for env in result.envs], children, self._delete_quietly)
-            raise
+        plan = _operations.fork(self._binding, 1 if n is None else n, kind, awaited=False)
+        children = [DenvProvider._bound(child) for child in run(plan, self._binding)]
         return children[0] if n is None else children
 
     def wait_warm(
@@ -357,10 +261,11 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         >>> client = GenericEnvClient.from_docker_image(image, provider=provider).sync()
         >>> provider.wait_warm(timeout_s=120, progress=lambda p: print(p.ready, "/", p.target))
         """
-        env_id = self._env_id
+        env_id = self._binding.env_id
         if env_id is None:
             raise RuntimeError("wait_warm() needs a running env: start one first")
-        return _waits.wait_warm_pool(self._conn().denv, env_id, timeout_s, progress)
+        denv = self._binding.connection().denv
+        return _waits.wait_warm_pool(denv, env_id, timeout_s, progress)
 
     # -- asyncio ---------------------------------------------------------------------------------
 
@@ -378,7 +283,8 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         >>> await provider.wait_for_ready_async(url)
         >>> client = GenericEnvClient(base_url=url, provider=provider)
         """
-        return await _async.start_container(self, image, port, env_vars, kwargs)
+        plan = _operations.start_image(self._binding, image, port, env_vars, kwargs, awaited=True)
+        return await _async.run(plan, self._binding)
 
     async def start_version_async(
         self,
@@ -389,11 +295,14 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         labels: Mapping[str, str] | None = None,
     ) -> str:
         """`start_version`, awaited."""
-        return await _async.start_version(self, version_id, env_vars, wait_timeout, labels)
+        plan = _operations.start_version(
+            self._binding, version_id, env_vars, wait_timeout, labels, awaited=True
+        )
+        return await _async.run(plan, self._binding)
 
     async def wait_for_ready_async(self, base_url: str, timeout_s: float | None = None) -> None:
         """`wait_for_ready`, awaited: the server's long-poll, then /health and a WebSocket."""
-        await _async.ready(self, base_url, timeout_s)
+        await _async.run(_waits.ready(self._binding, base_url, timeout_s), self._binding)
 
     @overload
     async def fork_async(self, *, kind: ForkKind | None = None) -> DenvProvider: ...
@@ -407,84 +316,10 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
 
         >>> branches = await root.provider.fork_async(8)
         """
-        count = 1 if n is None else n
-        if not 1 <= count <= MAX_FORK_COUNT:
-            raise ValueError(f"fork count must be between 1 and {MAX_FORK_COUNT}, not {count!r}")
-        children = await _async.fork(self, count, kind)
+        plan = _operations.fork(self._binding, 1 if n is None else n, kind, awaited=True)
+        children = [DenvProvider._bound(child) for child in await _async.run(plan, self._binding)]
         return children[0] if n is None else children
 
     async def stop_container_async(self) -> None:
         """`stop_container`, awaited: the env is deleted when it returns."""
-        await _async.stop(self)
-
-    # -- internals -------------------------------------------------------------------------------
-
-    def _blank_child(self, connection: Connection) -> DenvProvider:
-        """A provider with this one's settings, sharing its connection, bound to nothing yet."""
-        child = DenvProvider.__new__(DenvProvider)
-        child._setup(self._config)
-        child.ws_probe = self.ws_probe
-        child._connection = connection.share()
-        return child
-
-    def _conn(self) -> Connection:
-        with self._lock:
-            if self._connection is None:
-                self._connection = open_connection(self._config.server, self._config.api_key)
-            return self._connection
-
-    def _child(self, env: Env, connection: Connection) -> DenvProvider:
-        """A provider bound to `env` (a fork of this one's), sharing its connection."""
-        child = DenvProvider.__new__(DenvProvider)
-        child._setup(self._config)
-        child.ws_probe = child_probe(str(env.start), self.ws_probe)
-        child._connection = connection.share()
-        try:
-            child._adopt(env, f"a fork of {self._env_id}")
-        except BaseException:
-            child.close()
-            raise
-        return child
-
-    def _require_unbound(self) -> None:
-        if self._env_id is not None:
-            raise RuntimeError(
-                f"this DenvProvider already runs env {self._env_id}: call stop_container() "
-                "first, or use another DenvProvider"
-            )
-
-    def _adopt(self, env: Env, what: str) -> str:
-        """Bind to a just-created env and return its base URL; delete it if it is unusable."""
-        try:
-            if str(env.status) in FAILED:
-                raise start_error(self._conn().denv, env, what)
-            url = agent_url(env)
-            if url is None:
-                raise EnvStartError(
-                    f"env {env.id} ({what}) has no endpoint for its agent service "
-                    f"{env.agent_service!r}",
-                    env_id=env.id,
-                    fix="Expose the port its OpenEnv server listens on: start_container(port=...).",
-                )
-        except BaseException:
-            self._delete_quietly(env.id)
-            raise
-        with self._lock:
-            self._env_id, self._base_url, self._origin = env.id, url, what
-            self._start = str(env.start)
-            # Already healthy on the server (a fork that waited): no long-poll needed.
-            self._healthy_at_bind = str(env.status) == "healthy"
-        logger.info("env %s started (%s, egress %s)", env.id, what, env.egress)
-        return url
-
-    def _delete_quietly(self, env_id: str) -> None:
-        """Delete an env on a failure path, where a second error would hide the first."""
-        try:
-            self._conn().denv.delete_env(env_id)
-        except Exception as exc:
-            logger.warning("could not delete env %s: %s", env_id, exc)
-
-    def _unbind(self, env_id: str) -> None:
-        with self._lock:
-            if self._env_id == env_id:
-                self._env_id = self._base_url = self._start = None
+        await _async.run(_operations.stop(self._binding), self._binding)

@@ -11,14 +11,13 @@ not, so a caller can retry and report the last reason.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import ipaddress
 import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
-
-import httpx
 
 #: A WebSocket probe: (base URL, timeout in seconds) -> None when ready, else why not.
 WebSocketProbe = Callable[[str, float], "str | None"]
@@ -47,30 +46,22 @@ def websocket_url(base_url: str) -> str:
     return base + "/ws"
 
 
-def probe_health(http: httpx.Client, base_url: str) -> str | None:
-    """`GET <base_url>/health`; None when it answers 200."""
-    try:
-        response = http.get(base_url.rstrip("/") + "/health")
-    except httpx.TransportError as exc:
-        return f"GET /health failed: {type(exc).__name__}: {exc}"
-    if response.status_code == 200:
-        return None
-    return f"GET /health answered {response.status_code}"
-
-
 def no_websocket(base_url: str, timeout_s: float) -> None:
     """The WebSocket probe of a provider whose service is plain HTTP: nothing to check."""
     return None
 
 
-def _connect_kwargs(url: str) -> dict[str, Any]:
-    from websockets.sync.client import connect
+#: OpenEnv's message that ends a session; the server then closes the socket.
+_CLOSE = json.dumps({"type": "close"})
 
+
+def _connect_kwargs(url: str, timeout_s: float, connect: Callable[..., Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"open_timeout": timeout_s, "close_timeout": timeout_s}
     # websockets >= 15 reads proxy settings from the environment; a loopback
     # server must never be reached through a proxy.
     if is_loopback(url) and "proxy" in inspect.signature(connect).parameters:
-        return {"proxy": None}
-    return {}
+        kwargs["proxy"] = None
+    return kwargs
 
 
 def probe_websocket(base_url: str, timeout_s: float) -> str | None:
@@ -80,24 +71,49 @@ def probe_websocket(base_url: str, timeout_s: float) -> str | None:
     the socket, which it does after destroying the session: a server that
     allows one session at a time is free again when this returns.
     """
-    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+    from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
     url = websocket_url(base_url)
     try:
-        with connect(
-            url, open_timeout=timeout_s, close_timeout=timeout_s, **_connect_kwargs(url)
-        ) as ws:
-            ws.send(json.dumps({"type": "close"}))
+        with connect(url, **_connect_kwargs(url, timeout_s, connect)) as ws:
+            ws.send(_CLOSE)
             try:
                 frame = ws.recv(timeout=timeout_s)
             except (ConnectionClosed, TimeoutError):
                 return None
             return _session_error(frame)
-    except InvalidStatus as exc:
+    except Exception as exc:
+        return _upgrade_failure(exc)
+
+
+async def probe_websocket_async(base_url: str, timeout_s: float) -> str | None:
+    """`probe_websocket` on the asyncio client, for the provider's `*_async` methods."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    url = websocket_url(base_url)
+    try:
+        async with connect(url, **_connect_kwargs(url, timeout_s, connect)) as ws:
+            await ws.send(_CLOSE)
+            try:
+                frame = await asyncio.wait_for(ws.recv(), timeout_s)
+            except (ConnectionClosed, TimeoutError):
+                return None
+            return _session_error(frame)
+    except Exception as exc:
+        return _upgrade_failure(exc)
+
+
+def _upgrade_failure(exc: Exception) -> str:
+    """Why a WebSocket session could not be opened; an error no probe expects is raised."""
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+    if isinstance(exc, InvalidStatus):
         return f"WebSocket upgrade on /ws answered {exc.response.status_code}"
-    except (OSError, InvalidHandshake, ConnectionClosed) as exc:
+    if isinstance(exc, OSError | InvalidHandshake | ConnectionClosed):
         return f"WebSocket upgrade on /ws failed: {type(exc).__name__}: {exc}"
+    raise exc
 
 
 def _session_error(frame: str | bytes) -> str | None:

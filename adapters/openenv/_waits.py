@@ -1,4 +1,4 @@
-"""Waiting for an env to be ready, and the errors that say why it is not.
+"""Waiting for an env to be ready, and the errors that say why it is not (as plans: `_plan`).
 
 First the server's long-poll (`wait_env(until="healthy")`): the server watches the env, so
 readiness is noticed at once and a crash is reported at once, with the env's last log
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import httpx
 
 from denv.errors import (
     DenvError,
@@ -22,11 +23,13 @@ from denv.errors import (
     WarmPoolTimeout,
 )
 
-from ._connection import Connection
-from ._readiness import WebSocketProbe, probe_health
+from ._plan import Get, Plan, Sleep, WebSocket, api
+from ._readiness import WebSocketProbe
 
 if TYPE_CHECKING:
     from denv import Denv, Env, WarmPool
+
+    from ._binding import Binding
 
 logger = logging.getLogger(__name__)
 
@@ -60,76 +63,98 @@ def needs_probes(start: str | None) -> bool:
     return start != "live"
 
 
-class ReadyWait:
-    """One readiness wait of one env (or of a bare URL when `env_id` is None)."""
+def ready(binding: Binding, base_url: str, timeout_s: float | None) -> Plan[None]:
+    """`DenvProvider.wait_for_ready`: the server's long-poll, then the probes along the
+    client's path. The env is deleted when it fails or time is up."""
+    config = binding.config
+    timeout = timeout_s if timeout_s is not None else binding.ready_timeout_s or config.timeout_s
+    env_id, origin = binding.env_id, binding.origin
+    deadline = time.monotonic() + timeout
+    try:
+        if env_id is not None and not binding.healthy_at_bind:
+            yield from until_healthy(env_id, origin, timeout, deadline)
+        yield from until_probes_pass(binding.ws_probe, env_id, origin, base_url, timeout, deadline)
+    except (EnvStartError, EnvReadyTimeout):
+        if env_id is not None:
+            yield from delete_quietly(env_id)
+            binding.unbind(env_id)
+        raise
 
-    def __init__(
-        self,
-        connection: Connection,
-        ws_probe: WebSocketProbe,
-        env_id: str | None,
-        origin: str,
-        timeout: float,
-    ) -> None:
-        self.connection = connection
-        self.ws_probe = ws_probe
-        self.env_id = env_id
-        self.origin = origin
-        self.timeout = timeout
-        self.deadline = time.monotonic() + timeout
 
-    def until_healthy(self) -> None:
-        """Long-poll the server until the env is healthy; raise when it fails or time is up."""
-        assert self.env_id is not None
-        denv = self.connection.denv
-        status = "not checked"
-        while True:
-            remaining = self.deadline - time.monotonic()
-            poll_s = min(remaining, MAX_WAIT_S)
-            if poll_s > 0:
-                env = denv.wait_env(self.env_id, until="healthy", timeout_s=round(poll_s, 3))
-                status = str(env.status)
-                if status in FAILED:
-                    raise start_error(denv, env, self.origin)
-                if status in ("healthy", "running"):  # running: no health check was asked for
-                    return
-            # The server's answer decides, not the local clock: a wait that covered all the
-            # time left and still saw the env starting means the time is up.
-            if poll_s >= remaining:
-                raise timeout_error(denv, self.env_id, self.timeout, f"still {status}")
+def until_healthy(env_id: str, origin: str, timeout: float, deadline: float) -> Plan[None]:
+    """Long-poll the server until the env is healthy; raise when it fails or time is up."""
+    status = "not checked"
+    while True:
+        remaining = deadline - time.monotonic()
+        poll_s = min(remaining, MAX_WAIT_S)
+        if poll_s > 0:
+            env: Env = yield api("wait_env", env_id, until="healthy", timeout_s=round(poll_s, 3))
+            status = str(env.status)
+            if status in FAILED:
+                raise (yield from start_error(env, origin))
+            if status in ("healthy", "running"):  # running: no health check was asked for
+                return
+        # The server's answer decides, not the local clock: a wait that covered all the
+        # time left and still saw the env starting means the time is up.
+        if poll_s >= remaining:
+            raise (yield from timeout_error(env_id, timeout, f"still {status}"))
 
-    def until_probes_pass(self, base_url: str) -> None:
-        """Probe health, then a WebSocket session, along the client's path, with backoff."""
-        delay = PROBE_BACKOFF_S[0]
-        while True:
-            reason = probe_health(self.connection.http, base_url)
+
+def until_probes_pass(
+    ws_probe: WebSocketProbe,
+    env_id: str | None,
+    origin: str,
+    base_url: str,
+    timeout: float,
+    deadline: float,
+) -> Plan[None]:
+    """Probe health, then a WebSocket session, along the client's path, with backoff."""
+    delay = PROBE_BACKOFF_S[0]
+    while True:
+        reason = yield from probe_health(base_url)
+        if reason is None:
+            remaining = max(deadline - time.monotonic(), 0.5)
+            reason = yield WebSocket(ws_probe, base_url, min(remaining, WS_PROBE_MAX_S))
             if reason is None:
-                remaining = max(self.deadline - time.monotonic(), 0.5)
-                reason = self.ws_probe(base_url, min(remaining, WS_PROBE_MAX_S))
-                if reason is None:
-                    return
-            if self.env_id is not None:
-                env = self.connection.denv.get_env(self.env_id)
-                if str(env.status) in FAILED:
-                    raise start_error(self.connection.denv, env, self.origin)
-            if time.monotonic() + delay > self.deadline:
-                raise timeout_error(self.connection.denv, self.env_id, self.timeout, reason)
-            logger.debug("env %s not ready yet: %s", self.env_id, reason)
-            time.sleep(delay)
-            delay = min(delay * 2, PROBE_BACKOFF_S[1])
+                return
+        if env_id is not None:
+            env: Env = yield api("get_env", env_id)
+            if str(env.status) in FAILED:
+                raise (yield from start_error(env, origin))
+        if time.monotonic() + delay > deadline:
+            raise (yield from timeout_error(env_id, timeout, reason))
+        logger.debug("env %s not ready yet: %s", env_id, reason)
+        yield Sleep(delay)
+        delay = min(delay * 2, PROBE_BACKOFF_S[1])
 
 
-class LogSource(Protocol):
-    """Where an error's log tail comes from: a `Denv`, or lines already read."""
+def probe_health(base_url: str) -> Plan[str | None]:
+    """`GET <base_url>/health`; None when it answers 200, else why not."""
+    try:
+        response: httpx.Response = yield Get(base_url.rstrip("/") + "/health")
+    except httpx.TransportError as exc:
+        return f"GET /health failed: {type(exc).__name__}: {exc}"
+    if response.status_code == 200:
+        return None
+    return f"GET /health answered {response.status_code}"
 
-    def logs(self, env_id: str, *, service: str | None = None, tail: int = 100) -> list[str]: ...
+
+def delete_quietly(env_id: str) -> Plan[None]:
+    """Delete an env on a failure path, where a second error would hide the first."""
+    try:
+        yield api("delete_env", env_id)
+    except Exception as exc:
+        logger.warning("could not delete env %s: %s", env_id, exc)
 
 
-def start_error(denv: LogSource, env: Env, origin: str) -> EnvStartError | EnvReadyTimeout:
+def start_error(env: Env, origin: str) -> Plan[EnvStartError | EnvReadyTimeout]:
     """The error for an env the server reports failed (a timeout when it gave up waiting)."""
     error = env.error
     cause = f"{error.code}: {error.message}" if error else f"status {env.status}"
-    tail = list(error.log_tail) if error and error.log_tail else log_tail(denv, env.id)
+    if error and error.log_tail:
+        tail = list(error.log_tail)
+    else:
+        tail = yield from log_tail(env.id)
     if error is not None and str(error.code) == "health_timeout":
         # The server gave up waiting for the health path (its wait_timeout_s).
         return EnvReadyTimeout(
@@ -147,25 +172,25 @@ def start_error(denv: LogSource, env: Env, origin: str) -> EnvStartError | EnvRe
     )
 
 
-def timeout_error(
-    denv: LogSource, env_id: str | None, timeout: float, reason: str
-) -> EnvReadyTimeout:
+def timeout_error(env_id: str | None, timeout: float, reason: str) -> Plan[EnvReadyTimeout]:
     which = f"env {env_id}" if env_id else "the OpenEnv server"
+    tail = (yield from log_tail(env_id)) if env_id else []
     return EnvReadyTimeout(
         f"{which} was not ready within {timeout:g}s ({reason}); it has been deleted.",
         env_id=env_id,
-        log_tail=log_tail(denv, env_id) if env_id else (),
+        log_tail=tail,
         fix=_SLOW_FIX,
     )
 
 
-def log_tail(denv: LogSource, env_id: str) -> list[str]:
+def log_tail(env_id: str) -> Plan[list[str]]:
     """The env's last log lines, or none when they cannot be read (a failure path)."""
     try:
-        return list(denv.logs(env_id, tail=LOG_TAIL_LINES))
+        lines: list[str] = yield api("logs", env_id, tail=LOG_TAIL_LINES)
     except DenvError as exc:
         logger.debug("no logs for env %s: %s", env_id, exc)
         return []
+    return list(lines)
 
 
 def wait_warm_pool(
@@ -205,44 +230,9 @@ def wait_warm_pool(
         time.sleep(WARM_POLL_S)
 
 
-def run_all(calls: Sequence[Callable[[], None]]) -> None:
-    """Run the calls at once (a fork's children wait in parallel); raise the first failure
-    after all have finished."""
-    if len(calls) <= 1:
-        for call in calls:
-            call()
-        return
-    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="denv-fork") as pool:
-        futures = [pool.submit(call) for call in calls]
-        errors = [f.exception() for f in futures]
-    for error in errors:
-        if error is not None:
-            raise error
-
-
 def agent_url(env: Env) -> str | None:
     """The agent service's first endpoint (the port clients talk to), without a trailing slash."""
     for endpoint in env.endpoints:
         if endpoint.service == env.agent_service:
             return str(endpoint.url).rstrip("/")
     return None
-
-
-class _Bound(Protocol):
-    @property
-    def env_id(self) -> str | None: ...
-    def close(self) -> None: ...
-
-
-def discard(env_ids: Sequence[str], bound: Sequence[_Bound], delete: Callable[[str], None]) -> None:
-    """Delete every env of a failed fork: through its provider when one is bound to it (which
-    also lets go of the connection), else with `delete`."""
-    held = {b.env_id for b in bound}
-    for provider in bound:
-        try:
-            provider.close()
-        except Exception as exc:
-            logger.warning("could not delete env %s: %s", provider.env_id, exc)
-    for env_id in env_ids:
-        if env_id not in held:
-            delete(env_id)
