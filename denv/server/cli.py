@@ -23,6 +23,7 @@ per-key caps (``fairness``) answer 429 with Retry-After (docs/hardening.md).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import logging.handlers
 import os
@@ -31,232 +32,19 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from denv.local import ENV_API_KEY, read_local_server
-from denv.local import state_dir as default_state_dir
-from denv.server.api import tls
-from denv.server.config import (
-    DEFAULT_HOST,
-    DEFAULT_LIMITS,
-    DEFAULT_MAX_ENVS_PER_KEY,
-    DEFAULT_MAX_VOLUME_MB,
-    DEFAULT_PORT,
-    DEFAULT_SUBNET_POOL,
-    DEFAULT_SUBNET_PREFIX,
-    DEFAULT_WARM_IDLE_S,
-    DEFAULT_WARM_MAX_MEMORY_MB,
-    DEFAULT_WARM_MAX_SPARES,
-    DEFAULT_WARM_MIN_FREE_MB,
-    ServerConfig,
-)
-from denv.server.lifecycle import fairness
-from denv.server.net.subnets import parse_pool
+from denv.local import read_local_server
+from denv.server.config import ServerConfig
 from denv.server.node.cluster import options as clusteropts
 from denv.server.node.seam import Node
-from denv.server.records import Limits
+from denv.server.serve_options import add_arguments, config_from_args
 
-#: Linux capabilities by Docker's name (without CAP_), for --env-cap-add.
-LINUX_CAPABILITIES = frozenset(
-    [
-        "AUDIT_CONTROL",
-        "AUDIT_READ",
-        "AUDIT_WRITE",
-        "BLOCK_SUSPEND",
-        "BPF",
-        "CHECKPOINT_RESTORE",
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "DAC_READ_SEARCH",
-        "FOWNER",
-        "FSETID",
-        "IPC_LOCK",
-        "IPC_OWNER",
-        "KILL",
-        "LEASE",
-        "LINUX_IMMUTABLE",
-        "MAC_ADMIN",
-        "MAC_OVERRIDE",
-        "MKNOD",
-        "NET_ADMIN",
-        "NET_BIND_SERVICE",
-        "NET_BROADCAST",
-        "NET_RAW",
-        "PERFMON",
-        "SETFCAP",
-        "SETGID",
-        "SETPCAP",
-        "SETUID",
-        "SYS_ADMIN",
-        "SYS_BOOT",
-        "SYS_CHROOT",
-        "SYS_MODULE",
-        "SYS_NICE",
-        "SYS_PACCT",
-        "SYS_PTRACE",
-        "SYS_RAWIO",
-        "SYS_RESOURCE",
-        "SYS_TIME",
-        "SYS_TTY_CONFIG",
-        "SYSLOG",
-        "WAKE_ALARM",
-    ]
-)
+# add_arguments is part of this module's surface: denv.cluster.serve builds its parser with it.
+__all__ = ["NodeFactory", "add_arguments", "main", "run"]
 
 log = logging.getLogger("denv.server")
 
 # Builds the node of a cluster (``denv.cluster.serve``): its settings, the server's config.
 NodeFactory = Callable[[clusteropts.ClusterSettings, ServerConfig], Node]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``denv serve``."""
-    parser.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        help="address to bind (default %(default)s: this machine only)",
-    )
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help="port to bind; 0 picks a free one (default %(default)s)",
-    )
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="where the database, API key and volumes live "
-        "(default $DENV_STATE_DIR or ~/.local/share/denv)",
-    )
-    parser.add_argument(
-        "--api-key-file",
-        type=Path,
-        default=None,
-        help="a file holding the API key to accept (default: $DENV_API_KEY, else the one in "
-        "<state-dir>/api_key, made on first start)",
-    )
-    parser.add_argument(
-        "--max-envs-per-key",
-        type=int,
-        default=DEFAULT_MAX_ENVS_PER_KEY,
-        help="live envs allowed per API key (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-volume-mb",
-        type=int,
-        default=DEFAULT_MAX_VOLUME_MB,
-        metavar="MIB",
-        help="what an env may write to each of its volumes (a filesystem of this size: past "
-        "it, writes fail with ENOSPC inside the env); 0: no limit (default %(default)s)",
-    )
-    parser.add_argument(
-        "--env-memory",
-        type=int,
-        default=DEFAULT_LIMITS.memory_mb,
-        metavar="MIB",
-        help="memory of each container of an env; past it the env fails 'out of memory'; "
-        "0: no limit (default %(default)s)",
-    )
-    parser.add_argument(
-        "--env-pids",
-        type=int,
-        default=DEFAULT_LIMITS.pids,
-        metavar="N",
-        help="processes and threads of each container of an env; 0: no limit (default %(default)s)",
-    )
-    parser.add_argument(
-        "--env-cpus",
-        type=float,
-        default=DEFAULT_LIMITS.cpus,
-        metavar="N",
-        help="CPUs each container of an env may use (a quota); 0: no limit (default %(default)g)",
-    )
-    parser.add_argument(
-        "--allow-private-egress",
-        action="store_true",
-        help="let egress-allow envs reach this host, link-local (169.254/16, fe80::/10) and "
-        "private networks (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), and let "
-        "allowlists name them (host.docker.internal, a private CIDR); refused by default",
-    )
-    parser.add_argument(
-        "--env-cap-add",
-        action="append",
-        default=[],
-        metavar="CAP",
-        help="a Linux capability to grant env containers besides DAC_OVERRIDE (every other is "
-        "dropped), e.g. SETUID for an entrypoint that switches user; repeatable",
-    )
-    parser.add_argument(
-        "--allow-image",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="run only images matching one of these globs (e.g. 'denv-*', "
-        "'ghcr.io/acme/**'; * stops at '/'); repeatable; default: every image",
-    )
-    parser.add_argument(
-        "--pull-credentials",
-        action="store_true",
-        help="let pull: true use this machine's registry credentials (~/.docker/config.json); "
-        "by default pulls are anonymous",
-    )
-    parser.add_argument(
-        "--warm-max-spares",
-        type=int,
-        default=DEFAULT_WARM_MAX_SPARES,
-        help="booted spares kept for warm forks, all pools together (default %(default)s)",
-    )
-    parser.add_argument(
-        "--warm-max-memory",
-        type=int,
-        default=DEFAULT_WARM_MAX_MEMORY_MB,
-        metavar="MIB",
-        help="memory of all spares together, as measured; 0: no cap but --warm-min-free-memory "
-        "(default %(default)s)",
-    )
-    parser.add_argument(
-        "--warm-min-free-memory",
-        type=int,
-        default=DEFAULT_WARM_MIN_FREE_MB,
-        metavar="MIB",
-        help="boot no spare that would leave less memory available (default %(default)s)",
-    )
-    parser.add_argument(
-        "--warm-idle-minutes",
-        type=float,
-        default=DEFAULT_WARM_IDLE_S / 60,
-        help="reap a warm pool nobody took a spare from for this long (default %(default)g)",
-    )
-    parser.add_argument(
-        "--subnet-pool",
-        default=DEFAULT_SUBNET_POOL,
-        help="IPv4 range the env networks' subnets are carved from; pick one no network of "
-        "this host uses (default %(default)s)",
-    )
-    parser.add_argument(
-        "--subnet-size",
-        type=int,
-        default=DEFAULT_SUBNET_PREFIX,
-        metavar="PREFIX",
-        help="prefix length of each env network's subnet (default /%(default)s: 30 addresses)",
-    )
-    parser.add_argument(
-        "--public-url",
-        default="",
-        metavar="URL",
-        help="the URL clients reach this server at, when it is not the address it listens "
-        "on (a proxy, a load balancer, a Kubernetes Service): ingress URLs start with it",
-    )
-    fairness.add_arguments(parser)
-    tls.add_arguments(parser)
-    clusteropts.add_arguments(parser)
-    parser.add_argument("--log-level", default="INFO", help="default %(default)s")
-
-
-def _given_key(path: Path | None) -> str:
-    """The key of ``--api-key-file``, else of ``$DENV_API_KEY``; "" when neither is set."""
-    if path is not None:
-        return path.read_text().strip()
-    return os.environ.get(ENV_API_KEY, "").strip()
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -294,55 +82,14 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
     from denv.server.auth import load_or_create_key_file, private_dir
 
     try:
-        parse_pool(args.subnet_pool, args.subnet_size)
-    except ValueError as exc:
-        print(f"denv serve: {exc}", file=sys.stderr)
-        return 2
-    problem = tls.check(args)
-    if problem is not None:
-        print(f"denv serve: {problem}", file=sys.stderr)
-        return 2
-    try:
-        fair = fairness.config_fields(args)
+        config = config_from_args(args, cluster_package=make_node is not None)
+        # Checked by config_from_args; asked again for the node factory (a ValueError only
+        # if the --store-credentials file changed in between).
         cluster = clusteropts.settings(args)
-    except ValueError as exc:
+    except ValueError as exc:  # a UsageError is one
         print(f"denv serve: {exc}", file=sys.stderr)
         return 2
-    if cluster is not None and make_node is None:
-        print(
-            "denv serve: --cluster needs the cluster package: run it as `denv serve --cluster "
-            "...` (pip install 'denv[cluster]')",
-            file=sys.stderr,
-        )
-        return 2
-    if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
-        print("denv serve: --env-memory, --env-pids and --env-cpus are >= 0", file=sys.stderr)
-        return 2
-    if args.public_url and not args.public_url.startswith(("http://", "https://")):
-        print(
-            f"denv serve: --public-url {args.public_url!r}: give a URL starting with http:// "
-            "or https://, e.g. https://denv.example.org",
-            file=sys.stderr,
-        )
-        return 2
-    if any(not p.strip() for p in args.allow_image):
-        print("denv serve: --allow-image needs a pattern, e.g. 'denv-*'", file=sys.stderr)
-        return 2
-    extra_caps = [c.upper().removeprefix("CAP_") for c in args.env_cap_add]
-    unknown = [c for c in extra_caps if c not in LINUX_CAPABILITIES]
-    if unknown:
-        print(
-            f"denv serve: --env-cap-add {', '.join(unknown)}: not a Linux capability "
-            f"(one of {', '.join(sorted(LINUX_CAPABILITIES))})",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        given = _given_key(args.api_key_file)
-    except OSError as exc:
-        print(f"denv serve: cannot read --api-key-file: {exc}", file=sys.stderr)
-        return 2
-    state_dir: Path = default_state_dir(args.state_dir).resolve()
+    state_dir: Path = config.state_dir
     private_dir(state_dir)
     _setup_logging(state_dir, args.log_level)
     running = read_local_server(state_dir)
@@ -352,6 +99,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
         )
         return 1
     key_path = state_dir / "api_key"
+    given = config.api_key
     if given:
         fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -370,32 +118,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
         )
         return 1
     port = int(sock.getsockname()[1])
-    config = ServerConfig(
-        state_dir=state_dir,
-        api_key=key,
-        host=args.host,
-        port=port,
-        max_envs_per_key=args.max_envs_per_key,
-        max_volume_mb=args.max_volume_mb,
-        limits=Limits(
-            memory_mb=args.env_memory,
-            pids=args.env_pids,
-            cpus=args.env_cpus,
-            capabilities=tuple(dict.fromkeys([*DEFAULT_LIMITS.capabilities, *extra_caps])),
-        ),
-        allow_images=tuple(args.allow_image),
-        pull_credentials=args.pull_credentials,
-        warm_max_spares=args.warm_max_spares,
-        warm_max_memory_mb=args.warm_max_memory,
-        warm_min_free_mb=args.warm_min_free_memory,
-        warm_idle_s=args.warm_idle_minutes * 60,
-        subnet_pool=args.subnet_pool,
-        subnet_prefix=args.subnet_size,
-        scheme="https" if args.tls_cert else "http",
-        base_url=args.public_url,
-        **fair,
-        allow_private_egress=args.allow_private_egress,
-    )
+    config = dataclasses.replace(config, api_key=key, port=port)
     try:
         node = make_node(cluster, config) if cluster is not None and make_node else None
         app = create_app(config, node)
