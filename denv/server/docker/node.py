@@ -22,13 +22,12 @@ from pathlib import Path
 from denv.server.config import CPU_SHARES, WARM_CPU_SHARES, StoreConfig
 from denv.server.docker import boot, cgroups, live
 from denv.server.docker.engine import MIB, Engine, container_name
+from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
 from denv.server.node.seam import Booted, BootSpec, Cancelled, Owned
 from denv.server.records import Limits, LiveProc, ServiceSpec, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
-from denv.server.volumes.layerpack import LayerDigestMismatch, check_bytes, pack_layer, unpack_layer
-from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import Volumes, disk_usage
 
 CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
@@ -46,9 +45,8 @@ class DockerNode:
         self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
         self._foreground: set[str] = set()  # envs whose boots create at full CPU weight
         self._stopped = False
-        # packed layers (layer transfer): <state>/packed/<lyr_id>.{tar,digest}
-        self.packed_dir = volumes.layers_dir.parent / "packed"
-        self._stores: dict[StoreConfig, LayerStore] = {}
+        self.layers = LayerTransfer(volumes)
+        self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
 
     # the boot's guard (see boot.Guard)
     def _lock(self, env_id: str) -> threading.Lock:
@@ -125,15 +123,11 @@ class DockerNode:
 
     def delete_layers(self, layer_ids: list[str]) -> None:
         self.volumes.delete_layers(set(layer_ids))
-        for layer_id in layer_ids:
-            if layer_id.startswith("lyr_") and "/" not in layer_id:
-                for path in self._packed(layer_id):
-                    path.unlink(missing_ok=True)
+        self.layers.forget(layer_ids)
 
     def drop_partial_layers(self) -> None:
         self.volumes.clean_tmp()
-        for part in self.packed_dir.glob("*.part-*"):
-            part.unlink(missing_ok=True)
+        self.layers.drop_partial()
 
     # one env
     def bring_up(self, spec: BootSpec) -> Booted:
@@ -368,97 +362,18 @@ class DockerNode:
     def live_private_bytes(self, proc: LiveProc) -> int:
         return live.private_bytes(live.Proc(proc.pid, proc.start))
 
-    # layer transfer
-    def _packed(self, layer_id: str) -> tuple[Path, Path]:
-        if not layer_id.startswith("lyr_") or "/" in layer_id:
-            raise ValueError(f"not a layer id: {layer_id!r}")
-        return self.packed_dir / f"{layer_id}.tar", self.packed_dir / f"{layer_id}.digest"
-
-    def _pack(self, layer_id: str) -> tuple[str, Path]:
-        """The packed layer (made once, kept) and its digest; under the layer's lock."""
-        tar, digest_file = self._packed(layer_id)
-        if tar.exists() and digest_file.exists():
-            return digest_file.read_text(), tar
-        layer = self.volumes.layer_path(layer_id)
-        if not layer.is_dir():
-            raise FileNotFoundError(f"layer {layer_id} is not on this node ({layer})")
-        self.packed_dir.mkdir(parents=True, exist_ok=True)
-        digest, _ = pack_layer(layer, tar)
-        _write_atomic(digest_file, digest)
-        return digest, tar
-
+    # layer transfer (denv.server.docker.layers)
     def layer_digest(self, layer_id: str) -> str:
-        with self._lock(f"layer:{layer_id}"):
-            return self._pack(layer_id)[0]
+        return self.layers.layer_digest(layer_id)
 
     def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        with self._lock(f"layer:{layer_id}"):
-            digest, tar = self._pack(layer_id)
-            return digest, tar.read_bytes()
+        return self.layers.read_layer(layer_id)
 
     def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        with self._lock(f"layer:{layer_id}"):
-            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
-            if self.has_layer(layer_id):
-                return
-            # Checked in memory, before a byte is written (not read back from the file).
-            check_bytes(data, digest)
-            self.packed_dir.mkdir(parents=True, exist_ok=True)
-            part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
-            try:
-                part.write_bytes(data)
-                self._publish_packed(layer_id, digest, part, checked=True)
-            finally:
-                part.unlink(missing_ok=True)
+        self.layers.write_layer(layer_id, digest, data)
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
-        with self._lock(f"layer:{layer_id}"):
-            digest, tar = self._pack(layer_id)
-            layers = self._store(store)
-            if layers.digest_of(layer_id) != digest:
-                layers.put(layer_id, tar, digest)
-            return digest
+        return self.layers.upload_layer(layer_id, store)
 
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
-        with self._lock(f"layer:{layer_id}"):
-            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
-            if self.has_layer(layer_id):
-                return
-            self.packed_dir.mkdir(parents=True, exist_ok=True)
-            part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
-            try:
-                stored = self._store(store).get(layer_id, part)
-                if stored != digest:
-                    raise LayerDigestMismatch(
-                        f"the store holds layer {layer_id} with digest {stored}, expected "
-                        f"{digest}: it was replaced in the store; upload it again from its "
-                        "origin node"
-                    )
-                self._publish_packed(layer_id, digest, part, checked=True)
-            finally:
-                part.unlink(missing_ok=True)
-
-    def _publish_packed(
-        self, layer_id: str, digest: str, part: Path, checked: bool = False
-    ) -> None:
-        """Unpack a packed layer (its digest checked) as the layer, and keep it packed for
-        other nodes."""
-        unpack_layer(part, digest, self.volumes.layer_path(layer_id), checked=checked)
-        tar, digest_file = self._packed(layer_id)
-        os.replace(part, tar)
-        _write_atomic(digest_file, digest)
-
-    def _store(self, cfg: StoreConfig) -> LayerStore:
-        with self._guard:
-            found = self._stores.get(cfg)
-        if found is None:  # made outside the guard: a boto3 client takes ~0.1 s to make
-            made = LayerStore(cfg)
-            with self._guard:
-                found = self._stores.setdefault(cfg, made)
-        return found
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.part-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        self.layers.fetch_layer(layer_id, digest, store)

@@ -1,0 +1,145 @@
+"""Layer transfer of the Docker node: its volume layers packed, sent and fetched.
+
+A layer leaves a node packed (a tar and its digest, made once and kept under
+``<state>/packed/``), to another node (``read_layer``/``write_layer``) or through object
+storage (``upload_layer``/``fetch_layer``). What arrives is checked against its digest before
+it becomes a layer, and stays packed for the next node that asks. Each layer has its own lock,
+so one is packed or unpacked once however many ask at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from denv.server.config import StoreConfig
+from denv.server.volumes.layerpack import LayerDigestMismatch, check_bytes, pack_layer, unpack_layer
+from denv.server.volumes.object_store import LayerStore
+from denv.server.volumes.overlay import Volumes
+
+
+class LayerTransfer:
+    """The packed layers of one node's ``Volumes``. Safe to call from any thread."""
+
+    def __init__(self, volumes: Volumes) -> None:
+        self.volumes = volumes
+        # packed layers: <state>/packed/<lyr_id>.{tar,digest}
+        self.packed_dir = volumes.layers_dir.parent / "packed"
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()  # over the dicts, never across a transfer
+        self._stores: dict[StoreConfig, LayerStore] = {}
+
+    def _lock(self, layer_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks[layer_id]
+
+    def _packed(self, layer_id: str) -> tuple[Path, Path]:
+        if not layer_id.startswith("lyr_") or "/" in layer_id:
+            raise ValueError(f"not a layer id: {layer_id!r}")
+        return self.packed_dir / f"{layer_id}.tar", self.packed_dir / f"{layer_id}.digest"
+
+    def forget(self, layer_ids: list[str]) -> None:
+        """Drop the packed copies of deleted layers (ids that are no layer ids: none)."""
+        for layer_id in layer_ids:
+            if layer_id.startswith("lyr_") and "/" not in layer_id:
+                for path in self._packed(layer_id):
+                    path.unlink(missing_ok=True)
+
+    def drop_partial(self) -> None:
+        """Remove what transfers cut short left (``*.part-*``)."""
+        for part in self.packed_dir.glob("*.part-*"):
+            part.unlink(missing_ok=True)
+
+    def _pack(self, layer_id: str) -> tuple[str, Path]:
+        """The packed layer (made once, kept) and its digest; under the layer's lock."""
+        tar, digest_file = self._packed(layer_id)
+        if tar.exists() and digest_file.exists():
+            return digest_file.read_text(), tar
+        layer = self.volumes.layer_path(layer_id)
+        if not layer.is_dir():
+            raise FileNotFoundError(f"layer {layer_id} is not on this node ({layer})")
+        self.packed_dir.mkdir(parents=True, exist_ok=True)
+        digest, _ = pack_layer(layer, tar)
+        _write_atomic(digest_file, digest)
+        return digest, tar
+
+    def layer_digest(self, layer_id: str) -> str:
+        with self._lock(layer_id):
+            return self._pack(layer_id)[0]
+
+    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+        with self._lock(layer_id):
+            digest, tar = self._pack(layer_id)
+            return digest, tar.read_bytes()
+
+    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+        with self._lock(layer_id):
+            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
+            if self._has(layer_id):
+                return
+            # Checked in memory, before a byte is written (not read back from the file).
+            check_bytes(data, digest)
+            self.packed_dir.mkdir(parents=True, exist_ok=True)
+            part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
+            try:
+                part.write_bytes(data)
+                self._publish_packed(layer_id, digest, part, checked=True)
+            finally:
+                part.unlink(missing_ok=True)
+
+    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+        with self._lock(layer_id):
+            digest, tar = self._pack(layer_id)
+            layers = self._store(store)
+            if layers.digest_of(layer_id) != digest:
+                layers.put(layer_id, tar, digest)
+            return digest
+
+    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+        with self._lock(layer_id):
+            tar, _ = self._packed(layer_id)  # checks it is a layer id, first
+            if self._has(layer_id):
+                return
+            self.packed_dir.mkdir(parents=True, exist_ok=True)
+            part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
+            try:
+                stored = self._store(store).get(layer_id, part)
+                if stored != digest:
+                    raise LayerDigestMismatch(
+                        f"the store holds layer {layer_id} with digest {stored}, expected "
+                        f"{digest}: it was replaced in the store; upload it again from its "
+                        "origin node"
+                    )
+                self._publish_packed(layer_id, digest, part, checked=True)
+            finally:
+                part.unlink(missing_ok=True)
+
+    def _has(self, layer_id: str) -> bool:
+        return self.volumes.layer_path(layer_id).is_dir()
+
+    def _publish_packed(
+        self, layer_id: str, digest: str, part: Path, checked: bool = False
+    ) -> None:
+        """Unpack a packed layer (its digest checked) as the layer, and keep it packed for
+        other nodes."""
+        unpack_layer(part, digest, self.volumes.layer_path(layer_id), checked=checked)
+        tar, digest_file = self._packed(layer_id)
+        os.replace(part, tar)
+        _write_atomic(digest_file, digest)
+
+    def _store(self, cfg: StoreConfig) -> LayerStore:
+        with self._guard:
+            found = self._stores.get(cfg)
+        if found is None:  # made outside the guard: a boto3 client takes ~0.1 s to make
+            made = LayerStore(cfg)
+            with self._guard:
+                found = self._stores.setdefault(cfg, made)
+        return found
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.part-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
