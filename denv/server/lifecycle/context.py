@@ -24,7 +24,7 @@ class HostGuard(Protocol):
 
 
 class IngressRoutes(Protocol):
-    """The part of ``denv.server.ingress.proxy.IngressTable`` the server calls."""
+    """The part of ``denv.server.ingress.routes.IngressTable`` the server calls."""
 
     def register(self, token: str, host: str, port: int, owner: str = "") -> None: ...
 
