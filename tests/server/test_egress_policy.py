@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from denv.server.errors import ApiError
-from denv.server.net.firewall import FWD_CHAIN, IN_CHAIN, Firewall
+from denv.server.net.egress_rules import FWD_CHAIN, IN_CHAIN
+from denv.server.net.firewall import Firewall
 from denv.server.node import egress
 from denv.server.node.egress import EnvRule
 

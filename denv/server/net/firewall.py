@@ -1,25 +1,8 @@
 """The firewall of egress ``allow`` and allowlist envs: iptables and ip6tables, kept in place.
 
-An egress ``allow`` env (``dva…`` bridge) may reach the internet but, by default, not the
-server's host, link-local addresses or private networks; an allowlist env (``dvl…`` bridge)
-reaches only what its allowlist names. Two chains per family hold the rules:
-
-- ``DENV-EGRESS-IN``, jumped to from ``INPUT`` for ``dva+``/``dvl+``: what reaches the host;
-- ``DENV-EGRESS-FWD`` in the ``mangle`` table, jumped to from its ``FORWARD``: what is
-  routed onward. Not in ``filter``'s ``DOCKER-USER``, Docker's place for user rules: Docker
-  deletes and re-inserts its jump to ``DOCKER-USER`` whenever it makes or removes a network,
-  and in between, traffic of a new bridge meets Docker's own ACCEPT first (seen here: an
-  allowlist env reached everything while other tests made networks). Docker never touches
-  ``mangle``; the price is that ``mangle`` cannot REJECT, so a refused routed connection is
-  dropped (the attempt times out) where the host (``INPUT``) answers at once.
-
-Each chain is per-env rules first (inserted at the top, tagged ``denv-egress env <bridge>``:
-an allowlist's destinations, or a whole bridge let through for a server started with
-``--allow-private-egress``), then the generic rules (tagged ``denv-egress generic``):
-replies pass, traffic within an env's own bridge passes (Docker's isolation still drops it
-between bridges), DNS to the host's resolvers passes (an allow env keeps its names), then
-private ranges (and, in ``DENV-EGRESS-IN``, everything) are refused for ``dva+`` and every
-new connection for ``dvl+``. A missing per-env rule closes an env, never opens one.
+What the rules are (two chains per family, the generic rules and each env's) is
+``egress_rules``; this module applies them: it reads the chains with ``iptables -S``, writes
+rules with ``iptables-restore`` (one transaction each time) and puts back what went missing.
 
 Several servers may share one machine: the generic rules are the same for all of them and
 each server adds and removes only the per-env rules of its own envs. ``ensure`` puts back
@@ -27,8 +10,8 @@ what a firewall reload removed (the host guard's watch calls it every few second
 
     firewall = Firewall(resolvers())
     firewall.ensure("iptables")                 # chains, jumps, generic rules
-    firewall.add_env("dvl0123456789ab", [EnvRule(dest="10.1.2.3/32", port=8000)])
-    firewall.remove_env("dvl0123456789ab")
+    firewall.add_env(tools(), "dvl0123456789ab", [EnvRule(dest="10.1.2.3/32", port=8000)])
+    firewall.remove_env(tools(), "dvl0123456789ab")
 """
 
 from __future__ import annotations
@@ -42,22 +25,24 @@ import threading
 import time
 from pathlib import Path
 
-from denv.server.node.egress import PRIVATE_RANGES, EnvRule
+from denv.server.net.egress_rules import (
+    ALLOW_PREFIX,
+    ALLOWLIST_PREFIX,
+    ENV_TAG,
+    FWD_CHAIN,
+    GENERIC_TAG,
+    IN_CHAIN,
+    TABLE,
+    env_rules,
+    generic_rules,
+    jumps,
+    render,
+)
+from denv.server.node.egress import EnvRule
 
 log = logging.getLogger(__name__)
 
-IN_CHAIN = "DENV-EGRESS-IN"
-FWD_CHAIN = "DENV-EGRESS-FWD"
-ALLOW_PREFIX = "dva"
-ALLOWLIST_PREFIX = "dvl"
-GENERIC_TAG = "denv-egress generic"
-ENV_TAG = "denv-egress env"
-_REJECT = {
-    "iptables": ["REJECT", "--reject-with", "icmp-admin-prohibited"],
-    "ip6tables": ["REJECT", "--reject-with", "icmp6-adm-prohibited"],
-}
 _RESTORE = {"iptables": "iptables-restore", "ip6tables": "ip6tables-restore"}
-_TABLE = {IN_CHAIN: "filter", FWD_CHAIN: "mangle"}  # the chain of a rule says its table
 ENSURE_ATTEMPTS = 3  # a transaction that raced another server's is read again and retried
 
 
@@ -90,18 +75,6 @@ def resolvers(path: str = "/etc/resolv.conf") -> list[str]:
     return found
 
 
-def _comment(tag: str) -> list[str]:
-    return ["-m", "comment", "--comment", tag]
-
-
-def _quote(word: str) -> str:
-    return f'"{word}"' if " " in word else word
-
-
-def _line(action: str, chain: str, rule: list[str]) -> str:
-    return " ".join([action, chain, *map(_quote, rule)])
-
-
 class Firewall:
     """The chains of both families, their generic rules and this server's per-env rules."""
 
@@ -113,49 +86,7 @@ class Firewall:
     # the generic part
     def generic(self, tool: str) -> dict[str, list[list[str]]]:
         """The generic rules of each chain, in order, for one tool."""
-        v6 = tool == "ip6tables"
-        tag = _comment(GENERIC_TAG)
-        reject = _REJECT[tool]
-        common: list[list[str]] = [
-            ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", *tag, "-j", "RETURN"],
-        ]
-        dns: list[list[str]] = []
-        for address in self._resolvers:
-            if (ipaddress.ip_address(address).version == 6) != v6:
-                continue
-            for proto in ("udp", "tcp"):
-                dns.append(
-                    [
-                        *("-i", ALLOW_PREFIX + "+", "-d", address, "-p", proto, "--dport", "53"),
-                        *(*tag, "-j", "RETURN"),
-                    ]
-                )
-        fwd = [
-            *common,
-            ["-i", ALLOW_PREFIX + "+", "-o", ALLOW_PREFIX + "+", *tag, "-j", "RETURN"],
-            ["-i", ALLOWLIST_PREFIX + "+", "-o", ALLOWLIST_PREFIX + "+", *tag, "-j", "RETURN"],
-            *dns,
-            *(
-                ["-i", ALLOW_PREFIX + "+", "-d", net, *tag, "-j", "DROP"]
-                for net in PRIVATE_RANGES[tool]
-            ),
-            ["-i", ALLOWLIST_PREFIX + "+", *tag, "-j", "DROP"],
-        ]
-        inp = [
-            *common,
-            *dns,
-            ["-i", ALLOW_PREFIX + "+", *tag, "-j", *reject],
-            ["-i", ALLOWLIST_PREFIX + "+", *tag, "-j", *reject],
-        ]
-        return {FWD_CHAIN: fwd, IN_CHAIN: inp}
-
-    def _jumps(self) -> list[tuple[str, list[str]]]:
-        """(parent chain, rule) of each jump; the table is the target chain's."""
-        return [
-            (parent, ["-i", prefix + "+", "-j", target])
-            for parent, target in (("INPUT", IN_CHAIN), ("FORWARD", FWD_CHAIN))
-            for prefix in (ALLOW_PREFIX, ALLOWLIST_PREFIX)
-        ]
+        return generic_rules(tool, self._resolvers)
 
     def ensure(self, tool: str) -> bool:
         """Chains, jumps, generic rules and this server's env rules in place for one tool.
@@ -173,7 +104,7 @@ class Firewall:
                     if not _has_chain(tool, chain):  # make it first
                         _run(tool, [*_t(chain), "-N", chain])  # raises with the tool's message
                     changed = True
-            for parent, jump in self._jumps():
+            for parent, jump in jumps():
                 table = _t(jump[-1])
                 if _run(tool, [*table, "-C", parent, *jump], check=False).returncode != 0:
                     _run(tool, [*table, "-I", parent, "1", *jump])
@@ -209,36 +140,16 @@ class Firewall:
             wanted = [_canonical(tool, chain, rule) for rule in rules]
             if present != wanted:
                 lines += ["-D" + line[2:] for line in present]
-                lines += [_line("-A", chain, rule) for rule in rules]
-        for bridge, env_rules in self._envs.items():
-            lines += self._env_lines(tool, bridge, env_rules, seen=seen)
+                lines += [render("-A", chain, rule) for rule in rules]
+        for bridge, bridge_rules in self._envs.items():
+            lines += self._env_lines(tool, bridge, bridge_rules, seen=seen)
         return lines
 
     # per-env rules
     def _env_rules(
         self, tool: str, bridge: str, rules: list[EnvRule]
     ) -> list[tuple[str, list[str]]]:
-        tag = _comment(f"{ENV_TAG} {bridge}")
-        if bridge.startswith(ALLOW_PREFIX):  # --allow-private-egress: the bridge as before
-            return [
-                (chain, ["-i", bridge, *tag, "-j", "RETURN"]) for chain in (IN_CHAIN, FWD_CHAIN)
-            ]
-        if tool == "ip6tables":
-            return []  # allowlists hold IPv4 destinations only: IPv6 stays refused
-        # A destination is routed (FORWARD) unless it is one of the host's own addresses
-        # (INPUT): each entry gets both rules, so a CIDR covering the host works too.
-        out: list[tuple[str, list[str]]] = []
-        for rule in rules:
-            for proto in ("tcp", "udp") if rule.port else (None,):
-                match = ["-i", bridge]
-                if not (rule.host and rule.dest == "0.0.0.0/0"):
-                    match += ["-d", rule.dest]
-                if proto:
-                    match += ["-p", proto, "--dport", str(rule.port)]
-                out.append((IN_CHAIN, [*match, *tag, "-j", "ACCEPT"]))
-                if not rule.host:
-                    out.append((FWD_CHAIN, [*match, *tag, "-j", "RETURN"]))
-        return out
+        return env_rules(tool, bridge, rules)
 
     def _env_lines(
         self,
@@ -265,7 +176,7 @@ class Firewall:
             lines = ["-D" + line[2:] for chain in by_chain.values() for line in chain]
         else:
             lines = []
-        return lines + [_line("-I", chain, ["1", *rule]) for chain, rule in reversed(wanted)]
+        return lines + [render("-I", chain, ["1", *rule]) for chain, rule in reversed(wanted)]
 
     def add_env(
         self, tools: list[str], bridge: str, rules: list[EnvRule], *, fresh: bool = False
@@ -338,7 +249,7 @@ def _tagged_prefix(tool: str, chain: str, prefix: str) -> list[str]:
 
 
 def _t(chain: str) -> list[str]:
-    return ["-t", _TABLE.get(chain, "filter")]
+    return ["-t", TABLE.get(chain, "filter")]
 
 
 def _drop_legacy(tool: str) -> None:
@@ -390,7 +301,7 @@ def _canonical(tool: str, chain: str, rule: list[str]) -> str:
 
     Learned by writing the rule to a scratch chain and reading it back.
     """
-    key = (tool, chain, _line("-A", chain, rule))
+    key = (tool, chain, render("-A", chain, rule))
     if key not in _CANONICAL:
         scratch = f"DENV-EGRESS-S{os.getpid()}"  # one per server: several may share the host
         table = _t(chain)  # the table matters: REJECT is valid in filter only
@@ -414,7 +325,7 @@ def _restore(tool: str, lines: list[str]) -> None:
     """Apply ``lines`` (``-A``/``-I``/``-D``; each chain's table) in one transaction."""
     by_table: dict[str, list[str]] = {}
     for line in lines:
-        by_table.setdefault(_TABLE.get(line.split()[1], "filter"), []).append(line)
+        by_table.setdefault(TABLE.get(line.split()[1], "filter"), []).append(line)
     script = "".join(
         f"*{table}\n" + "\n".join(table_lines) + "\nCOMMIT\n"
         for table, table_lines in by_table.items()
