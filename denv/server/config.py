@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from denv.server.records import Limits
 
+MIB = 1024 * 1024
+
 DEFAULT_SUBNET_POOL = "10.213.0.0/16"  # env networks' subnets are carved from here
 DEFAULT_SUBNET_PREFIX = 27
 

@@ -39,11 +39,13 @@ UP = frozenset({EnvStatus.STARTING, EnvStatus.RUNNING, EnvStatus.HEALTHY})  # co
 READY = frozenset({EnvStatus.RUNNING, EnvStatus.HEALTHY})  # the agent serves
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
+    """A frozen record with no unknown fields: what crosses the node seam and the store."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ServiceLimits(_Record):
+class ServiceLimits(Record):
     """A compose service's own limits, within the server's (None: the server's)."""
 
     memory_mb: int | None = None
@@ -51,7 +53,7 @@ class ServiceLimits(_Record):
     cpus: float | None = None
 
 
-class ServiceSpec(_Record):
+class ServiceSpec(Record):
     """One service of a version, as it is booted (the contract's VersionService + checks)."""
 
     name: str
@@ -68,7 +70,7 @@ class ServiceSpec(_Record):
     limits: ServiceLimits | None = None  # compose's mem_limit, pids_limit, cpus
 
 
-class Volume(_Record):
+class Volume(Record):
     """A version's volume: its service, its path and its layers (newest first)."""
 
     service: str
@@ -76,7 +78,7 @@ class Volume(_Record):
     layers: list[str] = []
 
 
-class VolumeSlot(_Record):
+class VolumeSlot(Record):
     """A volume in place: its index ``n`` among its service's volumes names its dirs."""
 
     service: str
@@ -96,7 +98,7 @@ def volume_slots(volumes: list[Volume]) -> list[VolumeSlot]:
     return out
 
 
-class Endpoint(_Record):
+class Endpoint(Record):
     """A published port of the agent; an ingress one is rendered with its token, derived
     from the server's secret (``ingress_keys``), so no token is stored."""
 
@@ -107,7 +109,7 @@ class Endpoint(_Record):
     token: str | None = None  # only in records of older servers (or a caller's own token)
 
 
-class LiveProc(_Record):
+class LiveProc(Record):
     """A live env's server process (``live: true``): what a live fork copies.
 
     ``group`` is the env whose container it runs in: the env created with ``live: true``;
@@ -125,7 +127,7 @@ class LiveProc(_Record):
     slot: str = ""  # its dir under the group's live dir ("" for the group's env)
 
 
-class Runtime(_Record):
+class Runtime(Record):
     """What an env has on its node: network, containers (service -> id), endpoints."""
 
     network: str | None = None
@@ -136,7 +138,7 @@ class Runtime(_Record):
     node: str | None = None  # the node it runs on ("local": this machine's engine)
 
 
-class EnvSpec(_Record):
+class EnvSpec(Record):
     """What an env was asked for beyond its version: agent env overrides, timeouts, warm."""
 
     env: dict[str, str] = {}
@@ -145,7 +147,7 @@ class EnvSpec(_Record):
     live: bool = False  # run under the live-fork launcher (``live: true`` at create)
 
 
-class Limits(_Record):
+class Limits(Record):
     """What one container of an env may use; 0 means no limit (Docker's own default).
 
     Set at container create (Docker's ``mem_limit``, ``pids_limit``, ``nano_cpus``) in the
@@ -167,7 +169,7 @@ class Limits(_Record):
         return self.model_copy(update=mine)
 
 
-class EnvError(_Record):
+class EnvError(Record):
     """Why an env failed (the contract's EnvError)."""
 
     code: str

@@ -52,10 +52,10 @@ from denv.server.ingress.wire import (
     upstream_down_message,
 )
 from denv.server.lifecycle.fairness import Fairness, throttled
+from denv.server.tokens import TOKEN_BYTES  # 192 bits; the contract asks for at least 128
 
 log = logging.getLogger(__name__)
 
-TOKEN_BYTES = 24  # 192 bits; the contract asks for at least 128
 CONNECT_TIMEOUT_S = 10.0
 # Every read from the env has a timeout (the server's --ingress-read-timeout, default
 # DEFAULT_INGRESS_READ_TIMEOUT_S): generous, since an env's step may legitimately take long

@@ -11,12 +11,11 @@ the check at snapshot (or fork) covers a server run with that option larger than
 
 from __future__ import annotations
 
+from denv.server.config import MIB
 from denv.server.errors import ApiError
 from denv.server.lifecycle.compose import ComposeError, ComposeService
 from denv.server.lifecycle.context import Context
 from denv.server.records import EnvRecord, Limits, ServiceLimits, volume_slots
-
-MIB = 1024 * 1024
 
 
 def check_volume_sizes(ctx: Context, env: EnvRecord) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from denv.server import ids
 from denv.server.config import (
+    MIB,
     WARM_BOOT_WORKERS,
     WARM_MAX_FAILURES,
     WARM_MEMORY_GUESS,
@@ -39,8 +40,6 @@ from denv.server.lifecycle.spares import PoolOf, Spare, boot_spare
 from denv.server.node.seam import BootSpec, Cancelled
 
 log = logging.getLogger(__name__)
-
-MIB = 1024 * 1024
 
 
 @dataclass

@@ -39,25 +39,21 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from denv.server.config import StoreConfig
-from denv.server.records import LiveProc, ServiceSpec, VolumeSlot
+from denv.server.records import LiveProc, Record, ServiceSpec, VolumeSlot
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class BootSpec(_Record):
+class BootSpec(Record):
     """What to bring up for one env (or a warm spare, which carries its future env id)."""
 
     env_id: str
     services: list[ServiceSpec]  # in start order: dependencies first
     agent: str  # the service that serves OpenEnv
     egress: str  # "deny": an internal network; "allow": the agent's ports published
-    env: dict[str, str] = {}  # the agent's env overrides
-    volumes: list[VolumeSlot] = []
+    env: dict[str, str] = Field(default_factory=dict)  # the agent's env overrides
+    volumes: list[VolumeSlot] = Field(default_factory=list)
     late_mount: bool = False  # mount points stay empty until mount_volumes (a spare)
     live: bool = False  # the agent runs under the live-fork launcher (denv.server.docker.live)
     warm_pool: str | None = None  # a spare's pool: it boots at low CPU weight, primed
@@ -68,23 +64,27 @@ class BootSpec(_Record):
         return next(s for s in self.services if s.name == self.agent)
 
 
-class Booted(_Record):
+class Booted(Record):
     """What ``bring_up`` made: the network, containers (service -> id), the agent's address."""
 
     env_id: str
     network: str
     containers: dict[str, str]
     agent_ip: str
-    host_ports: dict[int, int] = {}  # container port -> published host port (egress allow)
+    host_ports: dict[int, int] = Field(
+        default_factory=dict
+    )  # container port -> published host port (egress allow)
     node: str = "local"  # the node it runs on (a cluster's node name)
 
 
-class Owned(_Record):
+class Owned(Record):
     """What a node holds for this server: containers and networks by env, volume dirs."""
 
-    containers: dict[str, str] = {}  # container id -> env id ("" for a seed container)
-    networks: dict[str, str] = {}  # network name -> env id
-    volume_envs: list[str] = []  # env ids with volume dirs
+    containers: dict[str, str] = Field(
+        default_factory=dict
+    )  # container id -> env id ("" for a seed container)
+    networks: dict[str, str] = Field(default_factory=dict)  # network name -> env id
+    volume_envs: list[str] = Field(default_factory=list)  # env ids with volume dirs
 
 
 class BootFailed(Exception):
