@@ -13,19 +13,21 @@ import contextlib
 import logging
 import threading
 import time
-from contextlib import AbstractContextManager
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from inspect import signature
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
-from denv.server.config import EXIT_CHECK_EVERY, HEALTH_POLL_S
+from denv.server.config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, WARM_CPU_SHARES
 from denv.server.docker import cgroups, live
 from denv.server.docker.engine import Engine
 from denv.server.errors import ApiError
 from denv.server.node.egress import egress_hosts
 from denv.server.node.egress import parse as parse_egress
-from denv.server.node.seam import Booted, BootFailed, BootSpec
+from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
 from denv.server.records import Limits, ServiceSpec
 from denv.server.volumes.overlay import Volumes
 
@@ -38,31 +40,78 @@ SPARE_POLL_S = HEALTH_POLL_S * 5  # a spare boots in the background: poll it les
 SPARE_EXTRA_STEP_S = 30.0  # more time for a spare past its limit that is still using CPU
 SPARE_PROGRESS_CPU_S = 0.5  # CPU seconds per step that count as still booting
 SPARE_MAX_EXTRA_S = 480.0  # at most this much more in all
+CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
 
 
-class Guard(Protocol):
-    """The node's side of a boot: its env lock, cancellation and CPU weight."""
+class Guard:
+    """The Docker node's lock per env, the boots it cancelled and the envs it put first.
 
-    def step(self, env_id: str) -> AbstractContextManager[None]:
+    A boot makes each thing under its env's lock (``step``) and checks, between waits, that it
+    was not cancelled; the node's teardown, snapshots and live forks take the same lock, so a
+    ``cancel`` then a teardown leaves nothing behind, whatever a boot in flight was doing.
+    Safe to call from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._mutex = threading.Lock()  # over the fields below, never across a Docker call
+        self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
+        self._foreground: set[str] = set()  # envs whose boots create at full CPU weight
+        self._stopped = False
+
+    def lock(self, env_id: str) -> threading.Lock:
+        """The env's lock: held while anything of it is made or removed."""
+        with self._mutex:
+            return self._locks[env_id]
+
+    @contextmanager
+    def step(self, env_id: str) -> Iterator[None]:
         """Hold the env's lock; Cancelled when its boot was cancelled."""
-        ...
+        with self.lock(env_id):
+            self.check(env_id)
+            yield
 
     def check(self, env_id: str) -> None:
-        """Cancelled when the env's boot was cancelled."""
-        ...
+        """Cancelled when the env's boot was cancelled (or the node stopped)."""
+        if self._stopped or env_id in self._cancelled:
+            raise Cancelled()
+
+    def cancel(self, env_id: str) -> None:
+        now = time.monotonic()
+        with self._mutex:
+            for old in [x for x, t in self._cancelled.items() if now - t > CANCEL_MEMORY_S]:
+                del self._cancelled[old]
+            self._cancelled[env_id] = now
+
+    def stop(self) -> None:
+        """Every boot from now on is cancelled."""
+        self._stopped = True
+
+    def foreground(self, env_id: str, first: bool) -> None:
+        """Put the env's boot first (an env waits for it), or forget it (torn down)."""
+        with self._mutex:
+            if first:
+                self._foreground.add(env_id)
+            else:
+                self._foreground.discard(env_id)
 
     def cpu_shares(self, spec: BootSpec) -> int | None:
         """The CPU weight of the next container the boot creates (None: Docker's default)."""
-        ...
+        if spec.warm_pool is None:
+            return None
+        # Booting in the background, the envs in use go first; once an env waits for
+        # this spare, it boots as fast as that env's own cold start would.
+        return CPU_SHARES if spec.env_id in self._foreground else WARM_CPU_SHARES
 
-    def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
-        """Memory, pids and CPUs of a container the boot creates (a service's own or the
-        server's)."""
-        ...
 
+def bring_up(
+    engine: Engine, volumes: Volumes, guard: Guard, limits: Limits, spec: BootSpec
+) -> Booted:
+    """Network, volumes and started containers, and the agent's address.
 
-def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> Booted:
-    """Network, volumes and started containers, and the agent's address."""
+    ``limits``: the server's, with a service's own in their place (``Limits.of``); the same
+    for cold starts and spares.
+    """
     env_id = spec.env_id
     deadline = time.monotonic() + spec.timeout_s
     network: str | None = None
@@ -103,7 +152,7 @@ def bring_up(engine: Engine, volumes: Volumes, guard: Guard, spec: BootSpec) -> 
                     publish=agent and spec.egress == "allow",
                     extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
                     cpu_shares=guard.cpu_shares(spec),
-                    limits=guard.limits(spec, svc),
+                    limits=limits.of(svc.limits),
                     deny=not policy.resolver,
                     extra_hosts=egress_hosts(policy),
                     live_dir=live_dir,

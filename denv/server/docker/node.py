@@ -1,36 +1,30 @@
 """The Docker Engine node: the ``Node`` seam on this machine's Docker Engine and mounts.
 
-Containers and networks through ``Engine``, volumes through ``Volumes`` (overlayfs on the
-host), cgroup files through ``cgroups``, the boot sequence in ``boot``. Its own lock per env
-serialises what a boot makes with what a teardown removes, and a cancelled boot makes
-nothing more: so ``cancel`` then ``teardown`` leaves nothing behind, whatever a boot in
-flight was doing.
+Containers through ``Engine`` and networks through its ``networks``, volumes through
+``Volumes`` (overlayfs on the host), cgroup files through ``cgroups``, the boot sequence in
+``boot``, layer transfer to other nodes and object storage in ``layers``. A lock per env
+(``boot.Guard``, which the boot holds too) serialises what a boot makes with what a teardown
+removes, and a cancelled boot makes nothing more: so ``cancel`` then ``teardown`` leaves
+nothing behind, whatever a boot in flight was doing.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
-from collections import defaultdict
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
-from denv.server.config import CPU_SHARES, WARM_CPU_SHARES, StoreConfig
+from denv.server.config import CPU_SHARES, StoreConfig
 from denv.server.docker import boot, cgroups, live
 from denv.server.docker.engine import MIB, Engine, container_name
 from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
-from denv.server.node.seam import Booted, BootSpec, Cancelled, Owned
-from denv.server.records import Limits, LiveProc, ServiceSpec, VolumeSlot
+from denv.server.node.seam import Booted, BootSpec, Owned
+from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
-
-CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
 
 
 class DockerNode:
@@ -40,38 +34,9 @@ class DockerNode:
         self.engine = engine
         self.volumes = volumes
         self._limits = limits or Limits()
-        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._guard = threading.Lock()  # over the dicts below, never across a Docker call
-        self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
-        self._foreground: set[str] = set()  # envs whose boots create at full CPU weight
-        self._stopped = False
+        self.guard = boot.Guard()  # the env locks boots share with teardown and snapshots
         self.layers = LayerTransfer(volumes)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
-
-    # the boot's guard (see boot.Guard)
-    def _lock(self, env_id: str) -> threading.Lock:
-        with self._guard:
-            return self._locks[env_id]
-
-    @contextmanager
-    def step(self, env_id: str) -> Iterator[None]:
-        with self._lock(env_id):
-            self.check(env_id)
-            yield
-
-    def check(self, env_id: str) -> None:
-        if self._stopped or env_id in self._cancelled:
-            raise Cancelled()
-
-    def cpu_shares(self, spec: BootSpec) -> int | None:
-        if spec.warm_pool is None:
-            return None
-        # Booting in the background, the envs in use go first; once an env waits for
-        # this spare, it boots as fast as that env's own cold start would.
-        return CPU_SHARES if spec.env_id in self._foreground else WARM_CPU_SHARES
-
-    def limits(self, spec: BootSpec, service: ServiceSpec) -> Limits:
-        return self._limits.of(service.limits)  # the same for cold starts and spares
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -131,20 +96,19 @@ class DockerNode:
 
     # one env
     def bring_up(self, spec: BootSpec) -> Booted:
-        return boot.bring_up(self.engine, self.volumes, self, spec)
+        return boot.bring_up(self.engine, self.volumes, self.guard, self._limits, spec)
 
     def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
-        boot.wait_healthy(self.engine, self, spec, booted, timeout_s)
+        boot.wait_healthy(self.engine, self.guard, spec, booted, timeout_s)
 
     def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
-        with self.step(env_id):
+        with self.guard.step(env_id):
             for slot in volumes:
                 self.volumes.attach(env_id, slot.service, slot.n, slot.layers)
 
     def prioritize(self, env_id: str, containers: list[str]) -> None:
-        with self._lock(env_id):
-            with self._guard:
-                self._foreground.add(env_id)
+        with self.guard.lock(env_id):
+            self.guard.foreground(env_id, True)
             for cid in containers or list(self.engine.states(env_id)):
                 cgroups.set_cpu_shares(self.engine, cid, CPU_SHARES)
 
@@ -152,7 +116,7 @@ class DockerNode:
         self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
     ) -> list[list[str]]:
         new_layers: list[str | None] = []
-        with self._lock(env_id):
+        with self.guard.lock(env_id):
             frozen: list[tuple[str, str]] = []
             try:
                 for cid in containers:  # no inspect first: freezing what does not run is a no-op
@@ -185,23 +149,18 @@ class DockerNode:
         return [(c.path, c.change, c.size) for c in changes], truncated
 
     def cancel(self, env_id: str) -> None:
-        now = time.monotonic()
-        with self._guard:
-            for old in [x for x, t in self._cancelled.items() if now - t > CANCEL_MEMORY_S]:
-                del self._cancelled[old]
-            self._cancelled[env_id] = now
+        self.guard.cancel(env_id)
 
     def teardown(self, env_id: str, containers: list[str]) -> None:
-        with self._lock(env_id):
+        with self.guard.lock(env_id):
             for cid in set(containers) | set(self.engine.states(env_id)):
                 self.engine.remove(cid)
             self.engine.networks.remove(network_name(env_id))
             self.volumes.remove_env(env_id)
-            with self._guard:
-                self._foreground.discard(env_id)
+            self.guard.foreground(env_id, False)
 
     def stop(self) -> None:
-        self._stopped = True
+        self.guard.stop()
         if self.volumes.fs is not None:
             self.volumes.fs.drain()  # pooled volume filesystems: nothing of them outlives us
 
@@ -325,7 +284,7 @@ class DockerNode:
             )
             for env_id, port in children
         ]
-        with self._lock(parent_env):
+        with self.guard.lock(parent_env):
             procs, timings = live.fork(
                 live.Proc(parent.pid, parent.start), specs, capture, parent.depth
             )
@@ -353,7 +312,7 @@ class DockerNode:
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env: its process, its volume slots; the container with the last."""
-        with self._lock(env_id):
+        with self.guard.lock(env_id):
             live.kill(live.Proc(proc.pid, proc.start))
             self.volumes.detach_live(proc.group, proc.slot, env_id)
         if last:
