@@ -3,7 +3,9 @@
 denv mounts this directory read-only at ``/.denv/bin`` in a container created with
 ``live: true`` and starts ``python /.denv/bin/launcher.py <the image's command>``. Nothing
 of denv is imported here (the image has only its own packages); the standard library,
-uvicorn and, when present, openenv are enough.
+uvicorn and, when present, openenv are enough. That is also why it is one file, the one
+module of the project over 400 lines: it runs as a script from a read-only mount, where
+a sibling module would need an import path of its own in every image.
 
 Process tree in the container::
 
