@@ -13,20 +13,17 @@ another thread).
 from __future__ import annotations
 
 import asyncio
-import logging
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 
 from denv import AsyncDenv
 
 from ._connection import PROBE_TIMEOUT_S, Connection, default_tls
-from ._plan import Api, ConnectionSource, Get, Plan, Sleep, Step, Together, WebSocket
+from ._plan import Api, ConnectionSource, Get, Plan, Progress, Sleep, Step, Together, WebSocket
 from ._readiness import is_loopback, no_websocket, probe_websocket, probe_websocket_async
 
 T = TypeVar("T")
-
-logger = logging.getLogger(__name__)
 
 
 async def run(plan: Plan[T], source: ConnectionSource) -> T:
@@ -39,19 +36,15 @@ async def run(plan: Plan[T], source: ConnectionSource) -> T:
 
 
 async def _drive(plan: Plan[T], link: _Link) -> T:
-    """`_plan`'s loop, each step awaited: send the plan each value, or throw it the error."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
+    progress = Progress(plan)
+    while progress.step is not None:
         try:
-            step = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        try:
-            value, error = await link.take(step), None
-        except BaseException as exc:  # the plan decides, cleanup included
-            value, error = None, exc
+            value = await link.take(progress.step)
+        except BaseException as exc:
+            progress.throw(exc)
+        else:
+            progress.send(value)
+    return cast(T, progress.result)
 
 
 class _Link:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, cast
 
 from ._connection import Connection
 from ._readiness import WebSocketProbe
@@ -82,21 +82,30 @@ class ConnectionSource(Protocol):
     def connection(self) -> Connection: ...
 
 
-def _drive(plan: Plan[T], take: Callable[[Step], Any]) -> T:
-    """Send `plan` the value of each step it yields, as `take(step)` gives it (or throw it the
-    error), until it returns."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
+class Progress(Generic[T]):
+    """A plan under way, for a runner: its next `step`, or its `result` once `step` is None.
+
+    A runner takes each step and hands back its value (`send`) or its error (`throw`); the
+    plan decides what an error means, its cleanup included.
+    """
+
+    def __init__(self, plan: Plan[T]) -> None:
+        self._plan = plan
+        self.step: Step | None = None
+        self.result: T | None = None
+        self._move(plan.send, None)
+
+    def send(self, value: Any) -> None:
+        self._move(self._plan.send, value)
+
+    def throw(self, error: BaseException) -> None:
+        self._move(self._plan.throw, error)
+
+    def _move(self, move: Callable[[Any], Step], arg: Any) -> None:
         try:
-            step = plan.send(value) if error is None else plan.throw(error)
+            self.step = move(arg)
         except StopIteration as done:
-            result: T = done.value
-            return result
-        try:
-            value, error = take(step), None
-        except BaseException as exc:  # the plan decides, cleanup included
-            value, error = None, exc
+            self.step, self.result = None, done.value
 
 
 def run(plan: Plan[T], source: ConnectionSource) -> T:
@@ -114,7 +123,15 @@ def run(plan: Plan[T], source: ConnectionSource) -> T:
             return None
         return _together(step.plans, source)
 
-    return _drive(plan, take)
+    progress = Progress(plan)
+    while progress.step is not None:
+        try:
+            value = take(progress.step)
+        except BaseException as exc:
+            progress.throw(exc)
+        else:
+            progress.send(value)
+    return cast(T, progress.result)
 
 
 def _together(plans: Sequence[Plan[Any]], source: ConnectionSource) -> list[BaseException | None]:
