@@ -19,6 +19,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from denv.server.config import MIB
 from denv.server.docker import live
 from denv.server.docker.networks import EnvNetworks
 from denv.server.docker.sdk import DockerApi, engine_errors
@@ -30,7 +31,6 @@ from denv.server.records import Limits
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 # Every capability dropped but one (Limits.capabilities; `denv serve --env-cap-add` grants
 # more): a process in an env cannot make device nodes, open raw
 # sockets, mount, chown files or change its uid; no-new-privileges stops setuid binaries

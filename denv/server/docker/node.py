@@ -15,9 +15,9 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from denv.server.config import CPU_SHARES, StoreConfig
+from denv.server.config import CPU_SHARES, MIB, StoreConfig
 from denv.server.docker import boot, cgroups, live
-from denv.server.docker.engine import MIB, Engine, container_name
+from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
