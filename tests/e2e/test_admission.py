@@ -15,7 +15,9 @@ from typing import Any
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv
+from conftest import LocalDenv, instance_id
+
+from denv.server.docker.boot import WARM_LABEL
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +36,14 @@ REFUSED: list[tuple[str, dict[str, Any], int, str]] = [
 ]
 
 
-def _containers() -> set[str]:
+def _containers(server: LocalDenv) -> set[str]:
+    """This server's env containers (other servers on the machine are not this test's),
+    warm spares aside: a pool an earlier test asked for may still be refilling."""
     client = docker.from_env()
-    return {c.id for c in client.containers.list(all=True, filters={"label": "denv.env"})}
+    mine = client.containers.list(
+        all=True, filters={"label": f"denv.instance={instance_id(server.state_dir)}"}
+    )
+    return {c.id for c in mine if WARM_LABEL not in c.labels}
 
 
 def _ids(c: httpx.Client, what: str) -> set[str]:
@@ -51,10 +58,10 @@ def test_a_refused_create_records_no_version(
 ) -> None:
     headers = {"Authorization": f"Bearer {denv_server.key}"}
     with httpx.Client(base_url=denv_server.url, headers=headers, trust_env=False) as c:
-        versions, envs, containers = _ids(c, "versions"), _ids(c, "envs"), _containers()
+        versions, envs, containers = _ids(c, "versions"), _ids(c, "envs"), _containers(denv_server)
         res = c.post("/v1/sandboxes", json={"image": ECHO_IMAGE, **extra}, timeout=60)
         assert res.status_code == status, (why, res.status_code, res.text[:300])
         assert not code or res.json()["code"] == code, (why, res.text[:300])
         assert _ids(c, "versions") == versions, f"{why}: a version was left"
         assert _ids(c, "envs") == envs, f"{why}: an env was left"
-        assert _containers() == containers, f"{why}: a container was left"
+        assert _containers(denv_server) == containers, f"{why}: a container was left"
