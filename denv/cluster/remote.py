@@ -17,7 +17,7 @@ import ray
 import ray.exceptions
 
 from denv.server.config import DOCKER_TIMEOUT_S, StoreConfig
-from denv.server.node.seam import Booted, BootSpec, NodeLost, Owned
+from denv.server.node.seam import Booted, BootSpec, ImageFacts, NodeLost, Owned
 from denv.server.records import LiveProc, VolumeSlot
 
 CALL_TIMEOUT_S = float(DOCKER_TIMEOUT_S) + 30.0  # a quick call: a Docker call's limit and some
@@ -68,15 +68,9 @@ class RemoteNode:
     def engine_version(self) -> str:
         return cast(str, self._call(CALL_TIMEOUT_S, "engine_version"))
 
-    def resolve_image(self, image: str, pull: bool) -> str:
+    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         timeout = LONG_TIMEOUT_S if pull else CALL_TIMEOUT_S
-        return cast(str, self._call(timeout, "resolve_image", image, pull))
-
-    def image_labels(self, image_id: str) -> dict[str, str]:
-        return cast(dict[str, str], self._call(CALL_TIMEOUT_S, "image_labels", image_id))
-
-    def image_command(self, image_id: str) -> list[str]:
-        return cast(list[str], self._call(CALL_TIMEOUT_S, "image_command", image_id))
+        return cast(ImageFacts, self._call(timeout, "inspect_image", image, pull))
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
         return cast("str | None", self._call(LONG_TIMEOUT_S, "seed_layer", image_id, path))
@@ -164,9 +158,6 @@ class RemoteNode:
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         self._call(LONG_TIMEOUT_S, "live_teardown", env_id, proc, last)
-
-    def live_private_bytes(self, proc: LiveProc) -> int:
-        return cast(int, self._call(CALL_TIMEOUT_S, "live_private_bytes", proc))
 
     # placement and loss (what the agent's own DockerNode says: no cap, nothing lost)
     def room(self) -> int | None:

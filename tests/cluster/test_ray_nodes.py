@@ -56,7 +56,7 @@ def nodes(cluster: LocalCluster) -> dict[str, RemoteNode]:
 
 
 def standin_spec(node: RemoteNode, command: list[str] = STANDIN_CMD) -> BootSpec:
-    digest = node.resolve_image(STANDIN, False)
+    digest = node.inspect_image(STANDIN, False).id
     service = ServiceSpec(
         name="agent",
         image=STANDIN,
@@ -201,7 +201,7 @@ def test_after_stop_the_agent_serves_the_next_control_plane(
 def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) -> None:
     node = nodes["n2"]
     with pytest.raises(ApiError) as missing:
-        node.resolve_image("denv-no-such-image:never", False)
+        node.inspect_image("denv-no-such-image:never", False)
     assert (missing.value.status, missing.value.code) == (422, "image_not_found")
     assert type(missing.value) is ApiError  # not Ray's RayTaskError(ApiError)
 

@@ -17,7 +17,7 @@ from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.net.host_guard import HostGuardWatch
-from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled, Node, Owned
+from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled, ImageFacts, Node, Owned
 from denv.server.records import (
     ALL,
     FINAL,
@@ -102,11 +102,8 @@ class FakeNode:
     def lost_reason(self, env_id: str) -> str | None:
         return None
 
-    def resolve_image(self, image: str, pull: bool) -> str:
-        return "sha256:" + image
-
-    def image_labels(self, image_id: str) -> dict[str, str]:
-        return {}
+    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
+        return ImageFacts(id="sha256:" + image, command=["uvicorn", "app:app"])
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
         return None

@@ -27,6 +27,7 @@ from denv.server.errors import ApiError
 from denv.server.net.firewall import Firewall
 from denv.server.net.policy import DENY_DNS
 from denv.server.net.subnets import SubnetPool
+from denv.server.node.seam import ImageFacts
 from denv.server.records import Limits
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,11 @@ class Engine(DockerApi):
             return "unavailable"
 
     # images
-    def resolve_image(self, image: str, pull: bool) -> str:
-        """The image's id (``sha256:...``); 422 ``image_not_found`` when it is not there."""
+    def _inspect(self, image: str, pull: bool) -> dict[str, Any]:
+        """The engine's inspect of the image; 422 ``image_not_found`` when it is not there."""
         with engine_errors():
             try:
-                return str(self.api.inspect_image(image)["Id"])
+                return dict(self.api.inspect_image(image))
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
@@ -102,21 +103,20 @@ class Engine(DockerApi):
                 # None: the SDK reads the operator's config; {}: an empty registry auth
                 auth: dict[str, str] | None = None if self.pull_credentials else {}
                 self.client.images.pull(image, auth_config=auth)
-                return str(self.api.inspect_image(image)["Id"])
+                return dict(self.api.inspect_image(image))
             except docker.errors.APIError as exc:
                 raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc
 
     def image_command(self, image_id: str) -> list[str]:
         """The image's Entrypoint and Cmd, as the engine would run them."""
         with engine_errors():
-            config = self.api.inspect_image(image_id).get("Config") or {}
-        return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+            return _command(self.api.inspect_image(image_id))
 
-    def image_labels(self, image_id: str) -> dict[str, str]:
-        """The labels an image was built with (``LABEL``), {} when it has none."""
-        with engine_errors():
-            info = self.api.inspect_image(image_id)
-        return dict((info.get("Config") or {}).get("Labels") or {})
+    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
+        """The image's id, command and labels, from one inspect (two when it is pulled)."""
+        info = self._inspect(image, pull)
+        labels = dict((info.get("Config") or {}).get("Labels") or {})
+        return ImageFacts(id=str(info["Id"]), command=_command(info), labels=labels)
 
     def export_path(self, image_id: str, path: str, dest: Path) -> bool:
         """Copy what the image has at ``path`` into ``dest``; False when it has nothing there."""
@@ -336,3 +336,8 @@ def _image_missing(image: str, why: str = "") -> ApiError:
         "(docker build / docker load; see docker images), or pass pull: true",
         {"image": image},
     )
+
+
+def _command(info: dict[str, Any]) -> list[str]:
+    config = info.get("Config") or {}
+    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]

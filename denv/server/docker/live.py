@@ -354,12 +354,3 @@ def write_id_maps(pid: int, forker: int | None) -> None:
 def hello(proc: Proc) -> dict[str, Any]:
     with _connect(ctl_path(proc.pid)) as sock:
         return _ask(sock, {"op": "hello"}, sock.makefile("rb"))
-
-
-def private_bytes(proc: Proc) -> int:
-    """Private (not shared copy-on-write) memory of a live process, from smaps_rollup."""
-    total = 0
-    for line in Path(f"/proc/{proc.pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith(("Private_Clean:", "Private_Dirty:")):
-            total += int(line.split()[1]) * 1024
-    return total

@@ -21,7 +21,7 @@ from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
-from denv.server.node.seam import Booted, BootSpec, Owned
+from denv.server.node.seam import Booted, BootSpec, ImageFacts, Owned
 from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
@@ -58,14 +58,8 @@ class DockerNode:
     def engine_version(self) -> str:
         return self.engine.version()
 
-    def resolve_image(self, image: str, pull: bool) -> str:
-        return self.engine.resolve_image(image, pull)
-
-    def image_command(self, image_id: str) -> list[str]:
-        return self.engine.image_command(image_id)
-
-    def image_labels(self, image_id: str) -> dict[str, str]:
-        return self.engine.image_labels(image_id)
+    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
+        return self.engine.inspect_image(image, pull)
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
         layer_id, tmp = self.volumes.new_layer_dir()
@@ -317,9 +311,6 @@ class DockerNode:
             self.volumes.detach_live(proc.group, proc.slot, env_id)
         if last:
             self.teardown(proc.group, [proc.container])
-
-    def live_private_bytes(self, proc: LiveProc) -> int:
-        return live.private_bytes(live.Proc(proc.pid, proc.start))
 
     # layer transfer (denv.server.docker.layers)
     def layer_digest(self, layer_id: str) -> str:

@@ -28,6 +28,7 @@ from denv.server.lifecycle.spares import PoolOf, pool_of
 from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.egress import from_request as egress_from_request
 from denv.server.node.live import unsupported_reason as live_reason
+from denv.server.node.seam import ImageFacts
 from denv.server.records import READY, EnvRecord, EnvStatus, VersionRecord
 
 
@@ -144,10 +145,9 @@ class Admission:
         """422 for an image the operator's ``--allow-image`` list does not admit."""
         check_allowed(image, self.ctx.config.allow_images, path)
 
-    def live(self, image: str, version: VersionRecord) -> None:
+    def live(self, image: str, version: VersionRecord, facts: ImageFacts) -> None:
         """409 ``live_unsupported`` for an env that cannot run under the live launcher."""
-        svc = version.services[0]
-        argv = svc.command or self.ctx.node.image_command(svc.image_digest)
+        argv = version.services[0].command or facts.command
         reason = live_reason(argv, len(version.services))
         if reason is not None:
             raise ApiError(
@@ -201,12 +201,14 @@ class Admission:
             raise refuse_live("a live child keeps its parent's process environment (env)")
         return parent
 
-    def sandbox(self, owner: str, version: VersionRecord, body: SandboxCreate) -> str:
+    def sandbox(
+        self, owner: str, version: VersionRecord, facts: ImageFacts, body: SandboxCreate
+    ) -> str:
         """``POST /v1/sandboxes`` on its (not yet recorded) implicit version: its egress."""
         count = body.count or 1
         egress = self.egress(body.egress, "deny")
         if body.live:
-            self.live(body.image, version)
+            self.live(body.image, version, facts)
         self.fair(owner, pool_of(version, egress, {}), count, 0 if body.live else body.warm)
         return egress
 

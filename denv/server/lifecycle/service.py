@@ -151,8 +151,8 @@ class Service:
         self.admit.count(owner, count)
         self.admit.version(owner)
         self.admit.image(body.image, "image")
-        planned = self.versions.implicit(owner, body)  # resolves the image, records nothing
-        egress = self.admit.sandbox(owner, planned, body)
+        planned, facts = self.versions.implicit(owner, body)  # one image look, no record
+        egress = self.admit.sandbox(owner, planned, facts, body)
         version = self.versions.add(planned)
         recs = self.envs.create(
             owner,

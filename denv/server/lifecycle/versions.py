@@ -19,6 +19,7 @@ from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import service_limits
 from denv.server.lifecycle.requests import SandboxCreate
+from denv.server.node.seam import ImageFacts
 from denv.server.records import (
     UP,
     EnvRecord,
@@ -57,10 +58,11 @@ class Versions:
     def _volumes(self, service: str, image_id: str, paths: list[str]) -> list[Volume]:
         return [Volume(service=service, path=p, layers=self._seed(image_id, p)) for p in paths]
 
-    def implicit(self, owner: str, body: SandboxCreate) -> VersionRecord:
+    def implicit(self, owner: str, body: SandboxCreate) -> tuple[VersionRecord, ImageFacts]:
         """The one-service version behind ``POST /v1/sandboxes``, not yet recorded: the
         request is admitted on it first (``add`` records it)."""
-        image_id = self.ctx.node.resolve_image(body.image, body.pull)
+        facts = self.ctx.node.inspect_image(body.image, body.pull)
+        image_id = facts.id
         paths = ["/work", *[p.rstrip("/") or "/" for p in body.volumes]]
         paths = list(dict.fromkeys(paths))
         svc = ServiceSpec(
@@ -74,16 +76,13 @@ class Versions:
             health_path=body.health_path or "/health",
         )
         vols = self._volumes(SANDBOX_SERVICE, image_id, paths)
-        warm_fork = body.warm_fork or self._warm_image(image_id)
-        return self._new(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {})
+        warm_fork = body.warm_fork or _warm_image(facts)
+        return self._new(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {}), facts
 
     def add(self, rec: VersionRecord) -> VersionRecord:
         """Record a version made by ``implicit`` once its request is admitted."""
         self.ctx.store.insert_version(rec)
         return rec
-
-    def _warm_image(self, image_id: str) -> bool:
-        return self.ctx.node.image_labels(image_id).get(FORK_LABEL) == "warm"
 
     def deploy(
         self, owner: str, project: str, compose: str, labels: dict[str, str]
@@ -91,15 +90,18 @@ class Versions:
         spec: ComposeSpec = parse_compose(compose)
         services: list[ServiceSpec] = []
         vols: list[Volume] = []
+        warm_images: list[bool] = []
         for s in spec.services:
             check_allowed(s.image, self.ctx.config.allow_images, f"services.{s.name}.image")
         for s in spec.services:
             try:
-                image_id = self.ctx.node.resolve_image(s.image, False)
+                facts = self.ctx.node.inspect_image(s.image, False)
             except ApiError as exc:
                 exc.message = f"services.{s.name}.image: {exc.message}"
                 exc.details = {"path": f"services.{s.name}.image", "image": s.image}
                 raise
+            image_id = facts.id
+            warm_images.append(_warm_image(facts))
             agent = s.name == spec.agent_service
             paths = list(
                 dict.fromkeys(([] if "/work" in s.volumes or not agent else ["/work"]) + s.volumes)
@@ -121,10 +123,8 @@ class Versions:
                 )
             )
             vols += self._volumes(s.name, image_id, paths)
-        if spec.fork is not None:
-            warm_fork = spec.fork == "warm"
-        else:  # undeclared: warm when every image declares it
-            warm_fork = all(self._warm_image(s.image_digest) for s in services)
+        # undeclared: warm when every image declares it
+        warm_fork = spec.fork == "warm" if spec.fork is not None else all(warm_images)
         return self.add(self._new(
             owner, project, None, spec.agent_service, services, vols, warm_fork, labels,
             tools=spec.tools,
@@ -264,3 +264,8 @@ class Versions:
 def referenced_layers(store: Store) -> set[str]:
     """Every layer some version (deleted ones excepted) still names."""
     return {x for v in store.all_versions() for vol in v.volumes for x in vol.layers}
+
+
+def _warm_image(facts: ImageFacts) -> bool:
+    """The image declares that it reads its volumes per session (``ai.denv.fork=warm``)."""
+    return facts.labels.get(FORK_LABEL) == "warm"

@@ -123,18 +123,23 @@ class NodeLost(Exception):
         return (NodeLost, (self.node, self.reason))
 
 
+class ImageFacts(Record):
+    """What an image is, read once per request: its id, its command, its labels."""
+
+    id: str  # sha256:...: what a version pins
+    command: list[str]  # Entrypoint and Cmd, as the engine runs them
+    labels: dict[str, str] = Field(default_factory=dict)  # LABEL, e.g. ai.denv.fork
+
+
 class Node(Protocol):
     """One machine's part in running envs. Every call blocks; callers run them in threads."""
 
     # images and layers
     def engine_version(self) -> str: ...
 
-    def resolve_image(self, image: str, pull: bool) -> str: ...
-
-    def image_labels(self, image_id: str) -> dict[str, str]: ...
-
-    def image_command(self, image_id: str) -> list[str]:
-        """The image's Entrypoint and Cmd, as the engine runs them."""
+    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
+        """Everything the lifecycle needs of an image, in one look (one remote call on a
+        cluster): 422 ``image_not_found`` when it is not there (pulled first with ``pull``)."""
         ...
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
@@ -234,8 +239,6 @@ class Node(Protocol):
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env's process and volumes; its group's container too when last."""
         ...
-
-    def live_private_bytes(self, proc: LiveProc) -> int: ...
 
     # placement and loss (a cluster of nodes; one machine has no cap and loses nothing)
     def room(self) -> int | None:

@@ -16,7 +16,16 @@ from typing import TypeVar
 
 from denv.server.config import StoreConfig
 from denv.server.errors import ApiError
-from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled, Node, NodeLost, Owned
+from denv.server.node.seam import (
+    Booted,
+    BootFailed,
+    BootSpec,
+    Cancelled,
+    ImageFacts,
+    Node,
+    NodeLost,
+    Owned,
+)
 from denv.server.records import LiveProc, VolumeSlot
 
 from .layers import Layers
@@ -59,14 +68,8 @@ class Routing(Layers):
     def engine_version(self) -> str:
         return self._first(lambda n: n.engine_version())
 
-    def resolve_image(self, image: str, pull: bool) -> str:
-        return self._first(lambda n: n.resolve_image(image, pull))
-
-    def image_labels(self, image_id: str) -> dict[str, str]:
-        return self._first(lambda n: n.image_labels(image_id))
-
-    def image_command(self, image_id: str) -> list[str]:
-        return self._first(lambda n: n.image_command(image_id))
+    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
+        return self._first(lambda n: n.inspect_image(image, pull))
 
     # Node: one env
     def bring_up(self, spec: BootSpec) -> Booted:
@@ -251,9 +254,6 @@ class Routing(Layers):
             self._routed(proc.group, lambda n: n.live_teardown(env_id, proc, last))
         if env_id != proc.group:
             self._forget(env_id, [])
-
-    def live_private_bytes(self, proc: LiveProc) -> int:
-        return self._routed(proc.group, lambda n: n.live_private_bytes(proc))
 
     # reconcile
     def owned(self) -> Owned:
