@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The live-fork end-to-end tests, run against the installed wheel instead of the source tree.
+#
+# Users install `denv[openenv]`, not this checkout: a runtime file the wheel leaves out (the
+# live-fork launcher once was) breaks every installed live fork while every test of the
+# source tree passes. So: build the wheel, install it with the one line users copy into a
+# clean venv (plus the test runner), copy the tests (not the sources) to a folder of their
+# own, check that `denv` there is the installed one, and run the live-fork e2e tests with
+# that venv's Python, which is also what starts their `denv serve`.
+#
+# Needs what `make test` sets up: the Docker Engine and the project's images.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+TESTS=(tests/e2e/test_live_fork.py)
+
+echo "test-installed: building the wheel and a clean venv" >&2
+.venv/bin/uv build --wheel --out-dir "$work/dist" --quiet
+python3 -m venv "$work/venv"
+whl=$(ls "$work"/dist/denv-*.whl)
+# The test runner at the versions the project's own venv runs.
+runner=$(.venv/bin/python -c 'from importlib.metadata import version
+print(" ".join(f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout")))')
+# shellcheck disable=SC2086
+"$work/venv/bin/pip" install --quiet --disable-pip-version-check "${whl}[openenv]" $runner
+
+mkdir -p "$work/run/tests"
+cp tests/conftest.py "$work/run/tests/"
+cp -r tests/e2e "$work/run/tests/e2e"
+find "$work/run" -name __pycache__ -prune -exec rm -rf {} +
+cat >"$work/run/pytest.ini" <<'INI'
+[pytest]
+addopts = -rs -p no:cacheprovider
+timeout = 600
+markers =
+    e2e: needs a Docker Engine and the local server
+INI
+cd "$work/run"
+"$work/venv/bin/python" - "$root" <<'PY'
+import sys
+from pathlib import Path
+
+import denv
+import denv.server.docker.live as live
+
+where = Path(denv.__file__).resolve()
+assert "site-packages" in where.parts, f"denv is imported from {where}, not the wheel"
+assert not where.is_relative_to(Path(sys.argv[1]).resolve()), f"denv comes from the checkout: {where}"
+assert (live.LAUNCHER_DIR / "launcher.py").is_file(), "the wheel has no live-fork launcher"
+print(f"test-installed: denv from {where.parent}")
+PY
+"$work/venv/bin/python" -m pytest -q "${TESTS[@]}"
