@@ -168,12 +168,14 @@ class Admission:
         count: int,
         warm: int,
     ) -> str:
-        """A volume fork of ``rec`` into ``count`` children: their egress, once admitted."""
+        """A volume fork of ``rec`` into ``count`` children (counts, caps, egress, the sizes of
+        the volumes it snapshots): their egress, once admitted."""
         self.count(owner, count)
         self.version(owner)
         resolved = self.egress(egress, rec.egress)
         if parent is not None:  # the children's caps, before the snapshot is made
             self.fair(owner, pool_of(parent, resolved, env), count, warm)
+        check_volume_sizes(self.ctx, rec)
         return resolved
 
     def live_fork(

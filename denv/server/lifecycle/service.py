@@ -19,7 +19,6 @@ from denv.server import ids
 from denv.server.errors import ApiError, invalid, not_found
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
-from denv.server.lifecycle.limits import check_volume_sizes
 from denv.server.lifecycle.live_forks import LiveForks
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
@@ -188,7 +187,6 @@ class Service:
             return {"version": self.version_view(version), "envs": views}
         parent = self.ctx.store.get_version(rec.version_id)
         egress = self.admit.fork(owner, rec, parent, opts.egress, opts.env, opts.count, opts.warm)
-        check_volume_sizes(self.ctx, rec)
         t0 = time.perf_counter()
         version = self.versions.snapshot(rec, {})
         t1 = time.perf_counter()
