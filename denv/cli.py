@@ -12,6 +12,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from denv.cli_parser import CommandParser
+from denv.redaction import RedactSecrets
+
 # subcommand -> (module, one-line help). The module (or, for "module:NAME", the object NAME in
 # it) provides `add_arguments(parser)` and `main(args) -> int`.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -66,7 +69,8 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # Its errors name unknown options but echo no value that may be a key (cli_parser).
+    parser = CommandParser(
         prog="denv",
         description="Run reinforcement-learning environments as sandboxes and fork their state.",
     )
@@ -98,9 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = _load(target)
     module.add_arguments(_subparser(parser, command))  # type: ignore[attr-defined]
     args = parser.parse_args(argv)
+    stderr = logging.StreamHandler()
+    stderr.addFilter(RedactSecrets())  # -v logs URLs: ingress ones hold their token
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[stderr],
     )
     if not args.verbose:  # one line per HTTP request drowns what the command says
         for noisy in ("httpx", "httpcore"):

@@ -32,14 +32,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from denv.cli_parser import CommandParser
 from denv.local import read_local_server
+from denv.redaction import RedactSecrets
 from denv.server.config import ServerConfig
 from denv.server.node.cluster import options as clusteropts
 from denv.server.node.seam import Node
 from denv.server.serve_options import add_arguments, config_from_args
 
 # add_arguments is part of this module's surface: denv.cluster.serve builds its parser with it.
-__all__ = ["NodeFactory", "add_arguments", "main", "run"]
+__all__ = ["NodeFactory", "add_arguments", "main", "run", "setup_logging"]
 
 log = logging.getLogger("denv.server")
 
@@ -57,14 +59,20 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _setup_logging(state_dir: Path, level: str) -> None:
+def setup_logging(state_dir: Path, level: str) -> None:
+    """server.log (rotated) and stderr. Every record, from any logger, passes
+    ``RedactSecrets`` on its way to either: ingress tokens become a prefix of their digest,
+    keys and credential headers ``***`` (uvicorn's lines, error paths, tracebacks, DEBUG
+    handshakes)."""
     handler = logging.handlers.RotatingFileHandler(
         state_dir / "server.log", maxBytes=10 * 1024 * 1024, backupCount=2
     )
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler.setFormatter(fmt)
     stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(fmt)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact = RedactSecrets()
+    for h in (handler, stderr):
+        h.setFormatter(fmt)
+        h.addFilter(redact)
     root = logging.getLogger()
     root.handlers = [handler, stderr]
     root.setLevel(level.upper())
@@ -91,7 +99,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
         return 2
     state_dir: Path = config.state_dir
     private_dir(state_dir)
-    _setup_logging(state_dir, args.log_level)
+    setup_logging(state_dir, args.log_level)
     running = read_local_server(state_dir)
     if running is not None:
         print(
@@ -143,7 +151,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """``python -m denv.server [serve] ...``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="denv serve", description="Run the local denv server.", allow_abbrev=False
     )
     add_arguments(parser)

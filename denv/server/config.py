@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,7 +68,7 @@ class ServerConfig:
     """What one ``denv serve`` process needs to know."""
 
     state_dir: Path
-    api_key: str
+    api_key: str = field(repr=False)  # never in a log line or a traceback's repr
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_envs_per_key: int = DEFAULT_MAX_ENVS_PER_KEY

@@ -293,7 +293,11 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
     try:
         given = _given_key(args.api_key_file)
     except OSError as exc:
-        raise UsageError(f"cannot read --api-key-file: {exc}") from None
+        # Not the path: a key given where its file belongs would be echoed.
+        raise UsageError(
+            f"cannot read the file given to --api-key-file ({exc.strerror}): give the path "
+            "of a file holding the key (mode 0600), or set $DENV_API_KEY"
+        ) from None
     return ServerConfig(
         state_dir=default_state_dir(args.state_dir).resolve(),
         api_key=given,

@@ -9,6 +9,7 @@ test listens on) cannot be reached. After DELETE the ingress URL answers 404.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import statistics
@@ -126,6 +127,25 @@ def test_concurrent_clients_through_ingress(deny_env: dict[str, Any]) -> None:
     with ThreadPoolExecutor(8) as pool:
         checked = sum(pool.map(client, range(8)))
     print(f"ingress: 8 concurrent OpenEnv clients, {checked} unique steps, 0 crossed or lost")
+
+
+def test_server_logs_show_the_token_only_redacted(
+    denv_server: LocalDenv, deny_env: dict[str, Any]
+) -> None:
+    from openenv.core.generic_client import GenericEnvClient
+
+    base = base_url(deny_env)
+    token = urlsplit(base).path.split("/")[2]
+    with httpx.Client(trust_env=False, timeout=30) as http:
+        assert http.get(f"{base}/health?token={token}").status_code == 200
+    with GenericEnvClient(base_url=base).sync() as env:  # its WebSocket is logged, accepted
+        env.reset()
+    logs = [denv_server.state_dir / n for n in ("server.log", "server.out")]
+    text = "".join(p.read_text(errors="replace") for p in logs)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    assert f'"WebSocket /ingress/sha256:{digest[:8]}/ws" [accepted]' in text
+    assert token not in text and denv_server.key not in text
+    print(f"ingress: the token in {len(text)} chars of server.log and console: 0 times")
 
 
 def test_deny_env_cannot_reach_the_host(denv_server: LocalDenv, deny_env: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ database keeps only digests: ``ingress_keys``), logged or echoed. The route tabl
 (``ingress.routes``) keys its dict by the token's SHA-256 digest, so a lookup's timing
 cannot be steered towards a registered token, and a dict hit is an exact match of the
 digest: nothing is left to compare. ``mount_ingress`` also redacts ``/ingress/<token>``
-from uvicorn's access and WebSocket log lines.
+from uvicorn's access and WebSocket log lines (``denv.redaction``: a prefix of the digest).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from denv.redaction import RedactSecrets
 from denv.server.auth import holds_api_key
 from denv.server.ids import new_id
 
@@ -170,27 +170,14 @@ def rewrite_location(value: bytes, scope: Scope, host: str, port: int) -> bytes:
     return value
 
 
-class RedactIngressTokens(logging.Filter):
-    """Replaces ``/ingress/<token>`` by ``/ingress/***`` in a record's message and args."""
-
-    _pattern = re.compile(r"/ingress/[^/\s\"'?#]+")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and "/ingress/" in record.msg:
-            record.msg = self._pattern.sub("/ingress/***", record.msg)
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                self._pattern.sub("/ingress/***", a) if isinstance(a, str) else a
-                for a in record.args
-            )
-        return True
-
-
-REDACT = RedactIngressTokens()
+REDACT = RedactSecrets()
 
 
 def install_log_redaction() -> None:
-    """Redact ingress tokens from uvicorn's access and WebSocket log lines (idempotent)."""
+    """Redact ingress tokens from uvicorn's access and WebSocket log lines (idempotent).
+
+    For any server that mounts the proxy, whatever handlers it logs to; ``denv serve`` also
+    redacts every record its own handlers write (``denv.server.cli``)."""
     for name in ("uvicorn.access", "uvicorn.error"):
         logger = logging.getLogger(name)
         if REDACT not in logger.filters:

@@ -1,0 +1,132 @@
+"""No `denv` command echoes a key given on its command line, and each says how to pass one.
+
+`denv serve --api-key KEY` (an option older docs showed) used to fail with argparse's
+"unrecognized arguments: --api-key KEY": the key on the terminal and in any log capturing
+it. Every subcommand is run here with key-like options it does not have (and with a key
+where a number belongs); its output never holds the key, names the option, and for a key
+option says where a key goes instead. Nothing reaches a server: parsing fails first.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+from denv.cli import _SUBCOMMANDS, main
+from denv.cli_parser import KEY_ADVICE, unrecognized_message
+from denv.server.cli import run as run_server
+
+KEY = "dak_" + secrets.token_urlsafe(32)
+PASSWORD = "correct-horse-battery-staple"
+
+# What each command needs besides the bad option, so that only the bad option is wrong.
+VALID: dict[str, list[str]] = {
+    "envs": [],
+    "versions": [],
+    "logs": ["env_x"],
+    "rm": ["env_x"],
+    "fork": ["env_x"],
+    "tree": ["env_x"],
+    "diff": ["ver_a", "ver_b"],
+    "serve": [],
+    "stop": [],
+    "cluster": ["status"],
+    "conformance": ["denv-echo-env:latest"],
+    "export": ["--openenv", "p@latest", "out"],
+}
+
+BAD = {
+    "key": (["--api-key", KEY], "--api-key", KEY),
+    "key=": ([f"--api-key={KEY}"], "--api-key", KEY),
+    "token": (["--token", KEY], "--token", KEY),
+    "password": (["--password", PASSWORD], "--password", PASSWORD),
+}
+# Every command with every bad option, but `denv export`, which has an --api-key of its own.
+CASES = [
+    pytest.param(command, *bad, id=f"{command}-{name}")
+    for command in sorted(VALID)
+    for name, bad in BAD.items()
+    if not (command == "export" and bad[1] == "--api-key")
+]
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    captured = capsys.readouterr()
+    return int(exit_info.value.code or 0), captured.out + captured.err
+
+
+def test_every_command_is_covered() -> None:
+    assert set(VALID) == set(_SUBCOMMANDS)
+
+
+@pytest.mark.parametrize(("command", "bad", "option", "secret"), CASES)
+def test_a_key_option_is_named_and_its_value_not_echoed(
+    command: str,
+    bad: list[str],
+    option: str,
+    secret: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, output = run([command, *VALID[command], *bad], capsys)
+    assert code == 2
+    assert secret not in output and secret[4:] not in output
+    assert "error: unrecognized argument" in output
+    assert f"{option} and 1 value (not shown" in output
+    assert "--api-key-file PATH" in output and "$DENV_API_KEY" in output  # the fix
+
+
+@pytest.mark.parametrize("command", sorted(VALID))
+def test_an_unknown_option_is_named_without_its_value(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, output = run([command, *VALID[command], "--no-such-option", PASSWORD], capsys)
+    assert code == 2 and PASSWORD not in output
+    assert "unrecognized arguments: --no-such-option and 1 value (not shown" in output
+    assert KEY_ADVICE not in output  # not a key option: no advice about keys
+
+
+def test_a_key_where_a_value_belongs_is_not_echoed(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (
+        ["serve", "--port", KEY],
+        ["fork", "env_x", "--count", KEY],
+        [KEY],  # as the command
+        ["cluster", KEY],
+    ):
+        code, output = run(argv, capsys)
+        assert code == 2 and KEY not in output, argv
+        assert "'***'" in output, (argv, output)
+
+
+def test_python_m_denv_server_is_held_to_the_same_rule(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        run_server(["serve", "--api-key", KEY])
+    output = "".join(capsys.readouterr())
+    assert KEY not in output and "--api-key and 1 value" in output and "--api-key-file" in output
+
+
+def test_a_key_given_as_the_key_file_is_not_echoed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the likely slip when --api-key becomes --api-key-file: the key where its path belongs
+    assert main(["serve", "--state-dir", str(tmp_path), "--api-key-file", KEY]) == 2
+    output = "".join(capsys.readouterr())
+    assert KEY not in output
+    assert "--api-key-file (No such file or directory)" in output and "$DENV_API_KEY" in output
+
+
+def test_the_message_counts_values_and_names_options_once() -> None:
+    assert unrecognized_message(["--x", "a", "--x=b", "c"]) == (
+        "unrecognized arguments: --x and 3 values (not shown)"
+    )
+    assert unrecognized_message(["stray"]) == (
+        "unrecognized argument: 1 value (not shown: it may be a secret)"
+    )
+    assert unrecognized_message(["--max-envs-per-key"]) == (
+        "unrecognized argument: --max-envs-per-key"
+    )
