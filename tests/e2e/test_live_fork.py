@@ -296,8 +296,9 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
 
 def test_live_refused_with_the_reason(denv_server: LocalDenv) -> None:
     d = Denv(denv_server.url, api_key=denv_server.key)
-    with pytest.raises(Conflict, match=r"not a Python ASGI server") as exc:
-        d.create_sandbox(ECHO_IMAGE, live=True, command=["python", "-m", "http.server", "8000"])
+    with pytest.raises(Conflict, match=r"serves an ASGI app with uvicorn") as exc:
+        # A Python server, but not an ASGI app under uvicorn: python -m http.server.
+        d.create_sandbox("denv-http-standin:latest", live=True)
     assert exc.value.code == "live_unsupported" and "without live" in str(exc.value)
     plain = d.create_sandbox(ECHO_IMAGE)
     try:

@@ -137,7 +137,7 @@ def bring_up(
                 agent = svc.name == spec.agent
                 command, live_dir, live_env = svc.command, None, {}
                 if agent and spec.live:  # the image's own command, under the launcher
-                    argv = svc.command or engine.image_command(svc.image_digest)
+                    argv = engine.image_command(svc.image_digest, svc.command)
                     command = live.launcher_command(argv)
                     live_dir, live_env = str(volumes.live_dir(env_id)), {"DENV_ENV_ID": env_id}
                 cid = engine.create_container(

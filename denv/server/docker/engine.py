@@ -107,10 +107,11 @@ class Engine(DockerApi):
             except docker.errors.APIError as exc:
                 raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc
 
-    def image_command(self, image_id: str) -> list[str]:
-        """The image's Entrypoint and Cmd, as the engine would run them."""
+    def image_command(self, image_id: str, cmd: list[str] | None = None) -> list[str]:
+        """What the engine would run: the image's Entrypoint, then ``cmd`` (a service's own
+        command) or else the image's Cmd."""
         with engine_errors():
-            return _command(self.api.inspect_image(image_id))
+            return _command(self.api.inspect_image(image_id), cmd)
 
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         """The image's id, command and labels, from one inspect (two when it is pulled)."""
@@ -218,6 +219,8 @@ class Engine(DockerApi):
                 host_config=host_config,
                 networking_config=net,
                 detach=True,
+                # A live agent's command is the launcher with the image's whole command.
+                entrypoint=[] if live_dir is not None else None,
             )
         return str(created["Id"])
 
@@ -338,6 +341,6 @@ def _image_missing(image: str, why: str = "") -> ApiError:
     )
 
 
-def _command(info: dict[str, Any]) -> list[str]:
+def _command(info: dict[str, Any], cmd: list[str] | None = None) -> list[str]:
     config = info.get("Config") or {}
-    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+    return [*(config.get("Entrypoint") or []), *(cmd or config.get("Cmd") or [])]

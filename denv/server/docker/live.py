@@ -42,22 +42,19 @@ BIN = "/.denv/bin"
 CTL_DIR = "/.denv/ctl"
 WORK_DIR = "/.denv/work"
 CTL_TIMEOUT_S = 10.0
-# Find the Python that runs the image's uvicorn (its script's shebang) and run the launcher
-# with it; the image's own command follows as arguments.
+# pid 1: the launcher under the image's Python (any will do: it needs the standard library);
+# the image's own command follows as arguments and runs unchanged.
 _SH = r"""
-p=$(command -v "$1") || { echo "denv-live: $1 is not in PATH" >&2; exit 127; }
-case "$(basename "$1")" in
-  python*) py=$p ;;
-  *) read -r line < "$p"; line=${line#"#!"}; line=${line# }; interp=${line%% *}
-     if [ "$(basename "$interp")" = env ]; then arg=${line#"$interp"}; arg=${arg# }
-       py=$(command -v "${arg%% *}"); else py=$interp; fi ;;
-esac
-[ -n "$py" ] || { echo "denv-live: no Python found for $p" >&2; exit 3; }
+py=$(command -v python3 || command -v python) || {
+  echo "denv-live: no python3 or python on the image's PATH: a live env serves a Python ASGI" \
+    "app with uvicorn (create this env without live)" >&2; exit 3; }
 exec "$py" /.denv/bin/launcher.py "$@"
 """
 
 
 def launcher_command(argv: list[str]) -> list[str]:
+    """The agent's whole command (it replaces the image's entrypoint too: ``argv`` is the
+    image's Entrypoint and Cmd, or the env's own command)."""
     return ["/bin/sh", "-c", _SH, "denv-live", *argv]
 
 
@@ -141,21 +138,38 @@ def _ask(sock: socket.socket, req: dict[str, Any], reader: Any) -> dict[str, Any
     return out
 
 
-def root_process(container_pid: int, deadline_s: float = 10.0) -> Proc:
-    """The server process of a live env: the child of the container's pid 1 (the launcher)."""
+ROOT_WAIT_S = 5.0  # after the env answered its health check, its server has said so
+
+
+def root_process(container_pid: int, deadline_s: float = ROOT_WAIT_S) -> Proc:
+    """The process in which the env's uvicorn serves under the launcher (any descendant of
+    the container's pid 1: a shell, a start script or gunicorn may sit between), by the
+    peer credentials of its control socket. 409 ``live_unsupported`` when no process took
+    the launcher on, with the server's own reason when it gave one (``refused``)."""
+    root = f"/proc/{container_pid}/root{CTL_DIR}"
     end = time.monotonic() + deadline_s
     while True:
         try:
-            kids = Path(f"/proc/{container_pid}/task/{container_pid}/children").read_text()
+            why = Path(f"{root}/refused").read_text().strip()
+        except FileNotFoundError:
+            why = ""
         except OSError as exc:
             raise LiveError("live_fork_failed", f"the env's container ended ({exc})") from exc
-        for pid in map(int, kids.split()):
-            if os.path.exists(ctl_path(pid)):
-                st = start_time(pid)
-                if st is not None:
-                    return Proc(pid, st)
+        if why:
+            raise LiveError("live_unsupported", f"its server cannot be copied: {why}")
+        if os.path.exists(f"{root}/ctl.sock"):
+            with _connect(f"{root}/ctl.sock") as sock:
+                pid = _peer_pid(sock)
+            st = start_time(pid)
+            if st is not None:
+                return Proc(pid, st)
         if time.monotonic() > end:
-            raise LiveError("live_fork_failed", "the env's launcher never opened its socket")
+            raise LiveError(
+                "live_unsupported",
+                "no Python process of its container serves an ASGI app with uvicorn (the "
+                "server is another program, or its Python runs with -I or -E, which ignore "
+                "PYTHONPATH)",
+            )
         time.sleep(0.02)
 
 

@@ -145,10 +145,9 @@ class Admission:
         """422 for an image the operator's ``--allow-image`` list does not admit."""
         check_allowed(image, self.ctx.config.allow_images, path)
 
-    def live(self, image: str, version: VersionRecord, facts: ImageFacts) -> None:
+    def live(self, image: str, version: VersionRecord) -> None:
         """409 ``live_unsupported`` for an env that cannot run under the live launcher."""
-        argv = version.services[0].command or facts.command
-        reason = live_reason(argv, len(version.services))
+        reason = live_reason(len(version.services))
         if reason is not None:
             raise ApiError(
                 409,
@@ -210,7 +209,7 @@ class Admission:
         count = body.count or 1
         egress = self.egress(body.egress, "deny")
         if body.live:
-            self.live(body.image, version, facts)
+            self.live(body.image, version)
         self.fair(owner, pool_of(version, egress, {}), count, 0 if body.live else body.warm)
         return egress
 

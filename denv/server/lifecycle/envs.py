@@ -24,6 +24,7 @@ from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
 from denv.server.lifecycle.spares import Spare, pool_of
 from denv.server.lifecycle.warm import WarmPools
+from denv.server.node.live import LiveError
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
 from denv.server.records import (
     ACTIVE,
@@ -278,7 +279,16 @@ class Envs:
             return
         ctx.node.wait_healthy(spec, booted, deadline - time.monotonic())
         if rec.spec.live:  # its server process is what a live fork copies
-            proc = ctx.node.live_root(env_id, booted.containers[agent.name], agent.ports[0])
+            try:
+                proc = ctx.node.live_root(env_id, booted.containers[agent.name], agent.ports[0])
+            except LiveError as exc:  # e.g. live_unsupported: the server said why
+                way_out = (
+                    ". Create it without live: its forks then boot from a snapshot of /work "
+                    "(kind volume)"
+                    if exc.code == "live_unsupported"
+                    else ""
+                )
+                raise BootFailed(exc.code, exc.message + way_out, agent.name) from exc
             with ctx.env_lock(env_id):
                 current = self._check(env_id)
                 ctx.store.set_runtime(env_id, current.runtime.model_copy(update={"live": proc}))

@@ -167,7 +167,19 @@ class Service:
             live_env=body.live,
         )
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
+        if body.live and body.count is None:
+            self._refuse_unsupported_live(body.image, envs[0])
         return envs[0] if body.count is None else {"envs": envs}
+
+    def _refuse_unsupported_live(self, image: str, env: dict[str, Any]) -> None:
+        """A live env whose server turned out not to be copyable (it says why once it serves):
+        409, and nothing of it is left. (With ``count``, each env fails on its own.)"""
+        error = env.get("error") or {}
+        if env.get("status") == "failed" and error.get("code") == "live_unsupported":
+            self.envs.delete(str(env["id"]))
+            raise ApiError(
+                409, "live_unsupported", f"{image} cannot run for live forks: {error['message']}"
+            )
 
     def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)

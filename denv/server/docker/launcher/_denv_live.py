@@ -1,0 +1,771 @@
+"""denv's live forks, inside an env's container: the server process and its children.
+
+denv mounts this directory read-only at ``/.denv/bin`` in a container created with
+``live: true``. pid 1 is ``launcher.py`` (the supervisor), which runs the image's own command
+unchanged with this directory first on ``PYTHONPATH``. Every Python process the command
+starts then runs ``sitecustomize.py``, which imports this module only when it is needed:
+when uvicorn, a thread pool or OpenEnv's HTTP server is imported. Nothing of denv is imported
+here (the image has only its own packages); the standard library is enough, and uvicorn and
+openenv are patched where the image has them. This module is the one of the project over 400
+lines: it runs from a read-only mount under the image's own Python, where every module it
+imports is one more name on the image's import path.
+
+Where uvicorn starts serving (``uvicorn.Server.serve``, however the image started it: the
+``uvicorn`` script, ``python -m uvicorn``, a shell or a start script running either, gunicorn's
+``UvicornWorker``), :func:`take_over` wraps the loaded app in the ASGI gate, backs the heap
+with huge pages and opens the control socket, then serves as uvicorn would. A server that
+cannot be copied (several workers, ``--reload``, a unix socket) is served unchanged and says
+why in ``/.denv/ctl/refused``; the node reads it.
+
+Process tree in the container::
+
+    pid 1   supervisor: drops CAP_SYS_ADMIN for good, runs the image's command, reaps every
+            orphan, exits with the command's status once nothing is left
+    ...     the image's command (a shell, a start script, gunicorn's arbiter), unchanged
+    server  the process in which uvicorn serves the app, plus a control socket
+            (/.denv/ctl/ctl.sock)
+    child   one per live fork: a copy of the server process (memory, sessions), in user,
+            mount and pid namespaces of its own, serving the same app on its own port
+
+Why the container is created with CAP_SYS_ADMIN: only so that Docker's default seccomp
+profile lets ``unshare`` through. pid 1 removes the capability from its bounding set before
+anything else runs, so neither the server nor anything it starts can ever hold it; what a
+child can do in its own user namespace is bounded by the kernel's rules for unprivileged
+user namespaces, and a child drops even those capabilities before env code runs again.
+
+Control protocol: one JSON object per line on a unix socket, answered by one line.
+
+``{"op": "hello"}``
+    ``{"pid": ..., "env": id, "threads": [...], "unknown_threads": [...], "frozen": n,
+    "huge_kib": n}`` (objects kept out of collections; memory in huge pages)
+``{"op": "gate", "timeout_s": s}``
+    close admission (new HTTP requests and each new WebSocket message wait), wait until no
+    request and no worker job is in flight, answer ``{"ok": true, "wait_ms": ..., "hold":
+    true}``; or
+    ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
+    closed until ``fork``/``ungate`` on the same connection, or the connection ends.
+``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir}],
+"hold": bool}``
+    fork once per child at the gated point, reopen the gate (unless ``hold``: then it stays
+    closed until ``ungate``, so the node can capture /work meanwhile), answer ``{"ok": true,
+    "failed": {env: why}}``. Each child binds ``/.denv/ctl/<env>.sock`` at once and waits
+    there for the node's ``setup`` (a connection closed without one ends it).
+``{"op": "setup"}`` (on a child's bootstrap socket, after the node wrote its uid/gid maps)
+    bind each work slot onto its path, hide the other slots and the parent's control socket,
+    drop every capability, serve on the child's port and control socket, answer
+    ``{"ok": true}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+# Where the control socket lives (a tmpfs the node reaches through /proc/PID/root); tests
+# of the start-up hook on the host name a directory of their own.
+CTL_DIR = os.environ.get("DENV_LIVE_CTL_DIR", "/.denv/ctl")
+WORK_DIR = "/.denv/work"
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+MS_BIND = 4096
+MS_REC = 16384
+MS_NOSUID = 2
+MS_NODEV = 4
+PR_CAPBSET_DROP = 24
+MADV_COLLAPSE = 25  # Linux 6.1: back a range with transparent huge pages, synchronously
+HUGE = 1 << 21
+CAP_SYS_ADMIN = 21
+LAST_CAP = 63
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _log(msg: str) -> None:
+    print(f"denv-live[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+
+
+def drop_caps(keep: set[int] | None = None) -> None:
+    """Remove capabilities from the bounding set and from every set of this process."""
+    keep = keep or set()
+    for cap in range(LAST_CAP + 1):
+        if cap not in keep:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capget(hdr, data), "capget")
+    for cap in range(LAST_CAP + 1):
+        if cap in keep:
+            continue
+        word, bit = divmod(cap, 32)
+        for field in range(3):  # effective, permitted, inheritable
+            data[word * 3 + field] &= ~(1 << bit) & 0xFFFFFFFF
+    _check(libc.capset(hdr, data), "capset")
+
+
+def current_caps() -> set[int]:
+    """The capabilities this process is permitted."""
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capget(hdr, data), "capget")
+    caps = set()
+    for cap in range(LAST_CAP + 1):
+        word, bit = divmod(cap, 32)
+        if data[word * 3 + 1] & (1 << bit):  # permitted
+            caps.add(cap)
+    return caps
+
+
+def collapse_memory() -> tuple[int, int]:
+    """Back this process's anonymous memory with 2 MiB pages where the kernel can.
+
+    fork() copies one page-table entry per 4 KiB page of a private writable mapping, which
+    is most of a live fork's cost for a ~150 MB Python server; a huge page is one entry. A
+    child's first write to a shared huge page still copies only 4 KiB (the kernel splits
+    the mapping in the writer), so children stay as small. Errors (an older kernel, a range
+    that cannot be collapsed) leave the memory as it was: (bytes collapsed, ranges failed).
+    """
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    done = failed = 0
+    with open("/proc/self/maps") as maps:
+        lines = maps.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        path = fields[5] if len(fields) > 5 else ""
+        if not fields[1].startswith("rw") or fields[1][3] != "p" or path not in ("", "[heap]"):
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        start, end = (lo + HUGE - 1) & ~(HUGE - 1), hi & ~(HUGE - 1)
+        if end > start:
+            if madvise(start, end - start, MADV_COLLAPSE) == 0:
+                done += end - start
+            else:
+                failed += 1
+    return done, failed
+
+
+def _anon_huge_kib() -> int:
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    return 0
+
+
+# --- what a fork must know: jobs in flight, executors, OpenEnv servers -----------------------
+
+
+class Jobs:
+    """Sync jobs in flight in any ThreadPoolExecutor (OpenEnv runs each step in one)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.changed: asyncio.Event | None = None
+
+    def inc(self) -> None:
+        with self.lock:
+            self.n += 1
+
+    def dec(self, _fut: Any) -> None:
+        with self.lock:
+            self.n -= 1
+        loop, changed = self.loop, self.changed
+        if loop is not None and changed is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(changed.set)
+
+
+JOBS = Jobs()
+EXECUTORS: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
+OPENENV_SERVERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_submit = ThreadPoolExecutor.submit
+_executor_init = ThreadPoolExecutor.__init__
+
+
+def _counted_submit(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    JOBS.inc()
+    try:
+        fut = _submit(self, fn, *args, **kwargs)
+    except BaseException:
+        JOBS.dec(None)
+        raise
+    fut.add_done_callback(JOBS.dec)
+    return fut
+
+
+def _tracked_init(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> None:
+    _executor_init(self, *args, **kwargs)
+    EXECUTORS.add(self)
+
+
+def patch_executors(_module: Any = None) -> None:
+    """Count executor jobs and track executors (from the import of concurrent.futures.thread,
+    before the app makes any)."""
+    if getattr(ThreadPoolExecutor, "_denv_patched", False):
+        return
+    ThreadPoolExecutor.submit = _counted_submit  # type: ignore[method-assign,assignment]
+    ThreadPoolExecutor.__init__ = _tracked_init  # type: ignore[method-assign]
+    ThreadPoolExecutor._denv_patched = True  # type: ignore[attr-defined]
+
+
+def patch_openenv(http_server: Any) -> None:
+    """Track OpenEnv's HTTP servers (their sessions are what a child continues), from the
+    import of ``openenv.core.env_server.http_server``, before the app makes one."""
+    cls: Any = http_server.HTTPEnvServer
+    if getattr(cls, "_denv_patched", False):
+        return
+    init = cls.__init__
+    create = cls._create_session
+
+    def tracked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        OPENENV_SERVERS.add(self)
+
+    async def adopting_create(self: Any) -> Any:
+        """A child's first new session takes over the session it was forked with."""
+        adopt = getattr(self, "_denv_adopt", None)
+        if not adopt:
+            return await create(self)
+        env = adopt.pop(0)
+        factory = self._env_factory
+        self._env_factory = lambda: env
+        try:
+            return await create(self)
+        finally:
+            self._env_factory = factory
+
+    cls.__init__ = tracked_init
+    cls._create_session = adopting_create
+    cls._denv_patched = True
+
+
+def adopt_sessions() -> int:
+    """In a child: forget the parent's sessions (their sockets are the parent's) and hand the
+    most recently active one's Environment to the child's first new session."""
+    n = 0
+    for server in list(OPENENV_SERVERS):
+        sessions = getattr(server, "_sessions", {})
+        info = getattr(server, "_session_info", {})
+        live = [(sid, env) for sid, env in sessions.items() if env is not None]
+        live.sort(key=lambda x: getattr(info.get(x[0]), "last_activity_at", 0.0), reverse=True)
+        for attr in ("_sessions", "_session_executors", "_session_stacks", "_session_info"):
+            with contextlib.suppress(AttributeError):
+                getattr(server, attr).clear()
+        for attr in ("_session_websocket_attachments", "_session_pending_closes"):
+            with contextlib.suppress(AttributeError):
+                getattr(server, attr).clear()
+        server._denv_adopt = [env for _, env in live[:1]]
+        n += len(server._denv_adopt)
+    return n
+
+
+def known_threads() -> set[int]:
+    """Threads a fork may leave behind: idle pool workers (ThreadPoolExecutor, anyio)."""
+    idents = {threading.main_thread().ident or 0}
+    for ex in list(EXECUTORS):
+        idents.update(t.ident or 0 for t in list(getattr(ex, "_threads", ())))
+    for t in threading.enumerate():
+        if type(t).__name__ == "WorkerThread" and type(t).__module__.startswith("anyio"):
+            idents.add(t.ident or 0)
+    return idents
+
+
+def unknown_threads() -> list[str]:
+    known = known_threads()
+    return [t.name for t in threading.enumerate() if (t.ident or 0) not in known]
+
+
+def reset_thread_pools(loop: asyncio.AbstractEventLoop) -> None:
+    """After fork(): pools believe the parent's idle workers still exist; forget them."""
+    for ex in list(EXECUTORS):
+        ex._threads.clear()  # type: ignore[attr-defined]
+        ex._idle_semaphore = threading.Semaphore(0)
+        ex._shutdown_lock = threading.Lock()
+    with contextlib.suppress(Exception):
+        from collections import deque
+
+        from anyio._backends import _asyncio as anyio_asyncio
+
+        anyio_asyncio._threadpool_idle_workers.set(deque())
+        anyio_asyncio._threadpool_workers.set(set())
+    loop._default_executor = None  # type: ignore[attr-defined]
+    JOBS.n = 0
+    JOBS.lock = threading.Lock()
+
+
+def own_selector_and_self_pipe(loop: Any) -> None:
+    """The child shares the parent's epoll instance and the loop's self-pipe (inherited file
+    descriptions): give it its own, re-registering what it keeps."""
+    old = loop._selector
+    new = selectors.DefaultSelector()
+    ssock = loop._ssock.fileno()
+    for key in list(old.get_map().values()):
+        if key.fd != ssock:
+            new.register(key.fileobj, key.events, key.data)
+    loop._selector = new
+    old.close()
+    loop._close_self_pipe()
+    loop._make_self_pipe()
+
+
+# --- the ASGI gate ----------------------------------------------------------------------------
+
+
+class Gate:
+    """ASGI wrapper: counts HTTP requests in flight; a closed gate holds new requests and each
+    new WebSocket message (not whole sessions: a long session would never be quiescent)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.inflight = 0
+        self.idle: asyncio.Event | None = None
+        self.open: asyncio.Event | None = None
+
+    def bind(self) -> None:
+        """Events of the running loop (made again in a child: they hold loop futures)."""
+        self.inflight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.open = asyncio.Event()
+        self.open.set()
+        JOBS.changed = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await self.inner(scope, self._gated(receive), send)
+            return
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        assert self.open is not None and self.idle is not None
+        await self.open.wait()
+        self.inflight += 1
+        self.idle.clear()
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self.idle.set()
+
+    def _gated(self, receive: Any) -> Any:
+        async def gated() -> Any:
+            message = await receive()
+            assert self.open is not None
+            await self.open.wait()
+            return message
+
+        return gated
+
+    async def quiescent(self) -> None:
+        """Until no HTTP request is in flight and no job runs in a worker thread."""
+        assert self.idle is not None and JOBS.changed is not None
+        while self.inflight or JOBS.n:
+            JOBS.changed.clear()
+            if self.inflight:
+                await self.idle.wait()
+            elif JOBS.n:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(JOBS.changed.wait(), 0.05)
+
+
+# --- the live process: server, control socket, forks -----------------------------------------
+
+
+class Live:
+    def __init__(self, config: Any, gate: Gate, env_id: str) -> None:
+        self.config = config
+        self.gate = gate
+        self.env_id = env_id
+        self.server: Any = None
+        self.ctl: asyncio.AbstractServer | None = None
+        self.forked: list[int] = []  # pids of live children still to reap
+        self.reaping = False
+        self.serving: asyncio.Task[None] | None = None
+        self.setting_up: asyncio.Task[None] | None = None
+
+    # serving
+    async def serve(self, server: Any, serve: Any, sockets: Any) -> None:
+        """The server process: uvicorn's own ``serve`` of ``server``, with the control socket."""
+        JOBS.loop = asyncio.get_running_loop()
+        self.gate.bind()
+        self.server = server
+        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+        await serve(server, sockets)
+
+    async def _listen_ctl(self, path: str) -> asyncio.AbstractServer:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        srv = await asyncio.start_unix_server(self._handle, path)
+        os.chmod(path, 0o600)
+        return srv
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        gated = False
+        assert self.gate.open is not None
+        try:
+            while line := await reader.readline():
+                req = json.loads(line)
+                op = req.get("op")
+                if op == "hello":
+                    out: dict[str, Any] = {
+                        "pid": os.getpid(),
+                        "env": self.env_id,
+                        "threads": [t.name for t in threading.enumerate()],
+                        "unknown_threads": unknown_threads(),
+                        "frozen": gc.get_freeze_count(),
+                        "huge_kib": _anon_huge_kib(),
+                    }
+                elif op == "gate":
+                    self.gate.open.clear()
+                    gated = True
+                    out = await self._gate(float(req.get("timeout_s", 10.0)))
+                    if "error" in out:
+                        self.gate.open.set()
+                        gated = False
+                elif op == "fork":
+                    if not gated:
+                        out = {"error": "not_gated", "message": "send gate first"}
+                    else:
+                        try:
+                            forked = self._fork(req["children"], writer)
+                        except Exception as exc:  # answered, never a dropped connection
+                            forked = {"error": "fork_failed", "message": f"{exc!r}"}
+                        if forked is None:  # this is a new child: the connection is not ours
+                            gated = False
+                            return
+                        out = forked
+                        if not req.get("hold") or "error" in out:
+                            self.gate.open.set()
+                            gated = False
+                elif op == "ungate":
+                    self.gate.open.set()
+                    gated = False
+                    out = {"ok": True}
+                else:
+                    out = {"error": "bad_request", "message": f"unknown op {op!r}"}
+                writer.write(json.dumps(out).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, json.JSONDecodeError):
+            pass
+        finally:
+            if gated:
+                self.gate.open.set()
+            writer.close()
+
+    async def _gate(self, timeout_s: float) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.gate.quiescent(), timeout_s)
+        except TimeoutError:
+            return {
+                "error": "busy",
+                "message": f"a step was still running after {timeout_s:g} s",
+            }
+        strangers = unknown_threads()
+        if strangers:
+            return {
+                "error": "fork_unsafe",
+                "message": "the server runs threads of its own ("
+                + ", ".join(sorted(strangers)[:8])
+                + "): a fork would copy their locks mid-use",
+            }
+        # hold: this launcher keeps the gate closed after a fork asked to (see ``fork``).
+        return {"ok": True, "wait_ms": (time.perf_counter() - t0) * 1e3, "hold": True}
+
+    def _fork(
+        self, children: list[dict[str, Any]], writer: asyncio.StreamWriter
+    ) -> dict[str, Any] | None:
+        """The parent's answer; None in a new child, which then leaves the handler."""
+        # The parent's objects stay out of collections in every child (frozen there for
+        # good): a child's collections would otherwise write to every object's header and
+        # copy the whole heap page by page. The parent unfreezes its own after the fork.
+        gc.freeze()
+        t0 = time.perf_counter()
+        failed: dict[str, str] = {}
+        mine: dict[str, Any] | None = None
+        try:
+            for spec in children:
+                try:
+                    pid = clone_into_namespaces()
+                except OSError as exc:  # e.g. the container's pids limit: this child only
+                    failed[spec["env"]] = str(exc)
+                    continue
+                if pid == 0:
+                    mine = spec
+                    break
+                self.forked.append(pid)
+        finally:
+            if mine is None:
+                gc.unfreeze()
+        if mine is not None:
+            try:
+                self._child(mine, writer)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+            return None  # the child's loop goes on running (it is the server's loop)
+        if not self.reaping:
+            self.reaping = True
+            asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
+        return {"ok": True, "fork_ms": (time.perf_counter() - t0) * 1e3, "failed": failed}
+
+    def _reap(self) -> None:
+        """Collect the children of this process that ended (only those: env code's own
+        subprocesses are waited for by env code)."""
+        left = []
+        for pid in self.forked:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if done == 0:
+                left.append(pid)
+        self.forked = left
+        self.reaping = bool(left)
+        if left:
+            asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
+
+    def _child(self, spec: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        """pid 1 of its own pid namespace, on the server's event-loop thread, mid-callback."""
+        loop = JOBS.loop
+        assert loop is not None
+        asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
+        own_selector_and_self_pipe(loop)
+        if self.server is not None:
+            for srv in self.server.servers:
+                srv.close()
+            for conn in list(self.server.server_state.connections):
+                conn.transport.abort()  # our copy only: the parent keeps its own
+        if self.ctl is not None:
+            self.ctl.close()
+        writer.transport.abort()
+        reset_thread_pools(loop)
+        adopt_sessions()
+        self.gate.bind()
+        self.env_id = spec["env"]
+        self.forked, self.reaping = [], False
+        path = os.path.join(CTL_DIR, f"{self.env_id}.sock")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        boot = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        boot.bind(path)
+        os.chmod(path, 0o600)
+        boot.listen(1)
+        boot.setblocking(False)
+
+        async def setup() -> None:
+            try:
+                # The node sets a child up at once; one it never reaches ends by itself.
+                conn, _ = await asyncio.wait_for(loop.sock_accept(boot), SETUP_WAIT_S)
+                with conn:
+                    line = b""
+                    while not line.endswith(b"\n"):
+                        chunk = await loop.sock_recv(conn, 65536)
+                        if not chunk:
+                            os._exit(1)
+                        line += chunk
+                    req = json.loads(line)
+                    if req.get("op") != "setup":
+                        os._exit(1)
+                    try:
+                        sock = self._become(spec, boot, path)
+                        await self._start_serving(sock)
+                        out: dict[str, Any] = {"ok": True, "pid": os.getpid()}
+                    except Exception as exc:
+                        out = {"error": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}
+                    await loop.sock_sendall(conn, json.dumps(out).encode() + b"\n")
+                    if "error" in out:
+                        os._exit(1)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+
+        self.setting_up = loop.create_task(setup())
+
+    def _become(self, spec: dict[str, Any], boot: socket.socket, path: str) -> socket.socket:
+        """The node wrote our uid/gid maps: take our /work, hide the rest, drop every cap."""
+        for slot, target in spec["work"]:
+            _mount(slot, target, None, MS_BIND | MS_REC, None)
+        # Hide the other children's slots: our /.denv/work is where our own children's
+        # slots appear (the node mounts them there; they propagate into this namespace).
+        _mount(spec["kids"], WORK_DIR, None, MS_BIND, None)
+        boot.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        _mount("tmpfs", CTL_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=700")
+        drop_caps()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", int(spec["port"])))
+        sock.listen(2048)
+        return sock
+
+    async def _start_serving(self, sock: socket.socket) -> None:
+        import uvicorn
+
+        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+        from uvicorn.lifespan.off import LifespanOff
+
+        # The app's startup ran in the parent: its state is ours. A gunicorn worker's
+        # heartbeat is the parent's to send (a child's would hide the parent's death).
+        self.config.lifespan_class = LifespanOff
+        self.config.callback_notify = None
+        self.server = uvicorn.Server(self.config)
+        self.serving = asyncio.get_running_loop().create_task(self._serve_child(sock))
+        deadline = time.monotonic() + 10.0
+        while not self.server.started:  # answer the node once the app is served
+            if self.serving.done() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start serving the app in the child")
+            await asyncio.sleep(0.0005)
+
+    async def _serve_child(self, sock: socket.socket) -> None:
+        assert self.server is not None
+        try:
+            await self.server.serve(sockets=[sock])
+        finally:
+            os._exit(0)
+
+
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
+SETUP_WAIT_S = 60.0
+REAP_EVERY_S = 0.5
+
+
+def clone_into_namespaces() -> int:
+    """fork(), with the child in new user, mount and pid namespaces at once (pid 1 of its
+    own): one copy of the page tables, where unshare() and a second fork() would make two.
+
+    clone(2) is called directly, so Python's fork bookkeeping is done as os.fork() does it
+    (PyOS_BeforeFork / AfterFork_*: the import lock, the GIL, threading, at-fork hooks). The
+    fork happens at the gated point, with every other thread an idle pool worker.
+    """
+    api = ctypes.pythonapi
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | signal.SIGCHLD
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    api.PyOS_BeforeFork()
+    pid = syscall(ctypes.c_long(SYS_CLONE), ctypes.c_ulong(flags), None, None, None, None)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
+    return int(pid)
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    rc = libc.mount(
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    _check(rc, f"mount {source} on {target}")
+
+
+# --- where uvicorn starts serving: the take-over ------------------------------------------------
+
+TAKEN = False  # this process's first uvicorn serve was seen (a child inherits it: True)
+
+
+def refusal(config: Any) -> str | None:
+    """Why a server of this uvicorn config cannot be copied by a live fork, or None."""
+    if config.reload:
+        return "uvicorn runs with --reload (a process that restarts the server)"
+    workers = int(config.workers or 1)
+    if workers > 1:
+        return f"uvicorn runs {workers} worker processes (--workers {workers})"
+    notify = getattr(config, "callback_notify", None)  # gunicorn's UvicornWorker sets it
+    cfg = getattr(getattr(notify, "__self__", None), "cfg", None)
+    gunicorn_workers = int(getattr(cfg, "workers", 1) or 1)
+    if gunicorn_workers > 1:
+        return f"gunicorn runs {gunicorn_workers} worker processes (-w {gunicorn_workers})"
+    if config.uds or config.fd is not None:
+        return "uvicorn listens on a unix socket or an inherited fd, not a TCP port"
+    return None
+
+
+def _claim(name: str, text: str) -> bool:
+    """Write /.denv/ctl/<name> unless it exists (the first process to claim it wins)."""
+    try:
+        fd = os.open(os.path.join(CTL_DIR, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return True
+
+
+def patch_uvicorn(server_module: Any) -> None:
+    """Take over the first ``uvicorn.Server.serve`` of this process (see the module's doc)."""
+    cls: Any = server_module.Server
+    if getattr(cls, "_denv_patched", False):
+        return
+    original = cls.serve
+
+    async def serve(self: Any, sockets: Any = None) -> None:
+        global TAKEN
+        if TAKEN:  # a child's server, or a second server in this process: unchanged
+            await original(self, sockets)
+            return
+        TAKEN = True
+        why = refusal(self.config)
+        if why is not None:
+            _claim("refused", why)
+            _log(f"serving without live forks: {why}")
+            await original(self, sockets)
+            return
+        if not _claim("server", str(os.getpid())):
+            _log("another process of this container serves live: this one serves unchanged")
+            await original(self, sockets)
+            return
+        await take_over(self, original, sockets)
+
+    cls.serve = serve
+    cls._denv_patched = True
+
+
+async def take_over(server: Any, serve: Any, sockets: Any) -> None:
+    """The server process from here on: the loaded app behind the gate, the heap in huge
+    pages, the control socket, then uvicorn's own serve."""
+    config = server.config
+    if not config.loaded:
+        config.load()  # imports the app (uvicorn's serve would, on its first line)
+    gate = Gate(config.loaded_app)
+    config.loaded_app = gate
+    t0 = time.perf_counter()
+    huge, failed = collapse_memory()
+    ms = (time.perf_counter() - t0) * 1e3
+    _log(f"huge pages: {huge >> 20} MiB collapsed, {failed} ranges not, in {ms:.0f} ms")
+    live = Live(config, gate, os.environ.get("DENV_ENV_ID", ""))
+    await live.serve(server, serve, sockets)
+
+
+patch_executors()  # this module imported ThreadPoolExecutor: count its jobs from now on

@@ -1,0 +1,134 @@
+"""End to end: live forks of the echo env however its image starts the server.
+
+One image per start form of OpenEnv's own Dockerfiles (envs/*/server/Dockerfile in
+huggingface/OpenEnv: `sh -c "cd /app/env && uvicorn ..."` with PYTHONPATH set by the image,
+shell-form `python -m uvicorn ... --port ${PORT:-8000}`, a start script, gunicorn with one
+UvicornWorker, ENTRYPOINT plus CMD), each built FROM the echo image with nothing changed but
+how it starts. Each runs live through DenvProvider with no other option, and a fork(2) of it
+continues the root's episode. Servers that cannot be copied are refused at create with a 409
+naming the reason, and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LocalDenv
+from denv.openenv import DenvProvider, fork_clients
+from openenv.core import GenericEnvClient
+from provider_helpers import ECHO_IMAGE, assert_gone, message, state_of
+
+from denv import Conflict, Denv
+
+pytestmark = pytest.mark.e2e
+
+APP = "echo_env.app:app"
+START_SH = f"""#!/bin/sh
+set -e
+echo "starting the echo env"
+cd /app
+uvicorn {APP} --host 0.0.0.0 --port "${{PORT:-8000}}"
+"""
+# (tag, Dockerfile lines after FROM the echo image)
+FORMS = {
+    "sh-cd": [
+        'ENV PYTHONPATH="/app:$PYTHONPATH"',
+        f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000"]',
+    ],
+    "shell-python-m": [
+        f"CMD python -m uvicorn {APP} --host 0.0.0.0 --port ${{PORT:-8000}} --proxy-headers"
+        " --forwarded-allow-ips '*'"
+    ],
+    "start-script": ["COPY start.sh /app/start.sh", 'CMD ["/app/start.sh"]'],
+    "gunicorn-1": [
+        'CMD ["sh", "-c", "cd /app && gunicorn -w 1 -k uvicorn.workers.UvicornWorker'
+        f' -b 0.0.0.0:8000 {APP}"]'
+    ],
+    "entrypoint-cmd": [
+        'ENTRYPOINT ["python", "-m", "uvicorn"]',
+        f'CMD ["{APP}", "--host", "0.0.0.0", "--port", "8000"]',
+    ],
+    "workers-2": [
+        f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000 --workers 2"]'
+    ],
+}
+REFUSED = {"workers-2": "--workers 2"}
+
+
+def image(tag: str) -> str:
+    return f"denv-live-form-{tag}:test"
+
+
+@pytest.fixture(scope="module")
+def form_images() -> Iterator[None]:
+    """The images, built for this module (metadata layers on the echo image: seconds)."""
+    built: list[str] = []
+    try:
+        for tag, lines in FORMS.items():
+            with tempfile.TemporaryDirectory() as ctx:
+                Path(ctx, "start.sh").write_text(START_SH)
+                Path(ctx, "start.sh").chmod(0o755)
+                Path(ctx, "Dockerfile").write_text("\n".join([f"FROM {ECHO_IMAGE}", *lines]))
+                subprocess.run(
+                    ["docker", "build", "-q", "-t", image(tag), ctx],
+                    check=True,
+                    capture_output=True,
+                    env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+                )
+            built.append(image(tag))
+        yield
+    finally:
+        if built:
+            subprocess.run(["docker", "image", "rm", "-f", *built], capture_output=True)
+
+
+def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
+    return DenvProvider(server=server.url, api_key=server.key, **kwargs)
+
+
+@pytest.mark.parametrize("tag", [t for t in FORMS if t not in REFUSED])
+def test_each_start_form_runs_live_and_forks(
+    denv_server: LocalDenv, form_images: None, tag: str
+) -> None:
+    p = provider(denv_server, fork="live")
+    root = GenericEnvClient.from_docker_image(image(tag), provider=p).sync()
+    ids = [p.env_id or ""]
+    try:
+        with root:
+            root.reset()
+            root.step(message(f"prefix of {tag}"))
+            children = fork_clients(root, 2)
+            ids += [c.provider.env_id or "" for c in children]
+            with Denv(denv_server.url, denv_server.key) as d:
+                assert d.get_env(ids[0]).live  # booted under the launcher
+                assert [str(d.get_env(i).start) for i in ids[1:]] == ["live", "live"]
+            for child in children:
+                with child:
+                    assert state_of(child) == state_of(root)
+                    child.step(message("child"))
+                    assert state_of(child)["step_count"] == state_of(root)["step_count"] + 1
+    finally:
+        with Denv(denv_server.url, denv_server.key) as d:
+            for env_id in ids:
+                if env_id:
+                    d.delete_env(env_id)
+    assert_gone(denv_server, ids)
+
+
+@pytest.mark.parametrize("tag", list(REFUSED))
+def test_a_server_that_cannot_be_copied_is_refused_with_the_reason(
+    denv_server: LocalDenv, form_images: None, tag: str
+) -> None:
+    with Denv(denv_server.url, denv_server.key) as d:
+        before = {e.id for e in d.list_envs(include_deleted=True)}
+        with pytest.raises(Conflict, match=REFUSED[tag]) as exc:
+            d.create_sandbox(image(tag), live=True)
+        assert exc.value.code == "live_unsupported" and "without live" in str(exc.value)
+        made = [e.id for e in d.list_envs(include_deleted=True) if e.id not in before]
+    assert made, "the refused env has no record"
+    assert_gone(denv_server, made)  # deleted, no container left
