@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-TESTS=(tests/e2e/test_live_fork.py)
+TESTS=(tests/e2e/test_live_fork.py tests/e2e/test_live_start_forms.py)
 
 echo "test-installed: building the wheel and a clean venv" >&2
 .venv/bin/uv build --wheel --out-dir "$work/dist" --quiet
@@ -48,7 +48,8 @@ import denv.server.docker.live as live
 where = Path(denv.__file__).resolve()
 assert "site-packages" in where.parts, f"denv is imported from {where}, not the wheel"
 assert not where.is_relative_to(Path(sys.argv[1]).resolve()), f"denv comes from the checkout: {where}"
-assert (live.LAUNCHER_DIR / "launcher.py").is_file(), "the wheel has no live-fork launcher"
+for name in ("launcher.py", "_denv_live.py", "sitecustomize.py"):
+    assert (live.LAUNCHER_DIR / name).is_file(), f"the wheel has no live-fork launcher {name}"
 print(f"test-installed: denv from {where.parent}")
 PY
 "$work/venv/bin/python" -m pytest -q "${TESTS[@]}"
