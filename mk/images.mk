@@ -5,20 +5,23 @@
 #   make images-remove   remove every image this project builds, and their stamps (CI starts so)
 # images/build.sh keys each image on a hash of its folder, uv.lock, the denv sources it
 # embeds and the base image id (stamps in .cache/images/), so `make images` is a few
-# seconds when nothing changed.
+# seconds when nothing changed. images/openenv-template.sh does the same for the env that
+# OpenEnv's `openenv init` generates, built by the Dockerfile it generates.
 
 IMAGE_BUILD := images/build.sh
 # The venv provides uv, which builds the denv wheel and reads uv.lock's pins.
 IMAGES_VENV := $(if $(VENV_STAMP),$(VENV_STAMP),.venv/bin/uv)
 
-.PHONY: images images-force images-remove base-image image-echo image-redis image-redis-counter image-standin image-probe
+.PHONY: images images-force images-remove base-image image-echo image-redis image-redis-counter image-standin image-probe \
+  image-openenv-base image-openenv-template
 
-images: image-echo image-redis image-redis-counter image-standin image-probe
+images: image-echo image-redis image-redis-counter image-standin image-probe image-openenv-template
 	@docker images --format '  {{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^  denv-' >&2 || true
 
 # Every image the targets below build: images-remove takes exactly these, nothing else.
 PROJECT_IMAGES := denv-python-base:3.11 denv-echo-env:latest denv-redis:latest \
-  denv-redis-counter-env:latest denv-http-standin:latest denv-base-probe:latest
+  denv-redis-counter-env:latest denv-http-standin:latest denv-base-probe:latest \
+  denv-openenv-base:latest denv-openenv-template:latest
 
 images-remove: docker
 	@present=$$(for i in $(PROJECT_IMAGES); do docker image inspect -f '{{.Id}}' $$i >/dev/null 2>&1 && echo $$i; done); \
@@ -48,3 +51,12 @@ image-standin: base-image
 # The server's e2e and reliability tests run stdlib Python and sh in the base image.
 image-probe: base-image
 	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-base-probe:latest images/probe
+
+# A local stand-in for OpenEnv's base image (ghcr.io/huggingface/openenv-base): uv, curl, the CA.
+image-openenv-base: base-image
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-openenv-base:latest images/openenv-base
+
+# The env `openenv init` generates (from the venv's openenv), built by its own Dockerfile,
+# unmodified; that Dockerfile needs BuildKit, which Compose v2 brings here.
+image-openenv-template: image-openenv-base compose $(IMAGES_VENV)
+	images/openenv-template.sh $(IMAGE_FLAGS)
