@@ -40,14 +40,14 @@ conformance: $(VENV_STAMP) docker images
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
 ## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), then the
 ## live-fork e2e tests once more from the installed wheel (test-installed).
-test: $(VENV_STAMP) docker images trl-venv compose harbor-venv
+test: $(VENV_STAMP) docker images image-openenv-template trl-venv compose harbor-venv
 	$(PY) -m pytest -q
 	scripts/test_installed.sh
 
 ## The live-fork e2e tests against the installed wheel (a clean venv, the tests copied out of
 ## the source tree): a runtime file missing from the wheel fails here. Part of `make test`.
 .PHONY: test-installed
-test-installed: $(VENV_STAMP) docker images
+test-installed: $(VENV_STAMP) docker images image-openenv-template
 	scripts/test_installed.sh
 
 ## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...)

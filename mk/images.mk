@@ -15,7 +15,7 @@ IMAGES_VENV := $(if $(VENV_STAMP),$(VENV_STAMP),.venv/bin/uv)
 .PHONY: images images-force images-remove base-image image-echo image-redis image-redis-counter image-standin image-probe \
   image-openenv-base image-openenv-template
 
-images: image-echo image-redis image-redis-counter image-standin image-probe image-openenv-template
+images: image-echo image-redis image-redis-counter image-standin image-probe
 	@docker images --format '  {{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^  denv-' >&2 || true
 
 # Every image the targets below build: images-remove takes exactly these, nothing else.
@@ -56,7 +56,9 @@ image-probe: base-image
 image-openenv-base: base-image
 	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-openenv-base:latest images/openenv-base
 
-# The env `openenv init` generates (from the venv's openenv), built by its own Dockerfile,
+# The env `openenv init` generates (from the venv's openenv), built by its own Dockerfile
+# (the tests' image of OpenEnv's echo env as OpenEnv builds it: `make test` builds it, the demo
+# does not),
 # unmodified; that Dockerfile needs BuildKit, which Compose v2 brings here.
 image-openenv-template: image-openenv-base compose $(IMAGES_VENV)
 	images/openenv-template.sh $(IMAGE_FLAGS)

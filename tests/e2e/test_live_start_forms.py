@@ -1,6 +1,7 @@
 """End to end: live forks of the echo env however its image starts the server.
 
-One image per start form of OpenEnv's own Dockerfiles (envs/*/server/Dockerfile in
+OpenEnv's echo env as OpenEnv's own Dockerfile builds it (the env `openenv init` generates),
+and one image per start form of OpenEnv's own Dockerfiles (envs/*/server/Dockerfile in
 huggingface/OpenEnv: `sh -c "cd /app/env && uvicorn ..."` with PYTHONPATH set by the image,
 shell-form `python -m uvicorn ... --port ${PORT:-8000}`, a start script, gunicorn with one
 UvicornWorker, ENTRYPOINT plus CMD), each built FROM the echo image with nothing changed but
@@ -60,8 +61,14 @@ FORMS = {
 REFUSED = {"workers-2": "--workers 2"}
 
 
+# The env OpenEnv's `openenv init` generates, built by the Dockerfile it generates, unchanged
+# (`make image-openenv-template`): OpenEnv's echo env as OpenEnv builds it, with
+# `CMD ["sh", "-c", "cd /app/env && uvicorn server.app:app ..."]`, /app/.venv, PYTHONPATH.
+OPENENV_TEMPLATE = "denv-openenv-template:latest"
+
+
 def image(tag: str) -> str:
-    return f"denv-live-form-{tag}:test"
+    return OPENENV_TEMPLATE if tag == "openenv-init" else f"denv-live-form-{tag}:test"
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +98,7 @@ def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
     return DenvProvider(server=server.url, api_key=server.key, **kwargs)
 
 
-@pytest.mark.parametrize("tag", [t for t in FORMS if t not in REFUSED])
+@pytest.mark.parametrize("tag", ["openenv-init", *(t for t in FORMS if t not in REFUSED)])
 def test_each_start_form_runs_live_and_forks(
     denv_server: LocalDenv, form_images: None, tag: str
 ) -> None:
