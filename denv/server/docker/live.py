@@ -28,7 +28,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -186,11 +186,13 @@ def fork(
     children: list[ChildSpec],
     snapshot: Any,
     depth: int,
+    placed: Callable[[str, int], None] | None = None,
     timeout_s: float = CTL_TIMEOUT_S,
 ) -> tuple[list[Proc | LiveError], dict[str, float]]:
     """Gate ``parent``, fork the children, call ``snapshot()`` (the node captures /work and
     mounts each child's slot) while the parent clones them, reopen the gate, plumb each
-    child as it shows up: a Proc, or the LiveError of that child.
+    child as it shows up: a Proc, or the LiveError of that child. ``placed(env, pid)`` runs
+    for each child before it is set up (before it runs env code again).
 
     The parent's gate stays closed from the gate to the end of ``snapshot()`` (so /work is
     captured as the children see it); a launcher without ``hold`` (started by an older
@@ -240,7 +242,7 @@ def fork(
             captured.set()
         t2 = time.perf_counter()
         timings["snapshot_ms"] = (t2 - t1) * 1e3
-        results = _plumb_all(parent, children, answer, pool, depth, timeout_s)
+        results = _plumb_all(parent, children, answer, pool, depth, placed, timeout_s)
         timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
     return results, timings
 
@@ -267,6 +269,7 @@ def _plumb_all(
     answer: Future[dict[str, str]],
     pool: ThreadPoolExecutor,
     depth: int,
+    placed: Callable[[str, int], None] | None,
     timeout_s: float,
 ) -> list[Proc | LiveError]:
     """Set each child up as soon as its bootstrap socket shows up (the parent may still be
@@ -284,7 +287,7 @@ def _plumb_all(
             path = ctl_path(parent.pid, f"{env_id}.sock")
             if os.path.exists(path):
                 del pending[env_id]
-                found[env_id] = pool.submit(_plumb, parent, path, depth, timeout_s)
+                found[env_id] = pool.submit(_plumb, parent, env_id, path, depth, placed, timeout_s)
         if answer.done() and answer.exception() is not None:
             break
         if pending:
@@ -326,7 +329,14 @@ def _discard(
             time.sleep(0.001)
 
 
-def _plumb(parent: Proc, path: str, depth: int, timeout_s: float) -> Proc | LiveError:
+def _plumb(
+    parent: Proc,
+    env_id: str,
+    path: str,
+    depth: int,
+    placed: Callable[[str, int], None] | None,
+    timeout_s: float,
+) -> Proc | LiveError:
     try:
         with _connect(path, timeout_s) as sock:
             pid = _peer_pid(sock)
@@ -334,6 +344,8 @@ def _plumb(parent: Proc, path: str, depth: int, timeout_s: float) -> Proc | Live
             if st is None:
                 return LiveError("live_fork_failed", "the child ended before its set-up")
             write_id_maps(pid, parent.pid if depth > 0 else None)
+            if placed is not None:
+                placed(env_id, pid)
             out = _ask(sock, {"op": "setup"}, sock.makefile("rb"))
             if "error" in out:
                 return LiveError("live_fork_failed", str(out.get("message")))

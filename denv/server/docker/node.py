@@ -10,13 +10,14 @@ nothing behind, whatever a boot in flight was doing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
-from denv.server.docker import boot, cgroups, live
+from denv.server.docker import boot, cgroups, live, live_apart
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
@@ -225,6 +226,12 @@ class DockerNode:
         if not pid:
             raise LiveError("live_fork_failed", "the env's container is not running")
         proc = live.root_process(pid)
+        try:  # kept off its live children's ports, as they are off its own and each other's
+            group = live_apart.group_of(proc.pid)
+            live_apart.guard(group, [(env_id, port)], first=True)
+            live_apart.enter(group, env_id, proc.pid)
+        except live_apart.ApartError as exc:
+            raise LiveError("live_fork_failed", str(exc)) from exc
         return LiveProc(
             group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
         )
@@ -278,9 +285,24 @@ class DockerNode:
             )
             for env_id, port in children
         ]
-        with self.guard.lock(parent_env):
+        try:
+            group = live_apart.group_of(parent.pid)
+        except live_apart.ApartError as exc:
+            raise LiveError("live_fork_failed", str(exc)) from exc
+        with (
+            self.guard.lock(parent_env),
+            ThreadPoolExecutor(1, "denv-live-apart") as apart,
+        ):
+            # The children's cgroups and port rules, made while the parent gates and clones;
+            # each child enters its cgroup before it is set up (before env code runs again).
+            guarded = apart.submit(live_apart.guard, group, children, False)
+
+            def placed(env_id: str, pid: int) -> None:
+                guarded.result()
+                live_apart.enter(group, env_id, pid)
+
             procs, timings = live.fork(
-                live.Proc(parent.pid, parent.start), specs, capture, parent.depth
+                live.Proc(parent.pid, parent.start), specs, capture, parent.depth, placed
             )
         out: list[LiveProc | str] = []
         for (env_id, port), proc in zip(children, procs, strict=True):
@@ -307,7 +329,12 @@ class DockerNode:
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env: its process, its volume slots; the container with the last."""
         with self.guard.lock(env_id):
+            group = None
+            with contextlib.suppress(live_apart.ApartError):
+                group = live_apart.group_of(proc.pid) if self.live_alive(proc) else None
             live.kill(live.Proc(proc.pid, proc.start))
+            if group is not None and not last:
+                live_apart.release(group, env_id, proc.port)
             self.volumes.detach_live(proc.group, proc.slot, env_id)
         if last:
             self.teardown(proc.group, [proc.container])
