@@ -51,8 +51,11 @@ def cgroup_dir(pid: int) -> Path:
 def probe(pid: int, ports: list[int]) -> dict[int, str]:
     """From a new process in ``pid``'s network namespace and cgroup: each port's outcome."""
     out = subprocess.run(
-        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", sys.executable, "-c", PROBE]
-        + [str(cgroup_dir(pid) / "cgroup.procs"), *map(str, ports)],
+        [
+            *("nsenter", f"--net=/proc/{pid}/ns/net", "--", sys.executable, "-c", PROBE),
+            str(cgroup_dir(pid) / "cgroup.procs"),
+            *map(str, ports),
+        ],
         capture_output=True,
         text=True,
         check=True,
