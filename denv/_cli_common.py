@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +87,49 @@ def describe(exc: DenvError) -> str:
     if isinstance(exc, NotFound):
         return f"{text} (list what exists with `denv envs --all` or `denv versions`)"
     return text
+
+
+# The contract's id patterns (openapi/denv.yaml EnvId, VersionId): checked here so a typo is
+# named by its argument before anything is sent.
+_ID_PATTERNS = {
+    "env": re.compile(r"^env_[0-9A-HJKMNP-TV-Z]{26}$"),
+    "version": re.compile(r"^ver_[0-9A-HJKMNP-TV-Z]{26}$"),
+}
+_ID_LISTS = {"env": "`denv envs`", "version": "`denv versions`"}
+
+
+def id_problem(argument: str, value: str, kind: str) -> str | None:
+    """What is wrong with `value` as an id of `kind` ("env", "version"), naming the command's
+    `argument`; None when it is one."""
+    if _ID_PATTERNS[kind].match(value):
+        return None
+    article = "an" if kind == "env" else "a"
+    prefix = "env_" if kind == "env" else "ver_"
+    return (
+        f"{argument} {value!r} is not {article} {kind} id ({prefix} and 26 letters and digits, "
+        f"as {_ID_LISTS[kind]} lists them)"
+    )
+
+
+def label_arg(text: str) -> tuple[str, str]:
+    """`--label KEY=VALUE` (argparse `type`): the pair, or an error naming the form."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. --label run=a1)")
+    return key, value
+
+
+def add_label_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """A repeatable `--label KEY=VALUE`, collected as a list of pairs in `args.label`."""
+    parser.add_argument(
+        "--label",
+        dest="label",
+        metavar="KEY=VALUE",
+        type=label_arg,
+        action="append",
+        default=[],
+        help=help_text,
+    )
 
 
 def age(when: datetime.datetime, now: datetime.datetime | None = None) -> str:

@@ -1,4 +1,4 @@
-"""`denv envs`, `denv logs ENV`, `denv rm ENV...` and `denv fork ENV -n N`."""
+"""`denv envs`, `denv logs ENV`, `denv rm ENV... | --all | --label K=V` and `denv fork ENV -n N`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ from collections.abc import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from ._cli_common import Command, Output, age, describe, labels_text, status_text
+from ._cli_common import (
+    Command,
+    Output,
+    add_label_option,
+    age,
+    describe,
+    id_problem,
+    labels_text,
+    status_text,
+)
 from ._client import Denv
 from .errors import APIStatusError
 from .types import Env, EnvStatus, WaitFor
@@ -47,6 +56,10 @@ def _add_envs(parser: argparse.ArgumentParser) -> None:
 
 
 def _envs(denv: Denv, args: argparse.Namespace, out: Output) -> int:
+    problem = args.version_id and id_problem("--version", args.version_id, "version")
+    if problem:
+        out.error(f"denv envs: {problem}")
+        return 2
     envs = list(
         denv.list_envs(status=args.status, version_id=args.version_id, include_deleted=args.all)
     )
@@ -86,33 +99,73 @@ def _logs(denv: Denv, args: argparse.Namespace, out: Output) -> int:
 LOGS = Command(_add_logs, _logs)
 
 
-# -- denv rm ENV...
+# -- denv rm ENV... | --all | --label KEY=VALUE
 
 
 def _add_rm(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("envs", metavar="ENV", nargs="+", help="the ids of the envs to delete")
+    parser.add_argument("envs", metavar="ENV", nargs="*", help="the ids of the envs to delete")
+    parser.add_argument(
+        "--all", action="store_true", help="delete every env of this key on the server"
+    )
+    add_label_option(
+        parser, "delete every env of this key with this label (repeatable: all must match)"
+    )
 
 
 def _rm(denv: Denv, args: argparse.Namespace, out: Output) -> int:
-    """Delete each env on its own: one the server refuses does not stop the others (no server
-    at all stops them all, as one error)."""
+    """Delete the envs named, or every env of this key (--all), or those with the labels."""
+    labels = dict(args.label)
+    if args.envs and (args.all or labels):
+        out.error("denv rm: give env ids, or --all, or --label KEY=VALUE: not both")
+        return 2
+    if args.all and labels:
+        out.error("denv rm: --all deletes every env; --label only those with it: pass one")
+        return 2
+    if not (args.envs or args.all or labels):
+        out.error("denv rm: name the envs to delete, or pass --all or --label KEY=VALUE")
+        return 2
+    if args.envs:
+        return 1 if delete_envs(denv, args.envs, out, "rm") else 0
+    chosen = [e.id for e in denv.list_envs() if labels.items() <= e.labels.items()]
+    whose = "of this key" if args.all else f"with {labels_text(labels)}"
+    if not chosen:
+        if out.as_json:
+            out.json([])
+        else:
+            out.print(f"no envs {whose} on {denv.server}: nothing to delete")
+        return 0
+    failed = delete_envs(denv, chosen, out, "rm")
+    if not out.as_json:
+        deleted = len(chosen) - len(failed)
+        out.print(f"deleted {deleted} {envs_word(deleted)} {whose} on {denv.server}")
+    return 1 if failed else 0
+
+
+def delete_envs(denv: Denv, env_ids: Sequence[str], out: Output, command: str) -> list[str]:
+    """Delete each env on its own, saying which went; the ids the server refused.
+
+    One the server refuses does not stop the others (no server at all stops them all, as
+    one error)."""
     results: list[dict[str, str]] = []
-    for env_id in args.envs:
+    for env_id in env_ids:
         try:
             denv.delete_env(env_id)
             results.append({"id": env_id, "status": "deleted"})
         except APIStatusError as exc:
             results.append({"id": env_id, "error": describe(exc)})
-    failed = [r for r in results if "error" in r]
     if out.as_json:
         out.json(results)
     else:
         for r in results:
             if "error" in r:
-                out.error(f"denv rm: {r['id']}: {r['error']}")
+                out.error(f"denv {command}: {r['id']}: {r['error']}")
             else:
                 out.print(f"deleted {r['id']}")
-    return 1 if failed else 0
+    return [r["id"] for r in results if "error" in r]
+
+
+def envs_word(n: int) -> str:
+    return "env" if n == 1 else "envs"
 
 
 RM = Command(_add_rm, _rm)

@@ -1,4 +1,4 @@
-"""`denv versions` and `denv diff A B`."""
+"""`denv versions`, `denv snapshot ENV` and `denv diff A B`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
-from ._cli_common import Command, Output, age, labels_text
+from ._cli_common import Command, Output, add_label_option, age, id_problem, labels_text
 from ._client import Denv
 from .types import FileChangeKind
 
@@ -54,6 +54,33 @@ def _versions(denv: Denv, args: argparse.Namespace, out: Output) -> int:
 VERSIONS = Command(_add_versions, _versions)
 
 
+# -- denv snapshot ENV
+
+
+def _add_snapshot(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", metavar="ENV", help="the env to snapshot (env_...)")
+    add_label_option(parser, "a label on the version (repeatable)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the version's id")
+
+
+def _snapshot(denv: Denv, args: argparse.Namespace, out: Output) -> int:
+    problem = id_problem("ENV", args.env, "env")
+    if problem:
+        out.error(f"denv snapshot: {problem}")
+        return 2
+    version = denv.snapshot(args.env, labels=dict(args.label) or None)
+    if out.as_json:
+        out.json(version.to_dict())
+    elif args.quiet:
+        print(version.id)
+    else:
+        out.print(f"{version.id} (a snapshot of {args.env})")
+    return 0
+
+
+SNAPSHOT = Command(_add_snapshot, _snapshot)
+
+
 # -- denv diff A B
 
 
@@ -63,12 +90,16 @@ def _add_diff(parser: argparse.ArgumentParser) -> None:
 
 
 def _diff(denv: Denv, args: argparse.Namespace, out: Output) -> int:
-    for given in (args.base, args.version):
+    for argument, given in (("A", args.base), ("B", args.version)):
         if given.startswith("env_"):
             out.error(
                 f"denv diff: {given} is an env; diff compares versions: snapshot the env "
-                f"first (its versions: `denv tree {given}`)"
+                f"first (`denv snapshot {given}`; its versions: `denv tree {given}`)"
             )
+            return 2
+        problem = id_problem(argument, given, "version")
+        if problem:
+            out.error(f"denv diff: {problem}")
             return 2
     diff = denv.diff(args.base, args.version)
     if out.as_json:

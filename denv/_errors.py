@@ -1,4 +1,5 @@
-"""Turning an error response into the matching `denv.errors` class (and reading Retry-After).
+"""Turning an error response into the matching `denv.errors` class (and reading Retry-After),
+and a failed connection into a `ConnectionFailed` that says why in a few words.
 
 A denv server answers errors with the contract's Error JSON; anything else still maps by status.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from .errors import (
     APIStatusError,
     Conflict,
+    ConnectionFailed,
     InvalidRequest,
     NotFound,
     RateLimited,
@@ -21,11 +23,23 @@ from .errors import (
     Unauthorized,
 )
 
-__all__ = ["error_from_response", "parse_retry_after"]
+__all__ = ["cannot_reach", "error_from_response", "parse_retry_after"]
 
 _TAG = re.compile(r"<[^>]*>")
 # How much of a body that is not a denv error is quoted in the message.
 _BODY_EXCERPT_CHARS = 200
+
+# What an OS or TLS error says, in the few words a person reads: (fragment, words).
+_CONNECT_REASONS = (
+    ("refused", "connection refused"),
+    ("name or service not known", "host name not found"),
+    ("nodename nor servname", "host name not found"),
+    ("name resolution", "host name not found"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "network unreachable"),
+    ("timed out", "no answer to connect"),
+    ("certificate_verify_failed", "its TLS certificate is not trusted"),
+)
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: InvalidRequest,
@@ -108,3 +122,27 @@ def error_from_response(
         f"denv server?): {excerpt}"
     )
     return cls(message, status=status, request_id=request_id, body=body, **extra)
+
+
+def _connect_reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    lowered = text.lower()
+    if "timeout" in type(exc).__name__.lower():
+        return "no answer to connect"
+    return next((words for fragment, words in _CONNECT_REASONS if fragment in lowered), text)
+
+
+def cannot_reach(server: str, exc: BaseException, *, method: str, url: str) -> ConnectionFailed:
+    """The `ConnectionFailed` for a connection to `server` that could not be made, e.g.
+    "cannot reach the denv server at http://127.0.0.1:7711 (connection refused): is it
+    running? `denv serve`"."""
+    reason = _connect_reason(exc)
+    if reason == "its TLS certificate is not trusted":
+        advice = (
+            "give the CA that signed it with DENV_CA_BUNDLE (a PEM file) or Denv(ca_bundle=...)"
+        )
+    else:
+        advice = "is it running? `denv serve`"
+    return ConnectionFailed(
+        f"cannot reach the denv server at {server} ({reason}): {advice}", method=method, url=url
+    )

@@ -104,7 +104,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _proxy_for(server: str) -> str | None:
+def proxy_for(server: str) -> str | None:
     """The environment's proxy for `server` (none for loopback: a local server is never proxied)."""
     parts = urlsplit(server)
     host = parts.hostname or ""
@@ -154,7 +154,7 @@ def _client_settings(server: str, api_key: str, timeout_s: float) -> dict[str, A
         "headers": {"Authorization": f"Bearer {api_key}", "User-Agent": _user_agent()},
         "timeout": httpx.Timeout(timeout_s, connect=min(_config.CONNECT_TIMEOUT_S, timeout_s)),
         "follow_redirects": False,
-        # Proxies come from `_proxy_for` (so retries still apply); no .netrc credentials.
+        # Proxies come from `proxy_for` (so retries still apply); no .netrc credentials.
         "trust_env": False,
     }
 
@@ -171,7 +171,7 @@ def build_http_client(
 ) -> httpx.Client:
     """The one httpx client a `Denv` sends through. `transport` replaces the network (tests);
     `verify` checks a TLS server's certificate (`tls_verify`)."""
-    inner = transport or httpx.HTTPTransport(proxy=_proxy_for(server), verify=verify)
+    inner = transport or httpx.HTTPTransport(proxy=proxy_for(server), verify=verify)
     return httpx.Client(
         **_client_settings(server, api_key, timeout_s),
         transport=RetryTransport(inner, max_retries=max_retries, sleep=sleep),
@@ -190,7 +190,7 @@ def build_async_http_client(
     verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
     """`build_http_client` for an `AsyncDenv`."""
-    inner = transport or httpx.AsyncHTTPTransport(proxy=_proxy_for(server), verify=verify)
+    inner = transport or httpx.AsyncHTTPTransport(proxy=proxy_for(server), verify=verify)
     return httpx.AsyncClient(
         **_client_settings(server, api_key, timeout_s),
         transport=AsyncRetryTransport(inner, max_retries=max_retries, sleep=sleep),

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import httpx
 
 from . import _config
-from ._errors import parse_retry_after
+from ._errors import cannot_reach, parse_retry_after
 from .errors import ConnectionFailed, Timeout
 
 logger = logging.getLogger("denv")
@@ -105,6 +105,10 @@ def where(request: httpx.Request) -> str:
     return f"{request.method} {request.url}"
 
 
+def _server(request: httpx.Request) -> str:
+    return f"{request.url.scheme}://{request.url.netloc.decode()}"
+
+
 class RetryPolicy:
     """The retry rules of the module docstring, for one client."""
 
@@ -146,7 +150,9 @@ class RetryPolicy:
         elif isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout):
             # The request never left: retrying cannot repeat anything.
             if attempt >= self.max_retries:
-                raise self._connection_failed(request, outcome) from outcome
+                raise cannot_reach(
+                    _server(request), outcome, method=request.method, url=str(request.url)
+                ) from outcome
             why = f"connection failed ({outcome})"
         elif isinstance(outcome, httpx.TimeoutException):
             # The server may be working on it; only the caller knows whether to wait longer.
@@ -175,11 +181,10 @@ class RetryPolicy:
 
     @staticmethod
     def _connection_failed(request: httpx.Request, exc: Exception) -> ConnectionFailed:
-        server = f"{request.url.scheme}://{request.url.netloc.decode()}"
         reason = str(exc) or type(exc).__name__
         return ConnectionFailed(
-            f"{where(request)}: could not reach the denv server at {server} ({reason}): "
-            "is it running? Start one with `denv serve`, or point DENV_SERVER at a running one",
+            f"{where(request)}: the connection to the denv server at {_server(request)} broke "
+            f"before its answer ({reason}): check that the server is healthy (GET /v1/health)",
             method=request.method,
             url=str(request.url),
         )

@@ -18,15 +18,21 @@ from denv.redaction import RedactSecrets
 # subcommand -> (module, one-line help). The module (or, for "module:NAME", the object NAME in
 # it) provides `add_arguments(parser)` and `main(args) -> int`.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("denv._cli_run:RUN", "create an env from an image; print its id and address"),
     "envs": ("denv._cli_envs:ENVS", "list envs (live ones; --all adds deleted ones)"),
     "versions": ("denv._cli_versions:VERSIONS", "list versions (snapshots and deploys)"),
     "logs": ("denv._cli_envs:LOGS", "print an env's last log lines"),
-    "rm": ("denv._cli_envs:RM", "delete envs"),
+    "rm": ("denv._cli_envs:RM", "delete envs: by id, every one (--all), or by --label"),
+    "snapshot": ("denv._cli_versions:SNAPSHOT", "save an env's volumes as a new version"),
     "fork": ("denv._cli_envs:FORK", "snapshot an env once and start N children from it"),
     "tree": ("denv._cli_tree:TREE", "the branch tree of an env or a version"),
     "diff": ("denv._cli_versions:DIFF", "the files that changed between two versions"),
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
-    "stop": ("denv._stop_cli", "stop the local server (its envs keep running until deleted)"),
+    "stop": (
+        "denv._stop_cli",
+        "stop the local server (its envs keep running until deleted); with a remote "
+        "server (--server or DENV_SERVER), delete this key's envs on it",
+    ),
     "cluster": (
         "denv.cluster.cli",
         "a Ray cluster of N nodes on this machine: up, status, down (see docs/cluster.md)",

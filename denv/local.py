@@ -33,7 +33,8 @@ from pathlib import Path
 import httpx
 
 from ._config import ENV_API_KEY, ENV_SERVER
-from ._http import tls_verify
+from ._errors import cannot_reach
+from ._http import proxy_for, tls_verify
 from .errors import DenvConfigError, LocalServerError
 
 __all__ = [
@@ -176,7 +177,8 @@ def resolve_server(
     server, which is started when `start` is true and none answers.
 
     The local server's key goes only to the local server's URL. Raises `DenvConfigError`
-    when no server or no key is found.
+    when no server or no key is found, and `ConnectionFailed` instead of the latter when the
+    server cannot be reached either (the first thing to fix).
     """
     server = server or os.environ.get(ENV_SERVER) or None
     api_key = api_key or os.environ.get(ENV_API_KEY) or None
@@ -194,11 +196,28 @@ def resolve_server(
             f"{ENV_SERVER} and {ENV_API_KEY}"
         )
     if api_key is None:
+        # A server nobody answers at is the first thing to fix: say so, not "no key".
+        _check_reachable(server.rstrip("/"))
         raise DenvConfigError(
             f"no API key for the denv server at {server}: set {ENV_API_KEY} or pass "
             f"api_key= (the local server keeps its key in {state_dir() / 'api_key'})"
         )
     return server.rstrip("/"), api_key
+
+
+def _check_reachable(server: str) -> None:
+    """Raise `ConnectionFailed` when no connection to `server` can be made (its health
+    needs no key)."""
+    url = f"{server}/v1/health"
+    try:
+        with httpx.Client(
+            timeout=HEALTH_TIMEOUT_S, trust_env=False, verify=tls_verify(), proxy=proxy_for(server)
+        ) as client:
+            client.get(url)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise cannot_reach(server, exc, method="GET", url=url) from exc
+    except httpx.HTTPError:
+        pass  # it answered, somehow: what is missing is still the key
 
 
 def _root(override: PathArg) -> Path:

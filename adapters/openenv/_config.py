@@ -41,6 +41,7 @@ class ProviderConfig:
     warm_fork: bool | None = None
     websocket: bool = True
     fork: ForkKind = "volume"
+    pull: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "egress", _egress(self.egress))
@@ -74,6 +75,7 @@ class ProviderConfig:
             "wait_timeout_s": float(wait_timeout or self.timeout_s),
             "warm": self.warm,
             "warm_fork": bool(self.warm_fork),
+            "pull": self.pull,
         }
 
     def volume_fallback(self, code: str | None) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from denv.errors import Conflict, EnvStartError, NotFound
+from denv.errors import Conflict, EnvStartError, InvalidRequest, NotFound
 
 from ._binding import Binding
 from ._config import ForkKind, check_start_options
@@ -50,14 +50,33 @@ def start_image(
     wait_timeout = options.get("wait_timeout")
     sandbox = config.sandbox_options(port, env_vars, options)
     try:
-        env: Env = yield api("create_sandbox", image, live=config.fork != "volume", **sandbox)
-    except Conflict as exc:
-        if not config.volume_fallback(exc.code):
+        try:
+            env: Env = yield api("create_sandbox", image, live=config.fork != "volume", **sandbox)
+        except Conflict as exc:
+            if not config.volume_fallback(exc.code):
+                raise
+            logger.info("fork='auto': %s; starting for volume forks", exc)
+            env = yield api("create_sandbox", image, live=False, **sandbox)
+    except InvalidRequest as exc:
+        if exc.code != "image_not_found":
             raise
-        logger.info("fork='auto': %s; starting for volume forks", exc)
-        env = yield api("create_sandbox", image, live=False, **sandbox)
+        raise image_not_found(exc, config.pull) from exc
     binding.ready_timeout_s = float(wait_timeout) if wait_timeout else None
     return (yield from adopt(binding, env, f"image {image!r}", awaited=awaited))
+
+
+def image_not_found(exc: InvalidRequest, pulled: bool) -> InvalidRequest:
+    """The server's `image_not_found`, its advice in the provider's words: `pull=True` when
+    the start did not pull, nothing more when it did (the pull is what failed)."""
+    advice = "" if pulled else ", or pass DenvProvider(pull=True)"
+    return InvalidRequest(
+        exc.message.replace(", or pass pull: true", advice),
+        status=exc.status,
+        code=exc.code,
+        request_id=exc.request_id,
+        body=exc.body,
+        details=exc.details,
+    )
 
 
 def start_version(

@@ -59,6 +59,9 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             running server process, OpenEnv sessions included, ready in milliseconds; the
             start fails with `denv.Conflict` (`live_unsupported`) when the image's server is
             not `uvicorn MODULE:APP`. `"auto"`: live where possible, else volume.
+        pull: Pull the image when the server's engine does not have it (anonymously
+            unless the server allows its registry credentials). Default False: a missing
+            image fails the start with `denv.InvalidRequest` (`image_not_found`).
 
     The provider is bound to one env at a time (`env_id`, `base_url`);
     `fork()` returns new providers bound to children of that env, made with the same
@@ -79,6 +82,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         warm_fork: bool | None = None,
         websocket: bool = True,
         fork: ForkKind = "volume",
+        pull: bool = False,
     ) -> None:
         config = ProviderConfig(
             server,
@@ -92,6 +96,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             warm_fork,
             websocket,
             fork,
+            pull,
         )
         probe = probe_websocket if config.websocket else no_websocket
         self._binding = Binding(config, probe, connection=None)

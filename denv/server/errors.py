@@ -88,6 +88,32 @@ def _location(loc: Any) -> str:
     return ".".join(parts) or "body"
 
 
+# What a value of each id or name pattern of the contract is, in the user's words.
+_PATTERN_WORDS = {
+    "^env_": "an env id (env_ and 26 letters and digits, as `denv envs` lists them)",
+    "^ver_": "a version id (ver_ and 26 letters and digits, as `denv versions` lists them)",
+    "^[a-z0-9][a-z0-9-]": "a project name (lower-case letters, digits and dashes)",
+    "^[a-zA-Z0-9][a-zA-Z0-9_.-]": "a service name (letters, digits, '_', '.' and '-')",
+}
+
+
+def _problem(error: Any) -> str:
+    """One validation error as "field: what is wrong", the field named as the request has it
+    (a query parameter by its name, a body field by its path), without pydantic's regex."""
+    where = _location(error.get("loc", ()))
+    if where.startswith(("query.", "path.", "header.")):
+        where = where.split(".", 1)[1]
+    msg = str(error.get("msg", "invalid"))
+    if error.get("type") == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        words = next((w for p, w in _PATTERN_WORDS.items() if pattern.startswith(p)), None)
+        if words is not None:
+            given = str(error.get("input"))
+            shown = given if len(given) <= 80 else given[:77] + "..."
+            return f"{where}: {shown!r} is not {words}"
+    return f"{where}: {msg}"
+
+
 def _allowed(request: Request) -> list[str]:
     """The methods of every route matching this path (Starlette names only the first's)."""
     methods: set[str] = set()
@@ -115,7 +141,7 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         where = _location(first.get("loc", ()))
-        message = f"{where}: {first.get('msg', 'invalid')}"
+        message = _problem(first)
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem(s))"
         return error_response(request, 422, "invalid_request", message, {"path": where})

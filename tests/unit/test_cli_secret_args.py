@@ -24,6 +24,8 @@ PASSWORD = "correct-horse-battery-staple"
 # What each command needs besides the bad option, so that only the bad option is wrong.
 VALID: dict[str, list[str]] = {
     "envs": [],
+    "run": ["img:1"],
+    "snapshot": ["env_x"],
     "versions": [],
     "logs": ["env_x"],
     "rm": ["env_x"],
