@@ -156,6 +156,9 @@ class RemoteNode:
     def live_alive(self, proc: LiveProc) -> bool:
         return cast(bool, self._call(CALL_TIMEOUT_S, "live_alive", proc))
 
+    def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
+        return cast("str | None", self._call(CALL_TIMEOUT_S, "live_exit_reason", env_id, proc))
+
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         self._call(LONG_TIMEOUT_S, "live_teardown", env_id, proc, last)
 

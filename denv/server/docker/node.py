@@ -229,6 +229,7 @@ class DockerNode:
         try:  # kept off its live children's ports, as they are off its own and each other's
             group = live_apart.group_of(proc.pid)
             live_apart.guard(group, [(env_id, port)], first=True)
+            live_apart.limit(group, None, [env_id])
             live_apart.enter(group, env_id, proc.pid)
         except live_apart.ApartError as exc:
             raise LiveError("live_fork_failed", str(exc)) from exc
@@ -285,29 +286,44 @@ class DockerNode:
             )
             for env_id, port in children
         ]
-        try:
-            group = live_apart.group_of(parent.pid)
-        except live_apart.ApartError as exc:
-            raise LiveError("live_fork_failed", str(exc)) from exc
         with (
             self.guard.lock(parent_env),
             ThreadPoolExecutor(1, "denv-live-apart") as apart,
         ):
-            # The children's cgroups and port rules, made while the parent gates and clones;
-            # each child enters its cgroup before it is set up (before env code runs again).
+            try:
+                # Each child's limits (the root's), and the container's raised by as much,
+                # before the clones count there; the forker may hold its clones meanwhile.
+                group = live_apart.group_of(parent.pid)
+                ids = [env_id for env_id, _ in children]
+                live_apart.limit(group, parent.group, ids)
+                live_apart.lend_pids(group, parent_env, len(ids))
+            except live_apart.ApartError as exc:
+                raise LiveError("live_fork_failed", str(exc)) from exc
+            # The port rules, made while the parent gates and clones; each child enters its
+            # cgroups before it is set up (before env code runs again).
             guarded = apart.submit(live_apart.guard, group, children, False)
 
             def placed(env_id: str, pid: int) -> None:
                 guarded.result()
                 live_apart.enter(group, env_id, pid)
 
-            procs, timings = live.fork(
-                live.Proc(parent.pid, parent.start), specs, capture, parent.depth, placed
-            )
+            try:
+                procs, timings = live.fork(
+                    live.Proc(parent.pid, parent.start), specs, capture, parent.depth, placed
+                )
+            except BaseException:  # no child: their cgroups, rules and limits go
+                guarded.exception()
+                for env_id, port in children:
+                    live_apart.release(group, env_id, port)
+                raise
+            finally:
+                with contextlib.suppress(live_apart.ApartError):
+                    live_apart.lend_pids(group, parent_env, -len(ids))
         out: list[LiveProc | str] = []
         for (env_id, port), proc in zip(children, procs, strict=True):
             if isinstance(proc, LiveError):
                 self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
+                live_apart.release(group, env_id, port)
                 out.append(proc.message)
             else:
                 out.append(
@@ -323,15 +339,30 @@ class DockerNode:
                 )
         return stacks, out, timings
 
+    def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
+        """Which limit of its own a live env whose process ended hit, if one did."""
+        group = self._live_group(proc.container)
+        return live_apart.exit_reason(group, env_id) if group else None
+
+    def _live_group(self, container: str) -> live_apart.Group | None:
+        """The live servers' cgroups of a running container (found from its pid 1, which
+        outlives them), or None."""
+        info = self.engine.inspect(container)
+        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
+        if not pid:
+            return None
+        try:
+            return live_apart.group_of(pid)
+        except live_apart.ApartError:
+            return None
+
     def live_alive(self, proc: LiveProc) -> bool:
         return live.alive(live.Proc(proc.pid, proc.start))
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env: its process, its volume slots; the container with the last."""
         with self.guard.lock(env_id):
-            group = None
-            with contextlib.suppress(live_apart.ApartError):
-                group = live_apart.group_of(proc.pid) if self.live_alive(proc) else None
+            group = None if last else self._live_group(proc.container)
             live.kill(live.Proc(proc.pid, proc.start))
             if group is not None and not last:
                 live_apart.release(group, env_id, proc.port)

@@ -341,7 +341,9 @@ class Envs:
             return rec
         cid = rec.runtime.containers.get(rec.agent_service)
         if rec.runtime.live is not None and not self.ctx.node.live_alive(rec.runtime.live):
-            self._fail(rec.id, "exited", "the env's server process ended", None)
+            why = self.ctx.node.live_exit_reason(rec.id, rec.runtime.live)
+            killed = f": killed, {why}" if why else ""
+            self._fail(rec.id, "exited", f"the env's server process ended{killed}", None)
             return self.ctx.store.get_env(rec.id) or rec
         if cid and states.get(cid, "missing") in ("exited", "missing"):
             why = self.ctx.node.lost_reason(rec.id)  # a cluster's node found dead

@@ -236,6 +236,11 @@ class Node(Protocol):
 
     def live_alive(self, proc: LiveProc) -> bool: ...
 
+    def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
+        """Which limit of its own a live env whose process ended hit (out of memory, its
+        pids), if one did."""
+        ...
+
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env's process and volumes; its group's container too when last."""
         ...

@@ -249,6 +249,12 @@ class Routing(Layers):
         except NodeLost:
             return False
 
+    def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
+        try:
+            return self._routed(proc.group, lambda n: n.live_exit_reason(env_id, proc))
+        except NodeLost:
+            return None
+
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         with contextlib.suppress(NodeLost):
             self._routed(proc.group, lambda n: n.live_teardown(env_id, proc, last))
