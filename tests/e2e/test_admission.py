@@ -25,8 +25,9 @@ ECHO_IMAGE = "denv-echo-env:latest"
 
 REFUSED: list[tuple[str, dict[str, Any], int, str]] = [
     (
+        # Known once it serves (its server says so): the env and its version are deleted.
         "live, not a uvicorn server",
-        {"live": True, "command": ["python", "-m", "http.server", "8000"]},
+        {"live": True, "image": "denv-http-standin:latest"},
         409,
         "live_unsupported",
     ),

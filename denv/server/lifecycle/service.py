@@ -168,15 +168,19 @@ class Service:
         )
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
         if body.live and body.count is None:
-            self._refuse_unsupported_live(body.image, envs[0])
+            self._refuse_unsupported_live(owner, body.image, version.id, envs[0])
         return envs[0] if body.count is None else {"envs": envs}
 
-    def _refuse_unsupported_live(self, image: str, env: dict[str, Any]) -> None:
+    def _refuse_unsupported_live(
+        self, owner: str, image: str, version_id: str, env: dict[str, Any]
+    ) -> None:
         """A live env whose server turned out not to be copyable (it says why once it serves):
-        409, and nothing of it is left. (With ``count``, each env fails on its own.)"""
+        409, and nothing of it is left, its version neither. (With ``count``, each env fails
+        on its own.)"""
         error = env.get("error") or {}
         if env.get("status") == "failed" and error.get("code") == "live_unsupported":
             self.envs.delete(str(env["id"]))
+            self.versions.delete(owner, version_id)
             raise ApiError(
                 409, "live_unsupported", f"{image} cannot run for live forks: {error['message']}"
             )
