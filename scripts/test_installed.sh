@@ -14,7 +14,15 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-TESTS=(tests/e2e/test_live_fork.py tests/e2e/test_live_start_forms.py)
+# What needs the wheel's own files: the launcher and its start-up hook (a live fork, each
+# start form's hook, a refusal), the per-env cgroups and port rules. The source-tree run has
+# the rest of these modules.
+TESTS=(
+  tests/e2e/test_live_fork.py::test_live_fork_keeps_the_session_and_separates_work
+  tests/e2e/test_live_fork.py::test_live_refused_with_the_reason
+  tests/e2e/test_live_start_forms.py
+  tests/e2e/test_live_apart.py
+)
 
 echo "test-installed: building the wheel and a clean venv" >&2
 .venv/bin/uv build --wheel --out-dir "$work/dist" --quiet

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.e2e
 #: 32 roots started and 32 children forked from them: 64 envs at once.
 ROOTS = 32
 #: Roots of OpenEnv's echo env, each forked into 2 (a real OpenEnv server boots in seconds).
-OPENENV_ROOTS = 4
+OPENENV_ROOTS = 2
 
 
 @pytest.fixture(scope="module")
