@@ -37,10 +37,7 @@ uvicorn {APP} --host 0.0.0.0 --port "${{PORT:-8000}}"
 """
 # (tag, Dockerfile lines after FROM the echo image)
 FORMS = {
-    "sh-cd": [
-        'ENV PYTHONPATH="/app:$PYTHONPATH"',
-        f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000"]',
-    ],
+    # (`sh -c "cd /app/env && uvicorn ..."` with PYTHONPATH set: the openenv-init image.)
     "shell-python-m": [
         f"CMD python -m uvicorn {APP} --host 0.0.0.0 --port ${{PORT:-8000}} --proxy-headers"
         " --forwarded-allow-ips '*'"
