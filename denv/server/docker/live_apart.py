@@ -139,7 +139,7 @@ def limit(group: Group, template: str | None, env_ids: list[str]) -> None:
             for env_id in env_ids:
                 mine = group.limited(env_id)[ctrl]
                 mine.mkdir(parents=True, exist_ok=True)
-                _shift(container, one, +1)  # the container's first: a server never exceeds it
+                _shift(container, ctrl, one, +1)  # the container's first: a server never exceeds it
                 for name in reversed(LIMITS[ctrl]):  # memory, then memory+swap
                     if one.get(name) is not None:
                         (mine / name).write_text(str(one[name]))
@@ -154,7 +154,7 @@ def lend_pids(group: Group, env_id: str, n: int) -> None:
     if pids is None:
         return
     try:
-        _shift(pids, {"pids.max": n}, 1)
+        _shift(pids, "pids", {"pids.max": n}, 1)
     except (OSError, ValueError) as exc:
         raise ApartError(f"lending the forking env {n} pids failed: {exc}") from exc
 
@@ -193,7 +193,7 @@ def release(group: Group, env_id: str, port: int) -> None:
     deadline = time.monotonic() + RMDIR_WAIT_S
     for ctrl, mine in group.limited(env_id).items():
         with contextlib.suppress(OSError):
-            _shift(group.v1[ctrl], _values(mine, ctrl), -1)
+            _shift(group.v1[ctrl], ctrl, _values(mine, ctrl), -1)
         _rmdir(mine, deadline)
     _rmdir(group.directory(env_id), deadline)
 
@@ -219,17 +219,13 @@ def _values(directory: Path, ctrl: str) -> dict[str, int | None]:
     return out
 
 
-def _shift(container: Path, one: dict[str, int | None], sign: int) -> None:
-    """Raise (+1) or lower (-1) the container's limits by one server's."""
+def _shift(container: Path, ctrl: str, one: dict[str, int | None], sign: int) -> None:
+    """Raise (+1) or lower (-1) the container's limits of ``ctrl`` by one server's."""
     names = [n for n in one if one[n] is not None]
+    current = _values(container, ctrl)
     for name in names if sign > 0 else reversed(names):
-        current = _values(container, _ctrl_of(name)).get(name)
-        if current is not None:
-            (container / name).write_text(str(current + sign * int(one[name] or 0)))
-
-
-def _ctrl_of(name: str) -> str:
-    return next(ctrl for ctrl, names in LIMITS.items() if name in names)
+        if current.get(name) is not None:
+            (container / name).write_text(str(int(current[name] or 0) + sign * int(one[name] or 0)))
 
 
 def _field(path: Path, key: str) -> int:

@@ -221,8 +221,7 @@ class DockerNode:
     # live forks (denv.server.docker.live)
     def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
         """The server process of a booted ``live`` env, under its container's launcher."""
-        info = self.engine.inspect(container)
-        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
+        pid = self._container_pid(container)
         if not pid:
             raise LiveError("live_fork_failed", "the env's container is not running")
         proc = live.root_process(pid)
@@ -344,11 +343,15 @@ class DockerNode:
         group = self._live_group(proc.container)
         return live_apart.exit_reason(group, env_id) if group else None
 
+    def _container_pid(self, container: str) -> int:
+        """The host pid of a container's pid 1; 0 when it does not run."""
+        info = self.engine.inspect(container)
+        return int(((info or {}).get("State") or {}).get("Pid") or 0)
+
     def _live_group(self, container: str) -> live_apart.Group | None:
         """The live servers' cgroups of a running container (found from its pid 1, which
         outlives them), or None."""
-        info = self.engine.inspect(container)
-        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
+        pid = self._container_pid(container)
         if not pid:
             return None
         try:
