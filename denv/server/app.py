@@ -13,18 +13,28 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
+from denv.ingress_host import host_base
 from denv.server import ids
 from denv.server.api.json_limits import BoundedJson
 from denv.server.api.routes import router
 from denv.server.auth import KeyRing, digest, private_dir
-from denv.server.config import HOST_GUARD_CHECK_S, MAX_BODY_BYTES, REAPER_INTERVAL_S, ServerConfig
+from denv.server.config import (
+    HOST_GUARD_CHECK_S,
+    LEASE_CHECK_S,
+    MAX_BODY_BYTES,
+    REAPER_INTERVAL_S,
+    ServerConfig,
+)
+from denv.server.console import router as console_router
 from denv.server.db import Store
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
 from denv.server.errors import install_error_handlers
+from denv.server.ingress.hosts import HostIngress
 from denv.server.ingress.proxy import mount_ingress
 from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.leases import end_due_forever
 from denv.server.lifecycle.reconcile import reap_forever
 from denv.server.lifecycle.service import Service
 from denv.server.net.host_guard import HostGuardWatch
@@ -162,6 +172,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
         except Exception:
             log.exception("the egress rules of running envs were not taken back")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
+        leases = asyncio.create_task(end_due_forever(service.leases, LEASE_CHECK_S))
         watch = asyncio.create_task(
             guard.forever(HOST_GUARD_CHECK_S) if not clustered else asyncio.sleep(0)
         )
@@ -171,6 +182,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
             yield
         finally:
             reaper.cancel()
+            leases.cancel()
             watch.cancel()
             await asyncio.to_thread(service.shutdown)
             _remove_server_json(config)
@@ -180,7 +192,11 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
     app.state.keyring = KeyRing(store)
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(console_router)
     mount_ingress(app, table, ctx.fair, config.ingress_read_timeout_s)
     app.add_middleware(BoundedJson)  # inside RequestContext: its request id and 1 MiB cap
     app.add_middleware(RequestContext)
+    # Outermost: a request to <label>.localhost is an env's, whatever its path (/v1/...).
+    bases = {b for b in ("localhost", host_base(config.host)) if b}
+    app.add_middleware(HostIngress, proxy=app.state.denv_ingress, bases=bases)
     return app

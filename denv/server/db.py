@@ -7,10 +7,11 @@ the tables are made (and older databases upgraded) by ``db_schema``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,8 @@ from denv.server.db_rows import env_from_row, env_row, version_from_row, version
 from denv.server.db_schema import create_and_migrate
 from denv.server.records import LIVE, EnvError, EnvRecord, EnvStatus, Runtime, VersionRecord
 from denv.server.tokens import ref
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EnvRecord", "Store", "VersionRecord", "iso", "now"]
 
@@ -47,6 +50,7 @@ class Store:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
+        self._watchers: list[Callable[[], None]] = []
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -68,6 +72,26 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+        self._changed()
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the writing thread; keep it short) after every write: the
+        console's tree is pushed when something changes, not polled."""
+        with self._lock:
+            self._watchers.append(callback)
+
+    def unwatch(self, callback: Callable[[], None]) -> None:
+        with self._lock, suppress(ValueError):
+            self._watchers.remove(callback)
+
+    def _changed(self) -> None:
+        with self._lock:
+            watchers = list(self._watchers)
+        for callback in watchers:
+            try:
+                callback()
+            except Exception:  # a watcher whose loop has closed must not fail a write
+                log.debug("a store watcher failed", exc_info=True)
 
     def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -75,7 +99,10 @@ class Store:
 
     def _run(self, sql: str, args: tuple[Any, ...] = ()) -> int:
         with self._lock:
-            return self._db.execute(sql, args).rowcount
+            count = self._db.execute(sql, args).rowcount
+        if count:
+            self._changed()
+        return count
 
     # meta and keys
     def instance_id(self) -> str:

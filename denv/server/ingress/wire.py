@@ -80,10 +80,23 @@ def header(headers: Headers, name: bytes) -> bytes | None:
     return None
 
 
+#: The scope key that marks a request of the host form (``ingress.hosts``): the whole path
+#: is the env's, nothing is a prefix.
+HOST_FORM = "denv.ingress_host_form"
+
+#: Sent with every response of the path form, which shares the server's origin (and the
+#: console's, ``/ui``): a page an env serves there runs in an opaque origin, so its scripts
+#: can read neither the console nor its cookie-signed calls. Browsers use the host form.
+PATH_FORM_CSP = b"sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+
 def split_target(scope: Scope) -> tuple[str, str]:
     """(token, upstream path) of an ingress request, the path still percent-encoded."""
     token = str(scope["path_params"]["token"])
     raw = scope.get("raw_path")
+    if scope.get(HOST_FORM):
+        path = raw.decode("latin-1") if isinstance(raw, bytes) else str(scope.get("path", "/"))
+        return token, path or "/"
     if isinstance(raw, bytes) and raw.startswith(b"/ingress/"):
         parts = raw.split(b"/", 3)
         rest = parts[3].decode("latin-1") if len(parts) > 3 else ""
@@ -153,6 +166,8 @@ def response_headers(raw: Headers, scope: Scope, host: str, port: int) -> Header
         if lname == b"location":
             value = rewrite_location(value, scope, host, port)
         out.append((lname, value))
+    if not scope.get(HOST_FORM):
+        out.append((b"content-security-policy", PATH_FORM_CSP))
     return out
 
 
@@ -160,7 +175,9 @@ def rewrite_location(value: bytes, scope: Scope, host: str, port: int) -> bytes:
     """Point a redirect back through the ingress prefix instead of at the container."""
     raw = scope.get("raw_path")
     prefix = b"/".join(raw.split(b"/", 3)[:3]) if isinstance(raw, bytes) else b""
-    if not prefix.startswith(b"/ingress/"):
+    if scope.get(HOST_FORM):
+        prefix = b""  # the env's paths are the host's own
+    elif not prefix.startswith(b"/ingress/"):
         return value
     upstream = f"http://{host}:{port}".encode()
     if value == upstream or value.startswith(upstream + b"/"):

@@ -1,0 +1,208 @@
+"""The console's routes under ``/ui``: the page, its assets, sign-in, and the calls it makes.
+
+The page calls ``/ui/api/...`` with its cookie (``console.session``), never the bearer API;
+every call goes to the same ``Service`` methods as the API's, for the signed-in key only.
+``/ui/api/events`` is a Server-Sent Events stream of the key's envs and versions
+(``console.tree``): the whole view, then what changed, pushed after each write to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from denv.server.console import tree
+from denv.server.console.session import console_owner, sign_in, sign_out
+from denv.server.errors import ApiError
+from denv.server.lifecycle.requests import EnvsCreate
+from denv.server.lifecycle.service import Service
+
+log = logging.getLogger(__name__)
+router = APIRouter(include_in_schema=False)
+Owner = Annotated[str, Depends(console_owner)]
+
+#: A burst of writes (a fork of 64) is pushed as one change, this long after the first.
+COALESCE_S = 0.05
+#: An idle stream sends a comment this often, so proxies and the browser keep it open.
+KEEPALIVE_S = 15.0
+MAX_FORK = 64
+
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+_ASSETS = ("index.html", "console.js", "console.css")
+_HEADERS = {
+    # The page loads nothing from elsewhere, and no other site may frame it.
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("denv.server.console").joinpath("static", name).read_bytes()
+
+
+def service(request: Request) -> Service:
+    value: Service = request.app.state.service
+    return value
+
+
+Dep = Annotated[Service, Depends(service)]
+
+
+class SignIn(BaseModel):
+    key: str = Field(min_length=1, max_length=200)
+
+
+class Fork(BaseModel):
+    count: int = Field(default=1, ge=1, le=MAX_FORK)
+
+
+@router.get("/ui")
+@router.get("/ui/")
+async def page() -> Response:
+    return Response(_asset("index.html"), media_type="text/html", headers=_HEADERS)
+
+
+@router.get("/ui/static/{name}")
+async def asset(name: str) -> Response:
+    if name not in _ASSETS:
+        raise ApiError(404, "not_found", f"no console asset '{name}'")
+    media = _TYPES[name[name.rindex(".") :]]
+    return Response(
+        _asset(name), media_type=media, headers={**_HEADERS, "cache-control": "no-cache"}
+    )
+
+
+@router.post("/ui/session", status_code=204)
+async def post_session(request: Request, body: SignIn) -> Response:
+    response = Response(status_code=204)
+    sign_in(request, response, body.key)
+    return response
+
+
+@router.delete("/ui/session", status_code=204)
+async def delete_session() -> Response:
+    response = Response(status_code=204)
+    sign_out(response)
+    return response
+
+
+@router.get("/ui/api/whoami")
+async def whoami(owner: Owner) -> dict[str, Any]:
+    return {"owner": owner[:12]}  # a prefix of the key's digest: which key, not the key
+
+
+@router.get("/ui/api/envs/{env_id}")
+async def get_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        env = s.get_env(owner, env_id)
+        rec = s.owned_env(owner, env_id)
+        live = rec.runtime.live is not None
+        containers = list(rec.runtime.containers.values())
+        memory = None
+        if containers and not live and rec.status.value != "deleted":
+            try:
+                memory = s.ctx.node.memory_bytes(containers)
+            except Exception:  # the engine is down: show the env without it
+                log.debug("memory of %s not read", env_id, exc_info=True)
+        return {**env, "memory_bytes": memory}
+
+    return await asyncio.to_thread(read)
+
+
+@router.get("/ui/api/envs/{env_id}/logs")
+async def logs(
+    s: Dep, owner: Owner, env_id: str, tail: Annotated[int, Query(ge=1, le=2000)] = 200
+) -> dict[str, Any]:
+    return await asyncio.to_thread(s.logs, owner, env_id, None, tail)
+
+
+@router.delete("/ui/api/envs/{env_id}")
+async def delete_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
+    await asyncio.to_thread(s.delete_env, owner, env_id)
+    return {"deleted": [env_id]}
+
+
+@router.post("/ui/api/envs/{env_id}/delete-subtree")
+async def delete_subtree(request: Request, s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
+    """Delete an env and every env that grew from it, deepest first."""
+
+    def run() -> list[str]:
+        s.owned_env(owner, env_id)  # 404 for another key's env
+        nodes = tree.view(s.ctx.store, owner, "", None)
+        deleted = []
+        for node_id in tree.subtree(nodes, env_id):
+            node = nodes.get(node_id)
+            if node and node["kind"] == "env" and node["status"] != "deleted":
+                s.delete_env(owner, node_id)
+                deleted.append(node_id)
+        return deleted
+
+    return {"deleted": await asyncio.to_thread(run)}
+
+
+@router.post("/ui/api/envs/{env_id}/fork")
+async def fork(s: Dep, owner: Owner, env_id: str, body: Annotated[Fork, Body()]) -> dict[str, Any]:
+    """Fork n: live when the env runs live, else from a snapshot of its volumes."""
+    opts = EnvsCreate(count=body.count, kind="auto", wait="running")
+    result = await s.ctx.fair.hold(owner, "creates", s.fork, owner, env_id, opts)
+    return {"version": result["version"]["id"], "envs": [e["id"] for e in result["envs"]]}
+
+
+@router.post("/ui/api/envs/{env_id}/snapshot")
+async def snapshot(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
+    version = await s.ctx.fair.hold(owner, "creates", s.snapshot, owner, env_id, {})
+    return {"version": version["id"]}
+
+
+@router.get("/ui/api/events")
+async def events(request: Request, s: Dep, owner: Owner) -> StreamingResponse:
+    """The key's view, then its changes, as Server-Sent Events (``view``, ``change``)."""
+    store = s.ctx.store
+    base_url = s.ctx.config.public_url()
+    keys = s.ctx.ingress_keys
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def poke() -> None:
+        loop.call_soon_threadsafe(changed.set)
+
+    async def stream() -> AsyncIterator[str]:
+        store.watch(poke)
+        try:
+            nodes = await asyncio.to_thread(tree.view, store, owner, base_url, keys)
+            yield _event("view", {"nodes": list(nodes.values())})
+            while True:
+                try:
+                    await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                await asyncio.sleep(COALESCE_S)
+                changed.clear()  # before reading: a write from now on is seen next time
+                after = await asyncio.to_thread(tree.view, store, owner, base_url, keys)
+                diff = tree.changes(nodes, after)
+                nodes = after
+                if diff["upsert"] or diff["remove"]:
+                    yield _event("change", diff)
+        finally:
+            store.unwatch(poke)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+def _event(name: str, data: Any) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"

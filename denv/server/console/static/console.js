@@ -1,0 +1,351 @@
+// The denv console: one page, no library. The server pushes the key's envs and versions
+// (/ui/api/events, Server-Sent Events): a "view" with every node, then "change" events with
+// the nodes that are new or changed and the ids that are gone. Every table and tree is drawn
+// from that map, at most once per animation frame.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const nodes = new Map(); // id -> node ({id, kind: "env"|"version", parent, status, ...})
+const closed = new Set(); // tree nodes folded by the user
+let tab = "envs";
+let treeRoot = null; // the root of the tree on show
+let wanted = null; // an id asked for in the URL (#tree/env_...)
+let source = null;
+let drawPending = false;
+let detailId = null;
+let logTimer = null;
+
+const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ESC[c]);
+
+function age(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return `${Math.floor(s)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function notice(text, error = false) {
+  const el = $("notice");
+  el.textContent = text;
+  el.className = error ? "error" : "";
+  el.hidden = false;
+}
+
+async function api(method, path, body) {
+  const res = await fetch(path, {
+    method,
+    headers: { "X-Denv-Console": "1", "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  if (res.status === 401) {
+    showSignIn();
+    throw new Error("signed out");
+  }
+  const data = res.status === 204 ? null : await res.json();
+  if (!res.ok) throw new Error(data && data.message ? data.message : `HTTP ${res.status}`);
+  return data;
+}
+
+// -- sign-in
+
+function showSignIn() {
+  if (source) source.close();
+  source = null;
+  nodes.clear();
+  for (const id of ["tabs", "sign-out", "envs", "versions", "trees", "detail"]) $(id).hidden = true;
+  $("sign-in").hidden = false;
+  $("live").className = "";
+  $("key").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const key = $("key").value.trim();
+  $("key").value = "";
+  try {
+    await api("POST", "/ui/session", { key });
+    $("sign-in-error").textContent = "";
+    start();
+  } catch (err) {
+    $("sign-in-error").textContent = err.message === "signed out" ? "API key not known to this server" : err.message;
+  }
+}
+
+async function signOut() {
+  await api("DELETE", "/ui/session").catch(() => {});
+  showSignIn();
+}
+
+// -- the stream
+
+function start() {
+  $("sign-in").hidden = true;
+  $("tabs").hidden = false;
+  $("sign-out").hidden = false;
+  route();
+  if (source) source.close();
+  source = new EventSource("/ui/api/events");
+  source.addEventListener("view", (e) => {
+    nodes.clear();
+    for (const n of JSON.parse(e.data).nodes) nodes.set(n.id, n);
+    $("live").className = "on";
+    draw();
+  });
+  source.addEventListener("change", (e) => {
+    const d = JSON.parse(e.data);
+    for (const n of d.upsert) nodes.set(n.id, n);
+    for (const id of d.remove) nodes.delete(id);
+    draw();
+  });
+  source.onerror = () => {
+    $("live").className = "";
+    // A stream refused for want of a session: ask the server which it is.
+    fetch("/ui/api/whoami").then((r) => { if (r.status === 401) showSignIn(); });
+  };
+}
+
+function draw() {
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => {
+    drawPending = false;
+    const envs = [...nodes.values()].filter((n) => n.kind === "env" && n.status !== "deleted");
+    $("count-envs").textContent = envs.length;
+    $("count-versions").textContent = [...nodes.values()].filter((n) => n.kind === "version" && n.status !== "deleted").length;
+    if (tab === "envs") drawEnvs(envs);
+    else if (tab === "versions") drawVersions();
+    else drawTrees();
+  });
+}
+
+// -- envs
+
+function links(n) {
+  let out = n.url ? `<a href="${esc(n.url)}" target="_blank" rel="noopener" title="ingress (for clients)">ingress</a>` : "";
+  if (n.web) out += ` <a class="web" href="${esc(n.web)}" target="_blank" rel="noopener">web</a>`;
+  return out;
+}
+
+function actions(n) {
+  if (n.kind !== "env" || n.status === "deleted") return "";
+  return `<button data-act="logs" data-id="${n.id}">logs</button>` +
+    `<button data-act="fork" data-id="${n.id}">fork…</button>` +
+    `<button data-act="snapshot" data-id="${n.id}">snapshot</button>` +
+    `<button data-act="delete" data-id="${n.id}">delete</button>`;
+}
+
+function drawEnvs(envs) {
+  envs.sort((a, b) => (a.id < b.id ? 1 : -1));
+  $("env-rows").innerHTML = envs.map((n) =>
+    `<tr data-id="${n.id}"><td class="id"><a href="#tree/${n.id}">${n.id}</a></td>` +
+    `<td class="status-${esc(n.status)}">${esc(n.status)}</td>` +
+    `<td>${esc(n.live ? "live" : n.start)}</td><td>${esc(n.node || "")}</td>` +
+    `<td>${esc(n.image)}</td><td>${age(n.created_at)}</td><td>${links(n)}</td>` +
+    `<td>${actions(n)}</td></tr>`).join("");
+  $("envs-empty").hidden = envs.length > 0;
+}
+
+// -- versions
+
+function drawVersions() {
+  const envCount = new Map();
+  for (const n of nodes.values()) {
+    if (n.kind === "env" && n.status !== "deleted") envCount.set(n.parent, (envCount.get(n.parent) || 0) + 1);
+  }
+  const versions = [...nodes.values()].filter((n) => n.kind === "version" && n.status !== "deleted");
+  versions.sort((a, b) => (a.id < b.id ? 1 : -1));
+  $("version-rows").innerHTML = versions.map((v) =>
+    `<tr data-id="${v.id}"><td class="id"><a href="#tree/${v.id}">${v.id}</a></td>` +
+    `<td>${esc(v.project || v.image)}</td><td class="id">${esc(v.parent || "")}</td>` +
+    `<td>${v.layers}</td><td>${envCount.get(v.id) || 0}</td><td>${age(v.created_at)}</td></tr>`).join("");
+}
+
+// -- trees
+
+function childrenMap() {
+  const kids = new Map();
+  for (const n of nodes.values()) {
+    if (n.parent && nodes.has(n.parent)) {
+      if (!kids.has(n.parent)) kids.set(n.parent, []);
+      kids.get(n.parent).push(n);
+    }
+  }
+  for (const list of kids.values()) list.sort((a, b) => (a.id < b.id ? -1 : 1));
+  return kids;
+}
+
+function rootOf(id) {
+  let n = nodes.get(id);
+  for (let i = 0; n && n.parent && nodes.has(n.parent) && i < 100000; i++) n = nodes.get(n.parent);
+  return n ? n.id : null;
+}
+
+function counts(id, kids, memo) {
+  // [envs, versions] under id, itself included (deleted envs not counted).
+  if (memo.has(id)) return memo.get(id);
+  const stack = [id];
+  let envs = 0, versions = 0;
+  while (stack.length) {
+    const at = nodes.get(stack.pop());
+    if (at.kind === "env") { if (at.status !== "deleted") envs++; } else versions++;
+    for (const c of kids.get(at.id) || []) stack.push(c.id);
+  }
+  memo.set(id, [envs, versions]);
+  return [envs, versions];
+}
+
+function drawTrees() {
+  const kids = childrenMap();
+  const memo = new Map();
+  const roots = [...nodes.values()].filter((n) => !n.parent || !nodes.has(n.parent));
+  roots.sort((a, b) => (a.id < b.id ? 1 : -1));
+  if (wanted && nodes.has(wanted)) { treeRoot = rootOf(wanted); }
+  if (!treeRoot || !nodes.has(treeRoot)) treeRoot = roots.length ? roots[0].id : null;
+  $("roots").innerHTML = roots.map((r) => {
+    const [e, v] = counts(r.id, kids, memo);
+    return `<li data-root="${r.id}" class="${r.id === treeRoot ? "on" : ""}"><span class="id">${r.id}</span> ` +
+      `<span class="dim">${e} envs · ${v} versions</span></li>`;
+  }).join("");
+  if (!treeRoot) { $("tree").innerHTML = ""; $("tree-counts").textContent = "No envs."; return; }
+  const [e, v] = counts(treeRoot, kids, memo);
+  const el = $("tree-counts");
+  el.dataset.envs = e;
+  el.dataset.versions = v;
+  el.textContent = `${e} envs · ${v} versions in the tree of ${treeRoot}`;
+  // Iterative, so a deep tree (a chain of 1,000 forks) needs no deep recursion.
+  const html = [];
+  const stack = [[nodes.get(treeRoot), 0]];
+  while (stack.length) {
+    const [n, phase] = stack.pop();
+    if (phase === 1) { html.push("</ul></li>"); continue; }
+    const children = kids.get(n.id) || [];
+    const [ce] = counts(n.id, kids, memo);
+    const fold = children.length ? `<span class="toggle" data-fold="${n.id}">${closed.has(n.id) ? "▸" : "▾"}</span>` : `<span class="toggle"></span>`;
+    const label = n.kind === "env"
+      ? `<span class="status-${esc(n.status)}">${esc(n.status)}</span> <span class="dim">${esc(n.live ? "live" : n.start)}</span>`
+      : `<span class="dim">version · ${n.layers} layers</span>`;
+    html.push(`<li data-id="${n.id}" class="kind-${n.kind}${closed.has(n.id) ? " closed" : ""}${n.id === wanted ? " wanted" : ""}">` +
+      `<div class="row">${fold}<span class="id">${n.id}</span>${label}` +
+      (children.length ? `<span class="count">${ce} envs below</span>` : "") +
+      `${links(n)}${actions(n)}${n.kind === "env" && children.length ? `<button data-act="delete-subtree" data-id="${n.id}">delete subtree</button>` : ""}</div>`);
+    if (children.length) {
+      html.push("<ul>");
+      stack.push([n, 1]);
+      for (let i = children.length - 1; i >= 0; i--) stack.push([children[i], 0]);
+    } else {
+      html.push("</li>");
+    }
+  }
+  $("tree").innerHTML = html.join("");
+}
+
+// -- actions: each asks first and says what it did
+
+async function act(kind, id) {
+  try {
+    if (kind === "logs") return openDetail(id);
+    if (kind === "fork") {
+      const n = parseInt(prompt(`Fork ${id}: how many children?`, "1") || "", 10);
+      if (!(n >= 1)) return;
+      if (!confirm(`Fork ${id} into ${n}?`)) return;
+      notice(`forking ${id} into ${n}…`);
+      const r = await api("POST", `/ui/api/envs/${id}/fork`, { count: n });
+      notice(`forked ${id} into ${r.envs.length} (version ${r.version}): ${r.envs.join(", ")}`);
+    } else if (kind === "snapshot") {
+      if (!confirm(`Snapshot ${id}?`)) return;
+      const r = await api("POST", `/ui/api/envs/${id}/snapshot`);
+      notice(`snapshot of ${id}: version ${r.version}`);
+    } else if (kind === "delete") {
+      if (!confirm(`Delete ${id}?`)) return;
+      const r = await api("DELETE", `/ui/api/envs/${id}`);
+      notice(`deleted ${r.deleted.join(", ")}`);
+    } else if (kind === "delete-subtree") {
+      if (!confirm(`Delete ${id} and every env that grew from it?`)) return;
+      const r = await api("POST", `/ui/api/envs/${id}/delete-subtree`);
+      notice(`deleted ${r.deleted.length} envs: ${r.deleted.join(", ")}`);
+    }
+  } catch (err) {
+    notice(`${kind} ${id} failed: ${err.message}`, true);
+  }
+}
+
+// -- an env's detail and logs
+
+async function openDetail(id) {
+  detailId = id;
+  $("detail").hidden = false;
+  $("detail-title").textContent = id;
+  $("logs").textContent = "";
+  try {
+    const env = await api("GET", `/ui/api/envs/${id}`);
+    const mem = env.memory_bytes == null ? "–" : `${(env.memory_bytes / 1048576).toFixed(1)} MiB`;
+    const facts = { status: env.status, start: env.live ? "live" : env.start, node: env.node,
+      version: env.version_id, parent: env.parent_id, egress: env.egress, memory: mem,
+      created: env.created_at, expires: env.expires_at };
+    $("detail-facts").innerHTML = Object.entries(facts)
+      .map(([k, v]) => `<dt>${k}</dt><dd>${esc(v ?? "–")}</dd>`).join("");
+  } catch (err) {
+    $("detail-facts").textContent = err.message;
+  }
+  tailLogs();
+}
+
+async function tailLogs() {
+  clearTimeout(logTimer);
+  if (!detailId) return;
+  const id = detailId;
+  try {
+    const r = await api("GET", `/ui/api/envs/${id}/logs?tail=200`);
+    if (id !== detailId) return;
+    const el = $("logs");
+    const atEnd = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
+    el.textContent = r.lines.join("\n");
+    if (atEnd) el.scrollTop = el.scrollHeight;
+  } catch (err) {
+    $("logs").textContent = err.message;
+  }
+  logTimer = setTimeout(tailLogs, 2000);
+}
+
+function closeDetail() {
+  detailId = null;
+  clearTimeout(logTimer);
+  $("detail").hidden = true;
+}
+
+// -- navigation
+
+function route() {
+  const hash = location.hash.slice(1);
+  const [name, id] = hash.split("/");
+  tab = ["envs", "versions", "trees", "tree"].includes(name) ? (name === "tree" ? "trees" : name) : "envs";
+  wanted = name === "tree" ? id : null;
+  if (wanted) treeRoot = null;
+  for (const t of ["envs", "versions", "trees"]) $(t).hidden = t !== tab;
+  for (const a of document.querySelectorAll("#tabs a")) a.className = a.dataset.tab === tab ? "on" : "";
+  draw();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("sign-in").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", signOut);
+  $("detail-close").addEventListener("click", closeDetail);
+  window.addEventListener("hashchange", route);
+  document.body.addEventListener("click", (e) => {
+    const t = e.target;
+    if (t.dataset.act) act(t.dataset.act, t.dataset.id);
+    else if (t.dataset.fold) {
+      if (closed.has(t.dataset.fold)) closed.delete(t.dataset.fold); else closed.add(t.dataset.fold);
+      draw();
+    } else {
+      const li = t.closest("#roots li");
+      if (li) { treeRoot = li.dataset.root; wanted = null; history.replaceState(null, "", `#tree/${treeRoot}`); draw(); }
+    }
+  });
+  fetch("/ui/api/whoami", { credentials: "same-origin" })
+    .then((r) => (r.ok ? start() : showSignIn()))
+    .catch(() => showSignIn());
+});
