@@ -75,7 +75,7 @@ class AsyncDenv(AsyncClientBase):
         warm: int = 0,
         warm_fork: bool = False,
         idempotency_key: str | None = None,
-        live: bool = False,
+        live: ops.LiveArg = False,
     ) -> Env:
         return await self._call(
             ops.create_sandbox(
@@ -185,7 +185,7 @@ class AsyncDenv(AsyncClientBase):
         wait: WaitArg = "healthy",
         wait_timeout_s: float | None = None,
         warm: int = 0,
-        kind: ops.ForkKind = "volume",
+        kind: ops.ForkKind = "auto",
     ) -> Fork:
         return await self._call(
             ops.fork(

@@ -62,13 +62,15 @@ class Denv(ClientBase):
         warm: int = 0,
         warm_fork: bool = False,
         idempotency_key: str | None = None,
-        live: bool = False,
+        live: ops.LiveArg = False,
     ) -> Env:
         """Run `image` as a new env; with `wait="healthy"` return once it answers `health_path`.
 
         An env that fails to start comes back with `status == "failed"` and `error.log_tail`.
         `live=True` runs the image's uvicorn server under denv's launcher, so that
-        `fork(..., kind="live")` copies the running process (memory, sessions) into children.
+        `fork(..., kind="live")` copies the running process (memory, sessions) into children;
+        it is refused (409 `live_unsupported`) when the server cannot be copied. `"auto"`
+        keeps such an env, serving as without `live` (`env.live_unsupported` says why).
         """
         return self._call(
             ops.create_sandbox(
@@ -205,13 +207,13 @@ class Denv(ClientBase):
         wait: WaitArg = "healthy",
         wait_timeout_s: float | None = None,
         warm: int = 0,
-        kind: ops.ForkKind = "volume",
+        kind: ops.ForkKind = "auto",
     ) -> Fork:
         """Snapshot the env once and start `count` children from it: `.version`, `.envs`.
 
         `kind="live"` (an env created with `live=True`) copies its running server process,
-        memory and sessions included, into each child in milliseconds; `"auto"` is live
-        where the env allows it, else volume.
+        memory and sessions included, into each child in milliseconds; `"auto"` (the
+        default) is live where the env allows it, else volume.
 
         >>> fork = denv.fork(env.id, count=8)
         >>> [child.status for child in fork.envs]

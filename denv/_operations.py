@@ -34,6 +34,7 @@ from denv_api_client.models import (
     DeployRequest,
     EnvsCreateKind,
     EnvStatus,
+    LiveAuto,
     SandboxCreate,
     SnapshotRequest,
     WaitRequest,
@@ -60,6 +61,7 @@ from ._requests import (
 from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
 
 ForkKind = Literal["volume", "live", "auto"]
+LiveArg = bool | Literal["auto"]
 
 T = TypeVar("T")
 
@@ -140,7 +142,7 @@ def create_sandbox(
     warm: int,
     warm_fork: bool,
     idempotency_key: str | None,
-    live: bool = False,
+    live: LiveArg = False,
 ) -> Call[Env]:
     body = SandboxCreate(
         image=image,
@@ -157,7 +159,7 @@ def create_sandbox(
         pull=pull,
         warm=warm,
         warm_fork=warm_fork,
-        live=True if live else UNSET,  # sent only when asked: older servers know no `live`
+        live=_live_body(live),
     )
     return Call(
         create_sandbox_op,
@@ -165,6 +167,17 @@ def create_sandbox(
         kwargs={"body": body, "idempotency_key": idempotency_key or new_idempotency_key()},
         wait_s=_create_wait_s(wait, wait_timeout_s),
     )
+
+
+def _live_body(live: LiveArg) -> bool | LiveAuto | Unset:
+    """`live` as sent: only when asked (older servers know no `live`)."""
+    if live == "auto":
+        return LiveAuto.AUTO
+    if live is True:
+        return True
+    if live is False:
+        return UNSET
+    raise ValueError(f"live must be True, False or 'auto', not {live!r}")
 
 
 def create_sandboxes(image: str, count: int, **options: Any) -> Call[list[Env]]:
@@ -250,7 +263,7 @@ def fork(
     wait: WaitArg,
     wait_timeout_s: float | None,
     warm: int,
-    kind: ForkKind = "volume",
+    kind: ForkKind = "auto",
 ) -> Call[Fork]:
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
     if kind != "volume":  # sent only when asked: older servers know no `kind`

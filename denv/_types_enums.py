@@ -65,6 +65,7 @@ class EnvErrorCode(enum.StrEnum):
     ENGINE_ERROR = "engine_error"
     EXITED = "exited"
     HEALTH_TIMEOUT = "health_timeout"
+    LIVE_UNSUPPORTED = "live_unsupported"  # created with live=True; its server cannot be copied
     LOST = "lost"
     START_FAILED = "start_failed"
 

@@ -103,6 +103,9 @@ class Env(Record):
     #: The node it runs on: "local" on one machine, a node's name on a cluster; None before
     #: it is placed (and from older servers).
     node: str | None = None
+    #: Why the env cannot be forked live, when it was created with `live="auto"` and its
+    #: server cannot be copied (e.g. `uvicorn --workers 4`); its forks are volume forks.
+    live_unsupported: str | None = None
 
     @classmethod
     def from_api(cls, m: api.Env) -> Env:
@@ -127,4 +130,5 @@ class Env(Record):
             error=None if m.error is None else EnvError.from_api(m.error),
             live=m.live is True,
             node=m.node if isinstance(m.node, str) else None,
+            live_unsupported=m.live_unsupported if isinstance(m.live_unsupported, str) else None,
         )

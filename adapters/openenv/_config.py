@@ -40,7 +40,7 @@ class ProviderConfig:
     warm: int = 0
     warm_fork: bool | None = None
     websocket: bool = True
-    fork: ForkKind = "volume"
+    fork: ForkKind = "auto"
     pull: bool = False
 
     def __post_init__(self) -> None:
@@ -77,6 +77,13 @@ class ProviderConfig:
             "warm_fork": bool(self.warm_fork),
             "pull": self.pull,
         }
+
+    def live_start(self) -> bool | Literal["auto"]:
+        """The `live` of a start: `auto` keeps an env whose server cannot be copied (its forks
+        are then volume forks); `live` wants it refused; `volume` starts without the launcher."""
+        if self.fork == "auto":
+            return "auto"
+        return self.fork == "live"
 
     def volume_fallback(self, code: str | None) -> bool:
         """Whether a live start refused with `code` starts again for volume forks."""

@@ -51,7 +51,7 @@ def start_image(
     sandbox = config.sandbox_options(port, env_vars, options)
     try:
         try:
-            env: Env = yield api("create_sandbox", image, live=config.fork != "volume", **sandbox)
+            env: Env = yield api("create_sandbox", image, live=config.live_start(), **sandbox)
         except Conflict as exc:
             if not config.volume_fallback(exc.code):
                 raise

@@ -48,17 +48,21 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         ttl_s: Seconds until the server deletes an env this provider started.
         labels: Labels put on every env this provider starts or forks.
         timeout_s: Seconds an env may take to become ready (health and WebSocket).
-        warm: Booted spares the server keeps ready for forks of this env (0: none).
+        warm: Booted spares the server keeps ready for volume forks of this env (0: none).
+            With `fork="auto"` (the default), `warm > 0` asks for volume forks: the env
+            starts without the launcher and its forks take the spares.
         warm_fork: Declare that the image's server reads `/work` per session,
             not at boot, so children may start from booted spares. Defaults to `warm > 0`.
         websocket: Also require a WebSocket session on `/ws` for readiness (OpenEnv
             servers). False for a plain HTTP service, which is ready on `/health` alone.
-        fork: How `fork()` branches the env. `"volume"` (default): children boot from a
-            snapshot of `/work` (memory is not kept). `"live"`: the env is started under
-            denv's launcher (the image is not changed) and each child is a copy of its
-            running server process, OpenEnv sessions included, ready in milliseconds; the
-            start fails with `denv.Conflict` (`live_unsupported`) when the image's server is
-            not `uvicorn MODULE:APP`. `"auto"`: live where possible, else volume.
+        fork: How `fork()` branches the env. `"auto"` (default): the env starts under
+            denv's launcher (the image is not changed, and serves as it would without it)
+            and forks live where its server can be copied, else from a volume snapshot.
+            `"live"`: the same, but the start fails with `denv.Conflict`
+            (`live_unsupported`) when the server cannot be copied (more than one worker,
+            `--reload`, a server that is not uvicorn in Python). A live child is a copy of
+            the running server process, OpenEnv sessions included, ready in milliseconds.
+            `"volume"`: children boot from a snapshot of `/work` (memory is not kept).
         pull: Pull the image when the server's engine does not have it (anonymously
             unless the server allows its registry credentials). Default False: a missing
             image fails the start with `denv.InvalidRequest` (`image_not_found`).
@@ -81,7 +85,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         *,
         warm_fork: bool | None = None,
         websocket: bool = True,
-        fork: ForkKind = "volume",
+        fork: ForkKind = "auto",
         pull: bool = False,
     ) -> None:
         config = ProviderConfig(
@@ -240,8 +244,9 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         `fork()` returns one provider bound to a child; `fork(n)` returns n,
         started in parallel by the server from the same snapshot. With a volume fork
         the child's volumes hold the parent's state at the snapshot and its server
-        restarts; with a live fork (`kind="live"`, the default of `DenvProvider(fork=
-        "live")`) the child is a copy of the running server, OpenEnv sessions included.
+        restarts; with a live fork (what `"auto"`, the default, does for an env whose
+        server can be copied) the child is a copy of the running server, OpenEnv sessions
+        included.
         Nothing is left behind when any child fails: all of them are deleted.
         """
         plan = _operations.fork(self._binding, 1 if n is None else n, kind, awaited=False)

@@ -135,6 +135,7 @@ class Runtime(Record):
     endpoints: list[Endpoint] = []
     agent_ip: str | None = None
     live: LiveProc | None = None  # a live env's server process
+    live_unsupported: str | None = None  # ``live: auto`` and refused: why
     node: str | None = None  # the node it runs on ("local": this machine's engine)
 
 
@@ -144,7 +145,8 @@ class EnvSpec(Record):
     env: dict[str, str] = {}
     wait_timeout_s: float = 120.0
     warm: int = 0
-    live: bool = False  # run under the live-fork launcher (``live: true`` at create)
+    live: bool = False  # run under the live-fork launcher (``live: true`` or ``auto``)
+    live_auto: bool = False  # ``live: auto``: a server that cannot be copied keeps serving
 
 
 class Limits(Record):

@@ -5,9 +5,11 @@ and one image per start form of OpenEnv's own Dockerfiles (envs/*/server/Dockerf
 huggingface/OpenEnv: `sh -c "cd /app/env && uvicorn ..."` with PYTHONPATH set by the image,
 shell-form `python -m uvicorn ... --port ${PORT:-8000}`, a start script, gunicorn with one
 UvicornWorker, ENTRYPOINT plus CMD), each built FROM the echo image with nothing changed but
-how it starts. Each runs live through DenvProvider with no other option, and a fork(2) of it
-continues the root's episode. Servers that cannot be copied are refused at create with a 409
-naming the reason, and leave nothing behind.
+how it starts. Each runs live through DenvProvider with no option set (`fork="auto"`, the
+default), and a fork(2) of it continues the root's episode. A server that cannot be copied is
+refused with a 409 naming the reason when live is asked for (`live=True`), and leaves nothing
+behind; with the default it serves as it would without denv's launcher, says why it is not
+live, and forks from a volume snapshot. An image without Python is refused for `auto` too.
 """
 
 from __future__ import annotations
@@ -54,8 +56,13 @@ FORMS = {
     "workers-2": [
         f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000 --workers 2"]'
     ],
+    # No Python at all (the launcher needs one): a shell loop, never a server.
+    "no-python": [
+        'RUN for d in $(echo "$PATH" | tr : " "); do rm -f "$d"/python*; done',
+        'CMD ["sh", "-c", "while :; do sleep 1; done"]',
+    ],
 }
-REFUSED = {"workers-2": "--workers 2"}
+REFUSED = {"workers-2": "--workers 2", "no-python": "no python3 or python"}
 
 
 # The env OpenEnv's `openenv init` generates, built by the Dockerfile it generates, unchanged
@@ -99,7 +106,7 @@ def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
 def test_each_start_form_runs_live_and_forks(
     denv_server: LocalDenv, form_images: None, tag: str
 ) -> None:
-    p = provider(denv_server, fork="live")
+    p = provider(denv_server)  # no option: the default is the fast path
     root = GenericEnvClient.from_docker_image(image(tag), provider=p).sync()
     ids = [p.env_id or ""]
     try:
@@ -136,3 +143,44 @@ def test_a_server_that_cannot_be_copied_is_refused_with_the_reason(
         made = [e.id for e in d.list_envs(include_deleted=True) if e.id not in before]
     assert made, "the refused env has no record"
     assert_gone(denv_server, made)  # deleted, no container left
+
+
+def test_the_default_keeps_a_server_that_cannot_be_copied(
+    denv_server: LocalDenv, form_images: None
+) -> None:
+    p = provider(denv_server)
+    root = GenericEnvClient.from_docker_image(image("workers-2"), provider=p).sync()
+    ids = [p.env_id or ""]
+    try:
+        with root:
+            root.reset()
+            root.step(message("two workers"))
+            with Denv(denv_server.url, denv_server.key) as d:
+                env = d.get_env(ids[0])
+                assert not env.live and env.live_unsupported
+                assert "--workers 2" in env.live_unsupported
+            child = fork_clients(root, 1)[0]  # auto: a volume fork, a boot of its own
+            ids.append(child.provider.env_id or "")
+            with child:
+                child.reset()
+                with Denv(denv_server.url, denv_server.key) as d:
+                    assert str(d.get_env(ids[1]).start) in ("cold", "warm")
+                    with pytest.raises(Conflict, match="--workers 2") as exc:
+                        d.fork(ids[0], kind="live")
+                    assert exc.value.code == "live_unsupported"
+    finally:
+        with Denv(denv_server.url, denv_server.key) as d:
+            for env_id in ids:
+                if env_id:
+                    d.delete_env(env_id)
+    assert_gone(denv_server, ids)
+
+
+def test_auto_refuses_an_image_without_python(denv_server: LocalDenv, form_images: None) -> None:
+    with Denv(denv_server.url, denv_server.key) as d:
+        before = {e.id for e in d.list_envs(include_deleted=True)}
+        with pytest.raises(Conflict, match="no python3 or python") as exc:
+            d.create_sandbox(image("no-python"), live="auto")
+        assert exc.value.code == "live_unsupported"
+        made = [e.id for e in d.list_envs(include_deleted=True) if e.id not in before]
+    assert_gone(denv_server, made)

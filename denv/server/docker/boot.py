@@ -171,6 +171,15 @@ def bring_up(
     )
 
 
+def _exited(engine: Engine, spec: BootSpec, cid: str, message: str) -> BootFailed:
+    """The failure of an agent whose container exited: ``live_unsupported`` when the live
+    launcher found no Python in the image (its command never ran)."""
+    agent = spec.agent_service().name
+    if spec.live and engine.exit_code(cid) == live.NO_PYTHON_EXIT:
+        return BootFailed("live_unsupported", live.NO_PYTHON, agent)
+    return BootFailed("exited", message, agent)
+
+
 def _address(engine: Engine, spec: BootSpec, network: str, cid: str) -> tuple[str, dict[int, int]]:
     """The agent's IP on the env's network and its published ports (egress allow)."""
     agent = spec.agent_service()
@@ -180,7 +189,7 @@ def _address(engine: Engine, spec: BootSpec, network: str, cid: str) -> tuple[st
     settings = info["NetworkSettings"]
     ip = str(((settings.get("Networks") or {}).get(network) or {}).get("IPAddress") or "")
     if not ip:
-        raise BootFailed("exited", "the container exited at once", agent.name)
+        raise _exited(engine, spec, cid, "the container exited at once")
     host_ports = {}
     if spec.egress == "allow":
         for port in agent.ports:
@@ -262,10 +271,8 @@ def _poll_health(
                 "exited",
                 "missing",
             ):
-                raise BootFailed(
-                    "exited",
-                    "the agent service exited before it answered its health path",
-                    agent.name,
+                raise _exited(
+                    engine, spec, cid, "the agent service exited before it answered its health path"
                 )
             if time.monotonic() > deadline:
                 if spec.warm_pool and (more := _progress.more_time(cid)):

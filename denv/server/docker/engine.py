@@ -242,6 +242,14 @@ class Engine(DockerApi):
             return "missing"
         return _state(info["State"].get("Status", "exited"))
 
+    def exit_code(self, cid: str) -> int | None:
+        """The exit code of an exited container; None while it runs or when it is gone."""
+        info = self.inspect(cid)
+        if info is None or _state(info["State"].get("Status", "exited")) != "exited":
+            return None
+        code = info["State"].get("ExitCode")
+        return int(code) if code is not None else None
+
     def states(self, env_id: str | None = None) -> dict[str, str]:
         """Container id → state of this instance's containers (one Docker call)."""
         label = [f"denv.instance={self.instance_id}"]

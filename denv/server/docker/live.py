@@ -43,11 +43,17 @@ CTL_DIR = "/.denv/ctl"
 WORK_DIR = "/.denv/work"
 CTL_TIMEOUT_S = 10.0
 # pid 1: the launcher under the image's Python (any will do: it needs the standard library);
-# the image's own command follows as arguments and runs unchanged.
-_SH = r"""
-py=$(command -v python3 || command -v python) || {
-  echo "denv-live: no python3 or python on the image's PATH: a live env serves a Python ASGI" \
-    "app with uvicorn (create this env without live)" >&2; exit 3; }
+# the image's own command follows as arguments and runs unchanged. Without a Python the
+# container exits at once with NO_PYTHON_EXIT (its command never ran, with or without the
+# capability the launcher would have dropped), which the boot reports as live_unsupported.
+NO_PYTHON_EXIT = 197
+NO_PYTHON = (
+    "the image has no python3 or python on its PATH: a live env serves a Python ASGI app "
+    "with uvicorn (create this env without live)"
+)
+_SH = rf"""
+py=$(command -v python3 || command -v python) || {{
+  echo "denv-live: {NO_PYTHON}" >&2; exit {NO_PYTHON_EXIT}; }}
 exec "$py" /.denv/bin/launcher.py "$@"
 """
 

@@ -59,6 +59,8 @@ def check_starting(ctx: Context, owner: str, count: int) -> None:
 def live_unsupported(rec: EnvRecord) -> str | None:
     """Why ``rec`` cannot be live-forked now, or None."""
     if rec.runtime.live is None:
+        if rec.runtime.live_unsupported:
+            return f"env {rec.id}'s server cannot be copied: {rec.runtime.live_unsupported}"
         if rec.spec.live and rec.status == EnvStatus.FAILED:
             why = f" ({rec.error.code}: {rec.error.message})" if rec.error else ""
             return f"env {rec.id} failed{why}"
@@ -208,7 +210,7 @@ class Admission:
         """``POST /v1/sandboxes`` on its (not yet recorded) implicit version: its egress."""
         count = body.count or 1
         egress = self.egress(body.egress, "deny")
-        if body.live:
+        if body.live is True:  # auto takes a server that cannot be copied as it is
             self.live(body.image, version)
         self.fair(owner, pool_of(version, egress, {}), count, 0 if body.live else body.warm)
         return egress

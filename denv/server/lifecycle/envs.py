@@ -14,6 +14,7 @@ import logging
 import time
 from concurrent.futures import Future
 from datetime import timedelta
+from typing import Literal
 
 from denv.server import ids
 from denv.server.config import LOG_TAIL_LINES
@@ -72,7 +73,7 @@ class Envs:
         wait_timeout_s: float,
         warm: int = 0,
         use_spares: bool = False,
-        live_env: bool = False,
+        live_env: bool | Literal["auto"] = False,
     ) -> list[EnvRecord]:
         """Record ``count`` envs of ``version`` and start them on worker threads.
 
@@ -97,7 +98,13 @@ class Envs:
                 start="cold",
                 created_at=iso(created),
                 expires_at=iso(created + timedelta(seconds=ttl_s)),
-                spec=EnvSpec(env=env, wait_timeout_s=wait_timeout_s, warm=warm, live=live_env),
+                spec=EnvSpec(
+                    env=env,
+                    wait_timeout_s=wait_timeout_s,
+                    warm=warm,
+                    live=bool(live_env),
+                    live_auto=live_env == "auto",
+                ),
             )
             for _ in range(count)
         ]
@@ -282,16 +289,35 @@ class Envs:
             try:
                 proc = ctx.node.live_root(env_id, booted.containers[agent.name], agent.ports[0])
             except LiveError as exc:  # e.g. live_unsupported: the server said why
+                if exc.code == "live_unsupported" and rec.spec.live_auto:
+                    self._serve_unchanged(env_id, exc.message)
+                    return
                 way_out = (
                     ". Create it without live: its forks then boot from a snapshot of /work "
                     "(kind volume)"
                     if exc.code == "live_unsupported"
                     else ""
                 )
-                raise BootFailed(exc.code, exc.message + way_out, agent.name) from exc
+                # An env's error codes are the contract's EnvError codes: live_unsupported, or
+                # a start that failed.
+                code = exc.code if exc.code == "live_unsupported" else "start_failed"
+                raise BootFailed(code, exc.message + way_out, agent.name) from exc
             with ctx.env_lock(env_id):
                 current = self._check(env_id)
                 ctx.store.set_runtime(env_id, current.runtime.model_copy(update={"live": proc}))
+        if ctx.store.set_status(env_id, EnvStatus.HEALTHY, only_from={EnvStatus.STARTING}):
+            ctx.notify()
+
+    def _serve_unchanged(self, env_id: str, why: str) -> None:
+        """``live: auto`` on a server that cannot be copied: the env serves as it would have
+        without ``live`` (the launcher runs the image's command unchanged either way); its
+        forks are volume forks, and its record says why it is not live."""
+        ctx = self.ctx
+        with ctx.env_lock(env_id):
+            current = self._check(env_id)
+            runtime = current.runtime.model_copy(update={"live_unsupported": why})
+            ctx.store.set_runtime(env_id, runtime)
+        log.info("env %s serves without live forks: %s", env_id, why)
         if ctx.store.set_status(env_id, EnvStatus.HEALTHY, only_from={EnvStatus.STARTING}):
             ctx.notify()
 

@@ -77,7 +77,9 @@ class SandboxCreate(_Body):
     warm: Warm = 0
     warm_fork: bool = False
     count: Annotated[Int, Field(ge=1)] | None = None  # set: the answer is an EnvBatch
-    live: bool = False  # run the image's server under the live-fork launcher
+    # run the image's server under the live-fork launcher; "auto": keep the env when its
+    # server cannot be copied (it then serves as without live)
+    live: bool | Literal["auto"] = False
 
 
 class EnvsCreate(_Body):

@@ -147,6 +147,8 @@ class Service:
         for) are taken before booting; each env succeeds or fails on its own.
         """
         count = body.count or 1
+        if body.live == "auto" and body.warm:  # spares serve volume forks: asked for, kept
+            body = body.model_copy(update={"live": False})
         self.admit.count(owner, count)
         self.admit.version(owner)
         self.admit.image(body.image, "image")

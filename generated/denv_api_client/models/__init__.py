@@ -28,6 +28,7 @@ from .health_status import HealthStatus
 from .host_guard import HostGuard
 from .host_guard_state import HostGuardState
 from .labels import Labels
+from .live_auto import LiveAuto
 from .project import Project
 from .project_list import ProjectList
 from .sandbox_create import SandboxCreate
@@ -73,6 +74,7 @@ __all__ = (
     "HostGuard",
     "HostGuardState",
     "Labels",
+    "LiveAuto",
     "Project",
     "ProjectList",
     "SandboxCreate",

@@ -54,6 +54,9 @@ class Env:
             share its container (and so its network namespace and limits);
             see docs/live-forks.md for what separates them.
              Default: False.
+        live_unsupported (None | str | Unset): Why the env cannot be forked live, when it was created with
+            `live: auto` and its server turned out not to be copyable (for
+            example `uvicorn --workers 4`); null otherwise.
         node (None | str | Unset): The node the env runs on: `local` on a server of one machine, the
             node's name on a cluster (`denv serve --cluster`; see
             docs/cluster.md). Null before the env is placed, and from servers
@@ -75,6 +78,7 @@ class Env:
     expires_at: datetime.datetime
     error: EnvError | None
     live: bool | Unset = False
+    live_unsupported: None | str | Unset = UNSET
     node: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -127,6 +131,12 @@ class Env:
 
         live = self.live
 
+        live_unsupported: None | str | Unset
+        if isinstance(self.live_unsupported, Unset):
+            live_unsupported = UNSET
+        else:
+            live_unsupported = self.live_unsupported
+
         node: None | str | Unset
         if isinstance(self.node, Unset):
             node = UNSET
@@ -155,6 +165,8 @@ class Env:
         )
         if live is not UNSET:
             field_dict["live"] = live
+        if live_unsupported is not UNSET:
+            field_dict["live_unsupported"] = live_unsupported
         if node is not UNSET:
             field_dict["node"] = node
 
@@ -247,6 +259,15 @@ class Env:
 
         live = d.pop("live", UNSET)
 
+        def _parse_live_unsupported(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        live_unsupported = _parse_live_unsupported(d.pop("live_unsupported", UNSET))
+
         def _parse_node(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -272,6 +293,7 @@ class Env:
             expires_at=expires_at,
             error=error,
             live=live,
+            live_unsupported=live_unsupported,
             node=node,
         )
 

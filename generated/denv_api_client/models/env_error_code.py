@@ -5,6 +5,7 @@ class EnvErrorCode(StrEnum):
     ENGINE_ERROR = "engine_error"
     EXITED = "exited"
     HEALTH_TIMEOUT = "health_timeout"
+    LIVE_UNSUPPORTED = "live_unsupported"
     LOST = "lost"
     START_FAILED = "start_failed"
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from attrs import define as _attrs_define
 
 from ..models.egress import Egress
+from ..models.live_auto import LiveAuto
 from ..models.wait_for import WaitFor
 from ..types import UNSET, Unset
 
@@ -47,13 +48,21 @@ class SandboxCreate:
             at boot, so children and later creates of the same image may be
             started from booted spares.
              Default: False.
-        live (bool | Unset): Start the agent service ready for live forks (`kind: live` on
-            fork): denv runs the image's own server command under a launcher
-            it mounts into the container, so a fork copies the running server
+        live (bool | LiveAuto | Unset): Start the agent service ready for live forks (`kind: live` on
+            fork): denv runs the image's own command, unchanged, under a
+            launcher it mounts into the container, and takes over where
+            uvicorn starts serving, so a fork copies the running server
             process, memory included, in milliseconds. The image is not
-            changed. Refused with 409 `live_unsupported` when the command is
-            not a Python ASGI server started by `uvicorn MODULE:APP`; fork with
-            `kind: volume` (or leave `live` off) instead.
+            changed. `true` is refused with 409 `live_unsupported` when the
+            server cannot be copied (more than one worker, `--reload`, a
+            server that is not uvicorn in Python), naming the reason; fork
+            with `kind: volume` (or leave `live` off) instead. `auto` starts
+            the same way and keeps the env when its server cannot be copied:
+            it then serves as without `live` (its `live` is false, and
+            `live_unsupported` says why), and its forks boot from a snapshot
+            of `/work`. An image with no Python at all is refused with 409
+            `live_unsupported` for `auto` too (nothing of it is left): create
+            it without `live`.
              Default: False.
         count (int | Unset): Create this many envs of the image at once (at most 32). With
             `count` the answer is an `EnvBatch`: every env in it carries its
@@ -75,7 +84,7 @@ class SandboxCreate:
     pull: bool | Unset = False
     warm: int | Unset = 0
     warm_fork: bool | Unset = False
-    live: bool | Unset = False
+    live: bool | LiveAuto | Unset = False
     count: int | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +139,13 @@ class SandboxCreate:
 
         warm_fork = self.warm_fork
 
-        live = self.live
+        live: bool | str | Unset
+        if isinstance(self.live, Unset):
+            live = UNSET
+        elif isinstance(self.live, LiveAuto):
+            live = self.live.value
+        else:
+            live = self.live
 
         count = self.count
 
@@ -256,7 +271,20 @@ class SandboxCreate:
 
         warm_fork = d.pop("warm_fork", UNSET)
 
-        live = d.pop("live", UNSET)
+        def _parse_live(data: object) -> bool | LiveAuto | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                live_type_1 = LiveAuto(data)
+
+                return live_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(bool | LiveAuto | Unset, data)
+
+        live = _parse_live(d.pop("live", UNSET))
 
         count = d.pop("count", UNSET)
 
