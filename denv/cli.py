@@ -26,6 +26,10 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "snapshot": ("denv._cli_versions:SNAPSHOT", "save an env's volumes as a new version"),
     "fork": ("denv._cli_envs:FORK", "snapshot an env once and start N children from it"),
     "tree": ("denv._cli_tree:TREE", "the branch tree of an env or a version"),
+    "open": (
+        "denv._cli_open:OPEN",
+        "print (or --browser: open) an env's web page URL (/web/), or the console's",
+    ),
     "diff": ("denv._cli_versions:DIFF", "the files that changed between two versions"),
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
     "stop": (

@@ -1,0 +1,227 @@
+"""The web console (/ui) and an env's own OpenEnv web page, in a real headless Chromium.
+
+One server of its own, one key, two echo envs: a live one and 84 live forks of it
+(milliseconds each) for the tree of 85 envs and deletes from the page, and one with
+OpenEnv's web interface on, whose page steps the env through the host form of ingress. Chromium is
+Debian's (/usr/bin/chromium, `make test` installs it: scripts/ensure-chromium.sh), driven
+by Playwright. With DENV_SCREENSHOTS=1 the tests also write docs/images/console-*.png.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LocalDenv, docker_engine, start_server
+
+from denv import Denv
+from denv.ingress_host import web_url
+from denv.server.auth import create_api_key
+
+pytestmark = pytest.mark.e2e
+
+ECHO_IMAGE = "denv-echo-env:latest"
+CHROMIUM = os.environ.get("DENV_CHROMIUM", "/usr/bin/chromium")
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+TIMEOUT_MS = 10_000
+#: OpenEnv's web interface on, as the Hub's envs set it. Not the live root: Gradio starts
+#: threads at import (analytics, unless GRADIO_ANALYTICS_ENABLED=False), and live forks of
+#: its server slowed down and timed out past 40 children here.
+WEB_ENV = {"ENABLE_WEB_INTERFACE": "true"}
+
+
+def shot(page: Any, name: str) -> None:
+    """A screenshot for docs/console.md, only when asked (CI leaves the tree clean)."""
+    if os.environ.get("DENV_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOCS_IMAGES / f"console-{name}.png"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="install the dev group")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install it (scripts/ensure-chromium.sh)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Keyed:
+    """A key of its own on the session's server, its client, and its live echo env."""
+
+    def __init__(self, server: LocalDenv, key: str, denv: Denv, root: Any, web: Any) -> None:
+        self.server = server
+        self.key = key
+        self.denv = denv
+        self.root = root  # live: the fork tree's root
+        self.web = web  # OpenEnv's web interface on
+
+    def live_ids(self) -> set[str]:
+        return {e.id for e in self.denv.list_envs() if str(e.status) != "deleted"}
+
+
+@pytest.fixture(scope="module")
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    """A server of this module's own: a tree of 85 envs passes the default 64 per key."""
+    docker_engine(ECHO_IMAGE)
+    state = tmp_path_factory.mktemp("console-state")
+    with start_server(state, "--max-envs-per-key", "200") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def keyed(console_server: LocalDenv) -> Iterator[Keyed]:
+    key = create_api_key(console_server.state_dir)
+    with Denv(console_server.url, key) as denv:
+        # The web env boots while the live root does (it is waited for where it is used).
+        web = denv.create_sandbox(ECHO_IMAGE, ports=[8000], env=WEB_ENV, wait="running")
+        root = denv.create_sandbox(ECHO_IMAGE, ports=[8000], live=True)
+        yield Keyed(console_server, key, denv, root, web)
+
+
+def signed_in(browser: Any, server: LocalDenv, key: str) -> Any:
+    """A page of a fresh browser context, signed in to the console with ``key``."""
+    page = browser.new_context(viewport={"width": 1280, "height": 760}).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{server.url}/ui")
+    page.wait_for_selector("#sign-in:not([hidden])")
+    page.fill("#key", key)
+    page.click("#sign-in button")
+    page.wait_for_selector("#live.on")
+    return page
+
+
+def row_ids(page: Any, selector: str) -> set[str]:
+    return set(page.eval_on_selector_all(selector, "els => els.map(e => e.dataset.id)"))
+
+
+def test_sign_in_and_the_env_list_matches_the_api(browser: Any, keyed: Keyed) -> None:
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{keyed.server.url}/ui")
+    page.wait_for_selector("#sign-in:not([hidden])")
+    shot(page, "sign-in")
+    page.fill("#key", "dak_" + "x" * 43)  # a wrong key: refused, nothing shown
+    page.click("#sign-in button")
+    page.wait_for_selector("#sign-in-error:has-text('not known')")
+    assert page.locator("#env-rows tr").count() == 0
+    page.fill("#key", keyed.key)
+    page.click("#sign-in button")
+    page.wait_for_selector(f"#env-rows tr[data-id='{keyed.root.id}']")
+    assert row_ids(page, "#env-rows tr") == keyed.live_ids()
+    row = page.locator(f"#env-rows tr[data-id='{keyed.root.id}']")
+    assert "live" in row.inner_text()
+    assert "denv-echo-env:latest" in row.inner_text()
+    # The key is in no URL and in no cookie a script can read.
+    assert keyed.key not in page.url
+    assert page.evaluate("document.cookie") == ""
+    cookie = next(c for c in page.context.cookies() if c["name"] == "denv_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    shot(page, "envs")
+    page.context.close()
+
+
+def test_fork_tree_of_85_renders_and_grows(browser: Any, keyed: Keyed) -> None:
+    denv, root = keyed.denv, keyed.root
+    # 1 + 4 + 4 * 20 = 85 envs; versions: the root's, and one per fork call (5).
+    level = [c.id for c in denv.fork(root.id, 4, kind="live", wait="running").envs]
+    level = [c.id for p in level for c in denv.fork(p, 20, kind="live", wait="running").envs]
+    page = signed_in(browser, keyed.server, keyed.key)
+    page.goto(f"{keyed.server.url}/ui#tree/{root.id}")
+    page.wait_for_selector("#tree-counts[data-envs='85']")
+    assert page.get_attribute("#tree-counts", "data-versions") == "6"
+    assert page.locator("#tree li.kind-env").count() == 85
+    shot(page, "tree")
+    # A fork made through the API appears without a reload: pushed, not polled.
+    t0 = time.monotonic()
+    child = denv.fork(level[0], 1, kind="live", wait="running").envs[0]
+    answered = time.monotonic()
+    page.wait_for_selector(f"#tree li[data-id='{child.id}']")
+    seen = time.monotonic()
+    assert page.get_attribute("#tree-counts", "data-envs") == "86"
+    print(f"fork answered in {answered - t0:.3f} s, in the tree {seen - answered:.3f} s later")
+    page.context.close()
+
+
+def test_delete_from_the_page_and_the_api_agrees(browser: Any, keyed: Keyed) -> None:
+    denv = keyed.denv
+    fork = denv.fork(keyed.root.id, 2, kind="live", wait="running")
+    one, other = (e.id for e in fork.envs)
+    grand = denv.fork(other, 2, kind="live", wait="running").envs
+    page = signed_in(browser, keyed.server, keyed.key)
+    page.on("dialog", lambda d: d.accept())
+    page.click(f"#env-rows tr[data-id='{one}'] button[data-act='delete']")
+    page.wait_for_selector(f"#notice:has-text('deleted {one}')")
+    page.wait_for_selector(f"#env-rows tr[data-id='{one}']", state="detached")
+    assert str(denv.get_env(one).status) == "deleted"
+    # A subtree: the env and both its children, from the tree view.
+    page.goto(f"{keyed.server.url}/ui#tree/{other}")
+    page.click(f"#tree li[data-id='{other}'] > .row button[data-act='delete-subtree']")
+    page.wait_for_selector("#notice:has-text('deleted 3 envs')")
+    for env_id in (other, *(g.id for g in grand)):
+        assert str(denv.get_env(env_id).status) == "deleted"
+    page.context.close()
+
+
+def test_echo_web_page_through_ingress_steps_the_env(browser: Any, keyed: Keyed) -> None:
+    from openenv.core import GenericEnvClient
+
+    assert str(keyed.denv.wait_env(keyed.web.id, "healthy").status) == "healthy"
+    page = signed_in(browser, keyed.server, keyed.key)
+    link = page.get_attribute(f"#env-rows tr[data-id='{keyed.web.id}'] a.web", "href")
+    ingress = keyed.web.endpoints[0].url
+    assert link == web_url(ingress, "/web/")
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else 0)
+    page.goto(link)
+    page.get_by_role("button", name="Reset").click()
+    page.locator("textarea").first.fill("stepped from the browser")
+    page.get_by_role("button", name="Run step").click()
+    page.get_by_text("stepped from the browser").nth(1).wait_for()
+    shot(page, "echo-web")
+    assert failed == []  # assets, API calls and its event stream: all through ingress
+    with GenericEnvClient(base_url=ingress).sync() as client:
+        state = client.state()
+    state = dict(state.model_dump() if hasattr(state, "model_dump") else state)
+    assert state["last_message"] == "stepped from the browser"
+    assert state["step_count"] >= 1
+    page.context.close()
+
+
+def test_another_key_and_no_key_see_nothing(browser: Any, keyed: Keyed) -> None:
+    import httpx
+
+    url = keyed.server.url
+    other = create_api_key(keyed.server.state_dir)
+    page = signed_in(browser, keyed.server, other)
+    assert row_ids(page, "#env-rows tr") == set()
+    mine = keyed.live_ids()
+    seen = page.evaluate(
+        """async (id) => {
+            const r = await fetch('/ui/api/envs/' + id);
+            return r.status;
+        }""",
+        keyed.root.id,
+    )
+    assert seen == 404
+    page.goto(f"{url}/ui#tree/{keyed.root.id}")
+    page.wait_for_selector("#tree-counts")
+    assert row_ids(page, "#tree li") & mine == set()
+    page.context.close()
+    # Without a cookie: 401 for every call, and the stream says nothing.
+    with httpx.Client(base_url=url, timeout=10) as http:
+        for path in ("/ui/api/whoami", "/ui/api/events", f"/ui/api/envs/{keyed.root.id}"):
+            assert http.get(path).status_code == 401, path
+        http.cookies.set("denv_console", "dak_" + "y" * 43)
+        assert http.get("/ui/api/whoami").status_code == 401
+        # A changing call without the console's header is refused even with the cookie.
+        http.cookies.set("denv_console", keyed.key)
+        assert http.get("/ui/api/whoami").status_code == 200
+        assert http.delete(f"/ui/api/envs/{keyed.root.id}").status_code == 403
+    assert keyed.root.id in keyed.live_ids()
