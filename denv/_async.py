@@ -154,6 +154,9 @@ class AsyncDenv(AsyncClientBase):
     async def delete_env(self, env_id: str) -> None:
         return await self._call(ops.delete_env(env_id))
 
+    async def detach(self, env_id: str) -> Env:
+        return await self._call(ops.detach(env_id))
+
     async def wait_env(
         self,
         env_id: str,

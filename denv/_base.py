@@ -3,6 +3,8 @@
 The server is found on first use (no I/O in the constructor), one pooled connection is
 kept, and it is closed once. Each client runs the operations of `denv._operations` its own
 way: `Denv` with the generated `sync_detailed`, `AsyncDenv` awaiting `asyncio_detailed`.
+A call that creates envs (`Call.holds`) first opens the client's lease, once, and sends its
+id (`denv._lease` renews it; closing the client closes it).
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
+import attrs
 import httpx
 from denv_api_client.client import AuthenticatedClient
 from denv_api_client.types import UNSET, Unset
 
 from . import _config
+from . import _operations as ops
 from ._http import api_client, build_async_http_client, build_http_client, tls_verify
+from ._lease import LeaseKeeper, renew_timeout_s
 from ._operations import Call, Listing
 from ._requests import Secret, paginate
 from ._retry import call_options
-from .errors import DenvError
+from .errors import DenvError, LeaseExpired
 from .local import resolve_server
+from .types import Lease
 
 T = TypeVar("T")
 
@@ -42,6 +48,9 @@ class _Settings:
         timeout_s: float,
         max_retries: int,
         ca_bundle: str | os.PathLike[str] | None = None,
+        detach: bool = False,
+        lease_id: str | None = None,
+        lease_timeout_s: float | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
@@ -57,6 +66,14 @@ class _Settings:
         self._server: str | None = None
         self._client: AuthenticatedClient | None = None
         self._closed = False
+        self._key: Secret | None = None  # the resolved key, for the lease keeper's client
+        # The lease (denv._lease): none with `detach`; another client's with `lease_id`
+        # (this one neither renews nor closes it); else this client's own, opened on the
+        # first create.
+        self._detach = detach
+        self._lease_given = lease_id
+        self._lease_timeout_s = lease_timeout_s
+        self._keeper: LeaseKeeper | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(server={self._server or self._server_arg!r})"
@@ -68,6 +85,53 @@ class _Settings:
 
     def _closed_error(self) -> RuntimeError:
         return RuntimeError(f"this {type(self).__name__} client is closed")
+
+    @property
+    def lease_id(self) -> str | None:
+        """The id of the lease holding this client's envs: its own once its first create
+        opened it, the one it was given (`lease_id=`), or None (`detach=True`, or nothing
+        created yet)."""
+        if self._lease_given is not None:
+            return self._lease_given
+        return None if self._keeper is None else self._keeper.lease_id
+
+    def _keeper_for(self, lease: Lease, server: str) -> LeaseKeeper:
+        """The renewals of a lease just opened, on a sync client of their own (an
+        `AsyncDenv`'s loop is never involved)."""
+        assert self._key is not None
+        http = build_http_client(
+            server,
+            self._key,
+            timeout_s=renew_timeout_s(lease.timeout_s),
+            max_retries=0,
+            transport=self._lease_transport(),
+            verify=tls_verify(self._ca_bundle),
+        )
+        return LeaseKeeper(
+            lease.id, lease.timeout_s, http, api_client(server, self._key).set_httpx_client(http)
+        )
+
+    def _lease_transport(self) -> httpx.BaseTransport | None:
+        return None
+
+    def _with_lease(self, call: Call[T], lease_id: str | None) -> Call[T]:
+        """`call` with the lease's id in its body (nothing is sent without a lease)."""
+        if lease_id is None:
+            return call
+        body = attrs.evolve(call.kwargs["body"], lease_id=lease_id)
+        return Call(
+            call.operation,
+            call.result,
+            call.args,
+            {**call.kwargs, "body": body},
+            call.wait_s,
+            call.idempotent,
+            call.holds,
+        )
+
+    def _lease_ended(self, exc: LeaseExpired) -> None:
+        if self._keeper is not None:
+            self._keeper.note(exc)
 
 
 class ClientBase(_Settings):
@@ -81,15 +145,26 @@ class ClientBase(_Settings):
         timeout_s: float = _config.DEFAULT_TIMEOUT_S,
         max_retries: int = _config.DEFAULT_MAX_RETRIES,
         ca_bundle: str | os.PathLike[str] | None = None,
+        detach: bool = False,
+        lease_id: str | None = None,
+        lease_timeout_s: float | None = None,
         _transport: httpx.BaseTransport | None = None,
         _sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         super().__init__(
-            server, api_key, timeout_s=timeout_s, max_retries=max_retries, ca_bundle=ca_bundle
+            server,
+            api_key,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            ca_bundle=ca_bundle,
+            detach=detach,
+            lease_id=lease_id,
+            lease_timeout_s=lease_timeout_s,
         )
         self._transport = _transport
         self._sleep = _sleep
         self._lock = threading.Lock()
+        self._lease_lock = threading.Lock()
 
     @classmethod
     def from_environment(
@@ -126,6 +201,7 @@ class ClientBase(_Settings):
                 if self._closed:  # once built, httpx itself refuses calls after close
                     raise self._closed_error()
                 server, key = resolve_server(self._server_arg, self._key_arg)
+                self._key = Secret(key)
                 http = build_http_client(
                     server,
                     Secret(key),
@@ -140,9 +216,37 @@ class ClientBase(_Settings):
             return self._client
 
     def _call(self, call: Call[T]) -> T:
-        with self._options(call):
-            res = call.operation.sync_detailed(*call.args, client=self._api, **call.kwargs)
-        return call.result(res)
+        if call.holds:
+            call = self._with_lease(call, self._lease())
+        try:
+            with self._options(call):
+                res = call.operation.sync_detailed(*call.args, client=self._api, **call.kwargs)
+            return call.result(res)
+        except LeaseExpired as exc:
+            self._lease_ended(exc)
+            raise
+
+    def _lease(self) -> str | None:
+        """The lease new envs go under: this client's own is opened on first use."""
+        if self._detach or self._lease_given is not None:
+            return self._lease_given
+        with self._lease_lock:
+            if self._keeper is None:
+                lease = self._call(ops.open_lease(self._lease_timeout_s))
+                self._keeper = self._keeper_for(lease, self.server)
+            return self._keeper.check()
+
+    def _lease_transport(self) -> httpx.BaseTransport | None:
+        return self._transport  # a test's stand-in network carries the renewals too
+
+    def lease(self) -> Lease | None:
+        """This client's lease as the server has it now (opened if it was not yet); None
+        with `detach=True`.
+
+        >>> denv.lease().state, denv.lease().envs   # ('open', 33)
+        """
+        lease_id = self._lease()
+        return None if lease_id is None else self._call(ops.get_lease(lease_id))
 
     def _run(self, plan: Generator[Call[Any], Any, T]) -> T:
         """Run a plan of several calls (see `denv._lineage`): send each its value or error."""
@@ -167,10 +271,13 @@ class ClientBase(_Settings):
         )
 
     def close(self) -> None:
-        """Close the connection pool. The client is unusable afterwards."""
+        """Close the client's lease (the server deletes the envs it holds, at once; detached
+        envs stay), then the connection pool. The client is unusable afterwards."""
         with self._lock:
             self._closed = True
             client = self._client
+        if self._keeper is not None:
+            self._keeper.close()
         if client is not None:
             client.get_httpx_client().close()
 
@@ -197,15 +304,26 @@ class AsyncClientBase(_Settings):
         timeout_s: float = _config.DEFAULT_TIMEOUT_S,
         max_retries: int = _config.DEFAULT_MAX_RETRIES,
         ca_bundle: str | os.PathLike[str] | None = None,
+        detach: bool = False,
+        lease_id: str | None = None,
+        lease_timeout_s: float | None = None,
         _transport: httpx.AsyncBaseTransport | None = None,
         _sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         super().__init__(
-            server, api_key, timeout_s=timeout_s, max_retries=max_retries, ca_bundle=ca_bundle
+            server,
+            api_key,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            ca_bundle=ca_bundle,
+            detach=detach,
+            lease_id=lease_id,
+            lease_timeout_s=lease_timeout_s,
         )
         self._transport = _transport
         self._sleep = _sleep
         self._lock = asyncio.Lock()
+        self._lease_lock = asyncio.Lock()
 
     @classmethod
     async def from_environment(
@@ -238,6 +356,7 @@ class AsyncClientBase(_Settings):
 
     def _build(self) -> tuple[str, AuthenticatedClient]:
         server, key = resolve_server(self._server_arg, self._key_arg)
+        self._key = Secret(key)
         http = build_async_http_client(
             server,
             Secret(key),
@@ -250,10 +369,37 @@ class AsyncClientBase(_Settings):
         return server, api_client(server, Secret(key)).set_async_httpx_client(http)
 
     async def _call(self, call: Call[T]) -> T:
+        if call.holds:
+            call = self._with_lease(call, await self._lease())
         client = await self._api()
-        with self._options(call):
-            res = await call.operation.asyncio_detailed(*call.args, client=client, **call.kwargs)
-        return call.result(res)
+        try:
+            with self._options(call):
+                res = await call.operation.asyncio_detailed(
+                    *call.args, client=client, **call.kwargs
+                )
+            return call.result(res)
+        except LeaseExpired as exc:
+            self._lease_ended(exc)
+            raise
+
+    async def _lease(self) -> str | None:
+        """`Denv._lease`: opened awaited; its keeper (a thread, and a sync client loading
+        CA certificates) is started on a worker thread."""
+        if self._detach or self._lease_given is not None:
+            return self._lease_given
+        async with self._lease_lock:
+            if self._keeper is None:
+                lease = await self._call(ops.open_lease(self._lease_timeout_s))
+                assert self._server is not None
+                self._keeper = await asyncio.to_thread(self._keeper_for, lease, self._server)
+            return self._keeper.check()
+
+    async def lease(self) -> Lease | None:
+        """`Denv.lease`, awaited."""
+        lease_id = await self._lease()
+        if lease_id is None:
+            return None
+        return await self._call(ops.get_lease(lease_id))
 
     async def _run(self, plan: Generator[Call[Any], Any, T]) -> T:
         """`ClientBase._run`, each call awaited."""
@@ -283,10 +429,12 @@ class AsyncClientBase(_Settings):
             cursor = page.next_cursor
 
     async def aclose(self) -> None:
-        """Close the connection pool. The client is unusable afterwards."""
+        """`Denv.close`: the lease is closed on a worker thread, never blocking the loop."""
         async with self._lock:
             self._closed = True
             client = self._client
+        if self._keeper is not None:
+            await asyncio.to_thread(self._keeper.close)
         if client is not None:
             await client.get_async_httpx_client().aclose()
 

@@ -74,7 +74,9 @@ class Command:
         out = Output(args.json)
         try:
             # The server is found on the first call, so bad arguments are reported first.
-            with Denv(args.server) as denv:
+            # Detached: what `denv run` or `denv fork` makes outlives the command, until its
+            # ttl or `denv rm` (a lease would delete it as the command exits).
+            with Denv(args.server, detach=True) as denv:
                 return self.run(denv, args, out)
         except DenvError as exc:
             out.error(f"denv {args.command}: {describe(exc)}")

@@ -31,6 +31,13 @@ class Denv(ClientBase):
     repeat work the server already did. Creates carry an Idempotency-Key made per call.
     Constructing a client does no I/O: the server is found on its first call (or at once
     with `Denv.from_environment()`).
+
+    The envs a client creates are held by its lease: one background thread renews it, and
+    when the client closes, or its process exits or dies (renewals stop for the lease's
+    timeout, 15 s by default), the server deletes them. `detach=True` makes a client whose
+    envs stay until their `ttl_s` or a delete (the `denv` CLI's); `detach(env_id)` keeps
+    one env; `lease_id=` holds envs under another client's lease, which this one neither
+    renews nor closes; `lease_timeout_s` asks for another timeout (5-600 s).
     A server with TLS (`denv serve --tls-cert`) whose certificate the system does not trust
     is checked against `ca_bundle`, a PEM file (default $DENV_CA_BUNDLE).
     (`_transport` and `_sleep` replace the network and the retry pause in tests.)
@@ -164,6 +171,15 @@ class Denv(ClientBase):
     def delete_env(self, env_id: str) -> None:
         """Stop an env at once and remove everything it had. Deleting it again succeeds."""
         return self._call(ops.delete_env(env_id))
+
+    def detach(self, env_id: str) -> Env:
+        """Take an env out of this client's lease, to keep it after the client closes or its
+        process exits: it then lives until its `ttl_s` or a delete (`env.lease_id` is None).
+
+        >>> keep = denv.create_sandbox("denv-echo-env:latest", ttl_s=86400)
+        >>> denv.detach(keep.id)
+        """
+        return self._call(ops.detach(env_id))
 
     def wait_env(
         self,

@@ -17,6 +17,7 @@ from .errors import (
     Conflict,
     ConnectionFailed,
     InvalidRequest,
+    LeaseExpired,
     NotFound,
     RateLimited,
     ServerError,
@@ -105,6 +106,8 @@ def error_from_response(
         and isinstance(body.get("message"), str)
     ):
         details = body.get("details")
+        if cls is Conflict and isinstance(details, dict) and "lease_id" in details:
+            cls = LeaseExpired  # a create under, or a renewal of, a lease that has ended
         return cls(
             body["message"],
             status=status,

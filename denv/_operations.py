@@ -14,6 +14,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import attrs
 from denv_api_client.api.envs import delete_env as delete_env_op
+from denv_api_client.api.envs import detach_env as detach_env_op
 from denv_api_client.api.envs import fork_env as fork_env_op
 from denv_api_client.api.envs import get_env as get_env_op
 from denv_api_client.api.envs import get_env_logs as get_env_logs_op
@@ -22,6 +23,10 @@ from denv_api_client.api.envs import list_envs as list_envs_op
 from denv_api_client.api.envs import snapshot_env as snapshot_env_op
 from denv_api_client.api.envs import wait_env as wait_env_op
 from denv_api_client.api.health import get_health as get_health_op
+from denv_api_client.api.leases import close_lease as close_lease_op
+from denv_api_client.api.leases import get_lease as get_lease_op
+from denv_api_client.api.leases import open_lease as open_lease_op
+from denv_api_client.api.leases import renew_lease as renew_lease_op
 from denv_api_client.api.projects import deploy_project as deploy_project_op
 from denv_api_client.api.projects import list_projects as list_projects_op
 from denv_api_client.api.sandboxes import create_sandbox as create_sandbox_op
@@ -40,6 +45,7 @@ from denv_api_client.models import (
     WaitRequest,
     WaitRequestUntil,
 )
+from denv_api_client.models.lease_create import LeaseCreate
 from denv_api_client.types import UNSET, Response, Unset
 
 from . import _config
@@ -58,7 +64,7 @@ from ._requests import (
     opt,
     wait_body,
 )
-from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
+from .types import Env, Fork, Health, Lease, Project, Version, VersionDiff, WarmPool
 
 ForkKind = Literal["volume", "live", "auto"]
 LiveArg = bool | Literal["auto"]
@@ -80,7 +86,8 @@ class Call(Generic[T]):
     """One API call, ready to send; `result` turns its answer into the facade's value.
 
     `wait_s`: how long the server may rightly wait before answering (a long-poll), added to
-    the client's timeout; `idempotent=True` marks a POST that is safe to retry.
+    the client's timeout; `idempotent=True` marks a POST that is safe to retry. `holds=True`:
+    the call creates envs, which the client's lease holds (its body gets the `lease_id`).
     """
 
     operation: Operation
@@ -89,6 +96,7 @@ class Call(Generic[T]):
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     wait_s: float | None = None
     idempotent: bool | None = None
+    holds: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ def create_sandbox(
         _value(Env.from_api),
         kwargs={"body": body, "idempotency_key": idempotency_key or new_idempotency_key()},
         wait_s=_create_wait_s(wait, wait_timeout_s),
+        holds=True,
     )
 
 
@@ -184,7 +193,8 @@ def create_sandboxes(image: str, count: int, **options: Any) -> Call[list[Env]]:
     """`create_sandbox`'s call with `count`: the answer is an EnvBatch, each env on its own."""
     one = create_sandbox(image, **options)
     body = attrs.evolve(one.kwargs["body"], count=count)
-    return Call(create_sandbox_op, _envs, kwargs={**one.kwargs, "body": body}, wait_s=one.wait_s)
+    kwargs = {**one.kwargs, "body": body}
+    return Call(create_sandbox_op, _envs, kwargs=kwargs, wait_s=one.wait_s, holds=True)
 
 
 def _envs(res: Response[Any]) -> list[Env]:
@@ -212,6 +222,10 @@ def list_envs(
 
 def delete_env(env_id: str) -> Call[None]:
     return Call(delete_env_op, unwrap_empty, (env_id,))
+
+
+def detach(env_id: str) -> Call[Env]:
+    return Call(detach_env_op, _value(Env.from_api), (env_id,), idempotent=True)
 
 
 def wait_env(env_id: str, until: UntilArg, timeout_s: float) -> Call[Env]:
@@ -274,6 +288,7 @@ def fork(
         (env_id,),
         {"body": body, "idempotency_key": new_idempotency_key()},
         wait_s=_create_wait_s(wait, wait_timeout_s),
+        holds=True,
     )
 
 
@@ -296,6 +311,7 @@ def envs_from_version(
         (version_id,),
         {"body": body, "idempotency_key": new_idempotency_key()},
         wait_s=_create_wait_s(wait, wait_timeout_s),
+        holds=True,
     )
 
 
@@ -337,3 +353,28 @@ def list_projects() -> Listing[Project]:
         return Call(list_projects_op, _page, kwargs={"limit": limit, "cursor": cursor})
 
     return Listing(page, Project.from_api)
+
+
+# -- leases (denv/_lease.py keeps a client's)
+
+
+def open_lease(timeout_s: float | None) -> Call[Lease]:
+    body = LeaseCreate(timeout_s=opt(timeout_s))
+    return Call(
+        open_lease_op,
+        _value(Lease.from_api),
+        kwargs={"body": body, "idempotency_key": new_idempotency_key()},
+    )
+
+
+def get_lease(lease_id: str) -> Call[Lease]:
+    return Call(get_lease_op, _value(Lease.from_api), (lease_id,))
+
+
+def renew_lease(lease_id: str) -> Call[Lease]:
+    # Renewing twice is renewing once: safe to retry although it is a POST.
+    return Call(renew_lease_op, _value(Lease.from_api), (lease_id,), idempotent=True)
+
+
+def close_lease(lease_id: str) -> Call[None]:
+    return Call(close_lease_op, unwrap_empty, (lease_id,))

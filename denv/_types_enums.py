@@ -89,6 +89,24 @@ class WarmPoolState(enum.StrEnum):
     STALLED = "stalled"
 
 
+class DeletionReason(enum.StrEnum):
+    """Why an env was deleted (`Env.deletion.reason`)."""
+
+    REQUESTED = "requested"  # a delete (delete_env, `denv rm`, a provider's stop)
+    TTL = "ttl"  # its ttl_s passed
+    LEASE_EXPIRED = "lease_expired"  # its client stopped renewing: killed, paused, cut off
+    LEASE_CLOSED = "lease_closed"  # its client closed (a clean exit)
+    SERVER = "server"  # the server removed it (the message says why)
+
+
+class LeaseState(enum.StrEnum):
+    """`open` (renewed in time), `expired` (its envs were deleted), `closed` (by its client)."""
+
+    OPEN = "open"
+    EXPIRED = "expired"
+    CLOSED = "closed"
+
+
 class WaitFor(enum.StrEnum):
     """What a create waits for before answering."""
 

@@ -12,6 +12,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from ._types_enums import (
+    DeletionReason,
     Egress,
     EgressAllowlist,
     EndpointVia,
@@ -63,6 +64,19 @@ class EnvService(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class EnvDeletion(Record):
+    """Why and when an env was deleted: `reason` (e.g. `lease_expired`) and `message`."""
+
+    reason: DeletionReason
+    message: str
+    at: datetime.datetime
+
+    @classmethod
+    def from_api(cls, m: api.EnvDeletion) -> EnvDeletion:
+        return cls(reason=DeletionReason(m.reason.value), message=m.message, at=m.at)
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvError(Record):
     """Why an env failed, with the failing service's last log lines."""
 
@@ -99,6 +113,9 @@ class Env(Record):
     created_at: datetime.datetime
     expires_at: datetime.datetime
     error: EnvError | None
+    #: The lease that holds it (its client's); None: detached, kept until ttl_s or a delete.
+    lease_id: str | None = None
+    deletion: EnvDeletion | None = None  # why and when it was deleted
     live: bool = False  # created with live=True (or a live child): fork(kind="live") works
     #: The node it runs on: "local" on one machine, a node's name on a cluster; None before
     #: it is placed (and from older servers).
@@ -128,6 +145,8 @@ class Env(Record):
             created_at=m.created_at,
             expires_at=m.expires_at,
             error=None if m.error is None else EnvError.from_api(m.error),
+            lease_id=m.lease_id if isinstance(m.lease_id, str) else None,
+            deletion=None if not m.deletion else EnvDeletion.from_api(m.deletion),
             live=m.live is True,
             node=m.node if isinstance(m.node, str) else None,
             live_unsupported=m.live_unsupported if isinstance(m.live_unsupported, str) else None,

@@ -1,5 +1,5 @@
 """The records about the server rather than one env: ``Health`` with its ``HostGuard``,
-``Project``, ``WarmPool``.
+``Project``, ``WarmPool``, ``Lease``.
 
 Converted from the generated models field for field. ``denv.types`` re-exports them;
 import them from there.
@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 from typing import TYPE_CHECKING
 
-from ._types_enums import HealthStatus, WarmPoolState
+from ._types_enums import HealthStatus, LeaseState, WarmPoolState
 from ._types_record import Record, opt
 
 if TYPE_CHECKING:
@@ -105,4 +105,30 @@ class WarmPool(Record):
             booting=m.booting,
             failures=m.failures,
             error=opt(m.error),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease(Record):
+    """A client's lease on the envs it creates (`Denv.lease`): while it is renewed they run;
+    once it expires or is closed, the server deletes them."""
+
+    id: str
+    state: LeaseState
+    timeout_s: float
+    expires_at: datetime.datetime
+    created_at: datetime.datetime
+    ended_at: datetime.datetime | None
+    envs: int  # envs it holds that are not deleted
+
+    @classmethod
+    def from_api(cls, m: api.Lease) -> Lease:
+        return cls(
+            id=m.id,
+            state=LeaseState(m.state.value),
+            timeout_s=m.timeout_s,
+            expires_at=m.expires_at,
+            created_at=m.created_at,
+            ended_at=m.ended_at,
+            envs=m.envs,
         )

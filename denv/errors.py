@@ -44,6 +44,7 @@ __all__ = [
     "EnvReadyTimeout",
     "EnvStartError",
     "InvalidRequest",
+    "LeaseExpired",
     "LocalServerError",
     "NotFound",
     "RateLimited",
@@ -137,6 +138,17 @@ class NotFound(APIStatusError):
 
 class Conflict(APIStatusError):
     """409: the resource's state forbids this (`version_in_use`, `idempotency_conflict`...)."""
+
+
+class LeaseExpired(Conflict):
+    """409: the client's lease ended (`details`: `lease_id`, `state`), so the server deleted
+    the envs it held: the client was paused or cut off from the server for longer than the
+    lease's timeout (or it was closed). Envs made from now on need a new client; detach envs
+    (`Denv.detach`, `Denv(detach=True)`) that must outlive their client."""
+
+    @property
+    def lease_id(self) -> str | None:
+        return None if self.details is None else self.details.get("lease_id")
 
 
 class RateLimited(APIStatusError):

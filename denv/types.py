@@ -16,6 +16,7 @@ The records live in private modules by what they describe (`_types_env`, `_types
 from __future__ import annotations
 
 from ._types_enums import (
+    DeletionReason,
     Egress,
     EgressAllowlist,
     EndpointVia,
@@ -25,20 +26,23 @@ from ._types_enums import (
     ErrorCode,
     FileChangeKind,
     HealthStatus,
+    LeaseState,
     StartMode,
     WaitFor,
     WarmPoolState,
 )
-from ._types_env import Endpoint, Env, EnvError, EnvService
-from ._types_server import Health, HostGuard, Project, WarmPool
+from ._types_env import Endpoint, Env, EnvDeletion, EnvError, EnvService
+from ._types_server import Health, HostGuard, Lease, Project, WarmPool
 from ._types_version import FileChange, Fork, Version, VersionDiff, VersionService
 
 __all__ = [
+    "DeletionReason",
     "Egress",
     "EgressAllowlist",
     "Endpoint",
     "EndpointVia",
     "Env",
+    "EnvDeletion",
     "EnvError",
     "EnvErrorCode",
     "EnvService",
@@ -51,6 +55,8 @@ __all__ = [
     "Health",
     "HealthStatus",
     "HostGuard",
+    "Lease",
+    "LeaseState",
     "Project",
     "StartMode",
     "Version",

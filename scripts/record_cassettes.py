@@ -209,7 +209,7 @@ def record(names: list[str], out: Path) -> None:
             path = out / f"{name}.yaml"
             path.unlink(missing_ok=True)
             started = time.monotonic()
-            with recorder.use_cassette(str(path)), Denv(srv.url, key) as denv:
+            with recorder.use_cassette(str(path)), Denv(srv.url, key, detach=True) as denv:
                 scenarios.SCENARIOS[name](denv)
             scrub_file(path, srv.url)
             log.info("%s: %s (%.1fs)", name, path.relative_to(ROOT), time.monotonic() - started)

@@ -81,7 +81,10 @@ class _Link:
             if self._clients is None:
                 connection = await self._connection()
                 server = await asyncio.to_thread(lambda: connection.denv.server)
-                denv = AsyncDenv(server, connection.api_key)
+                # The provider's lease (its sync client renews and closes it): this run's
+                # client, closed when the run ends, only sends it with its creates.
+                lease_id = await asyncio.to_thread(connection.lease_id)
+                denv = AsyncDenv(server, connection.api_key, detach=True, lease_id=lease_id)
                 # Made on a thread: the first one builds the shared TLS context (default_tls).
                 http = await asyncio.to_thread(
                     httpx.AsyncClient,

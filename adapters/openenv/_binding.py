@@ -57,7 +57,8 @@ class Binding:
         local server: blocking work)."""
         with self.lock:
             if self._connection is None:
-                self._connection = open_connection(self.config.server, self.config.api_key)
+                config = self.config
+                self._connection = open_connection(config.server, config.api_key, config.detach)
             return self._connection
 
     def disconnect(self) -> None:

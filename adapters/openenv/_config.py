@@ -42,6 +42,7 @@ class ProviderConfig:
     websocket: bool = True
     fork: ForkKind = "auto"
     pull: bool = False
+    detach: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "egress", _egress(self.egress))

@@ -54,12 +54,16 @@ class Connection:
     """One denv client, shared by a provider and the providers forked from it.
 
     Each holder calls `share()` once and `release()` once; the client closes
-    when the last holder lets go.
+    when the last holder lets go, and with it the client's lease: the envs the providers
+    started and forked and did not detach are deleted then (or, if the process dies first,
+    when the lease expires).
     """
 
-    def __init__(self, denv: Denv, api_key: str) -> None:
+    def __init__(self, denv: Denv, api_key: str, *, detach: bool = False) -> None:
         self.denv = denv
         self.api_key = api_key
+        self.detach = detach
+        self._lease_id: str | None = None
         # Probes go to the env's base URL (the server's ingress or a published
         # port on its host): never through a proxy when that host is this machine.
         self.http = httpx.Client(
@@ -76,6 +80,15 @@ class Connection:
             self._holders += 1
         return self
 
+    def lease_id(self) -> str | None:
+        """The lease the providers' envs go under, opened on first use (a request: blocking);
+        None when they are detached. `AsyncDenv` clients of async runs send it too."""
+        with self._lock:
+            if self._lease_id is None and not self.detach:
+                lease = self.denv.lease()
+                self._lease_id = None if lease is None else lease.id
+            return self._lease_id
+
     def release(self) -> None:
         """Count one holder less; close the clients when none is left."""
         with self._lock:
@@ -86,8 +99,9 @@ class Connection:
             self.denv.close()
 
 
-def open_connection(server: str | None, api_key: str | None) -> Connection:
-    """A connection to the configured denv server (see the module docstring)."""
+def open_connection(server: str | None, api_key: str | None, detach: bool = False) -> Connection:
+    """A connection to the configured denv server (see the module docstring); with `detach`
+    its client holds no lease."""
     from denv import Denv
 
     if server is None and not os.environ.get(ENV_SERVER):
@@ -96,7 +110,7 @@ def open_connection(server: str | None, api_key: str | None) -> Connection:
     # The client's own rules for the rest (DENV_API_KEY, the local server's key), resolved
     # here so that the provider can hand the same key to the providers it forks.
     server, api_key = resolve_server(server, api_key)
-    return Connection(Denv(server, api_key), api_key)
+    return Connection(Denv(server, api_key, detach=detach), api_key, detach=detach)
 
 
 def _local_server() -> tuple[str, str]:

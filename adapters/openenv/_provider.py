@@ -66,6 +66,10 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         pull: Pull the image when the server's engine does not have it (anonymously
             unless the server allows its registry credentials). Default False: a missing
             image fails the start with `denv.InvalidRequest` (`image_not_found`).
+        detach: Keep the envs this provider (and its forks) starts after the provider is
+            closed or its process exits, until their `ttl_s` or a stop. Default False: they
+            are held by the provider's lease, so a closed provider, an exiting or crashed
+            process (renewals stop for 15 s) leaves nothing running. `detach()` keeps one.
 
     The provider is bound to one env at a time (`env_id`, `base_url`);
     `fork()` returns new providers bound to children of that env, made with the same
@@ -87,6 +91,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         websocket: bool = True,
         fork: ForkKind = "auto",
         pull: bool = False,
+        detach: bool = False,
     ) -> None:
         config = ProviderConfig(
             server,
@@ -101,6 +106,7 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             websocket,
             fork,
             pull,
+            detach,
         )
         probe = probe_websocket if config.websocket else no_websocket
         self._binding = Binding(config, probe, connection=None)
@@ -228,6 +234,17 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     def close(self) -> None:
         """Delete the env, if any, and close the connection to the server (as stop_container)."""
         self.stop_container()
+
+    def detach(self) -> None:
+        """Keep this provider's env after the provider is closed or its process exits: it
+        is taken out of the lease and lives until its `ttl_s` or `stop_container()`.
+
+        >>> provider.detach()   # e.g. to reconnect later: GenericEnvClient(base_url=...)
+        """
+        env_id = self._binding.env_id
+        if env_id is None:
+            raise RuntimeError("detach() needs a running env: start one first")
+        self._binding.connection().denv.detach(env_id)
 
     # -- fork ------------------------------------------------------------------------------------
 

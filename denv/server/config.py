@@ -32,6 +32,12 @@ HEALTH_POLL_S = 0.02  # how often the agent's health path is polled while starti
 EXIT_CHECK_EVERY = 10  # check that the container still runs every N health polls
 LOG_TAIL_LINES = 50  # log lines kept in a failed env's error
 REAPER_INTERVAL_S = 5.0
+# Leases (lifecycle/leases.py): a client's envs are deleted once it stops renewing.
+DEFAULT_LEASE_TIMEOUT_S = 15.0  # `denv serve --lease-timeout`; clients renew every third
+MIN_LEASE_TIMEOUT_S = 5.0  # the contract's LeaseCreate.timeout_s bounds
+MAX_LEASE_TIMEOUT_S = 600.0
+LEASE_CHECK_S = 1.0  # how often ended leases are looked for (one indexed query)
+LEASE_DELETE_WORKERS = 8  # envs of ended leases deleted at once
 HOST_GUARD_CHECK_S = 5.0  # a firewall reload removes the guard: put it back this soon
 IDEMPOTENCY_TTL_S = 24 * 3600
 DOCKER_TIMEOUT_S = 120
@@ -93,6 +99,7 @@ class ServerConfig:
     max_spares_per_key: int = DEFAULT_MAX_SPARES_PER_KEY
     max_ingress_per_key: int = DEFAULT_MAX_INGRESS_PER_KEY
     ingress_read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S  # 0: none
+    lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S  # a lease opened without its own
     scheme: str = "http"  # "https" when `denv serve` has --tls-cert
 
     @property

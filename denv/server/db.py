@@ -1,4 +1,5 @@
-"""SQLite state (WAL): API keys, versions, envs, ingress tokens, projects, idempotency records.
+"""SQLite state (WAL): API keys, versions, envs, leases, ingress tokens, projects, idempotency
+records.
 
 One connection shared by all threads behind a lock held only for the SQL itself, never across a
 Docker call. Records are those of ``records``; their rows are converted in ``db_rows`` and
@@ -20,7 +21,17 @@ from typing import Any
 from denv.server import ids
 from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
 from denv.server.db_schema import create_and_migrate
-from denv.server.records import LIVE, EnvError, EnvRecord, EnvStatus, Runtime, VersionRecord
+from denv.server.records import (
+    LIVE,
+    EnvDeletion,
+    EnvError,
+    EnvRecord,
+    EnvStatus,
+    LeaseRecord,
+    LeaseState,
+    Runtime,
+    VersionRecord,
+)
 from denv.server.tokens import ref
 
 log = logging.getLogger(__name__)
@@ -196,7 +207,7 @@ class Store:
         """Insert several envs in one transaction (a fork's children)."""
         with self.transaction() as db:
             db.executemany(
-                "INSERT INTO envs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO envs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [env_row(e) for e in records],
             )
 
@@ -281,6 +292,15 @@ class Store:
                 )
         return moved > 0
 
+    def mark_deleted(self, env_id: str, deletion: EnvDeletion) -> bool:
+        """Move an env to ``deleted`` saying why, unless it was deleted already; True when
+        it moved."""
+        sql = "UPDATE envs SET status='deleted', deletion=? WHERE id=? AND status!='deleted'"
+        return self._run(sql, (deletion.model_dump_json(), env_id)) > 0
+
+    def set_lease(self, env_id: str, lease_id: str | None) -> None:
+        self._run("UPDATE envs SET lease_id=? WHERE id=?", (lease_id, env_id))
+
     def set_start(self, env_id: str, start: str, runtime: Runtime) -> None:
         self._run(
             "UPDATE envs SET start=?, runtime=? WHERE id=?",
@@ -289,6 +309,70 @@ class Store:
 
     def set_runtime(self, env_id: str, runtime: Runtime) -> None:
         self._run("UPDATE envs SET runtime=? WHERE id=?", (runtime.model_dump_json(), env_id))
+
+    # leases
+    def insert_lease(self, lease: LeaseRecord) -> None:
+        self._run(
+            "INSERT INTO leases VALUES (?,?,?,?,?,?,?)",
+            (
+                lease.id,
+                lease.owner,
+                lease.timeout_s,
+                lease.expires_at,
+                lease.created_at,
+                lease.state,
+                lease.ended_at,
+            ),
+        )
+
+    def get_lease(self, lease_id: str) -> LeaseRecord | None:
+        rows = self._all("SELECT * FROM leases WHERE id=?", (lease_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return LeaseRecord(
+            id=r["id"],
+            owner=r["owner"],
+            timeout_s=float(r["timeout_s"]),
+            expires_at=float(r["expires_at"]),
+            created_at=float(r["created_at"]),
+            state=r["state"],
+            ended_at=r["ended_at"],
+        )
+
+    def renew_lease(self, lease_id: str, at: float) -> bool:
+        """Push an open lease's expiry to ``at`` + its timeout; False when it is not open."""
+        sql = "UPDATE leases SET expires_at=?+timeout_s WHERE id=? AND state='open'"
+        return self._run(sql, (at, lease_id)) > 0
+
+    def end_lease(self, lease_id: str, state: LeaseState, at: float) -> bool:
+        """Expire or close an open lease; False when it had ended already."""
+        sql = "UPDATE leases SET state=?, ended_at=? WHERE id=? AND state='open'"
+        return self._run(sql, (state, at, lease_id)) > 0
+
+    def due_leases(self, at: float) -> list[str]:
+        """Open leases whose expiry is before ``at``."""
+        q = "SELECT id FROM leases WHERE state='open' AND expires_at<?"
+        return [str(r[0]) for r in self._all(q, (at,))]
+
+    def extend_open_leases(self, at: float) -> int:
+        """Give every open lease at least its timeout from ``at`` (a server start: clients
+        could not renew while it was down)."""
+        sql = "UPDATE leases SET expires_at=MAX(expires_at, ?+timeout_s) WHERE state='open'"
+        return self._run(sql, (at,))
+
+    def envs_of_ended_leases(self) -> list[tuple[str, str, LeaseState, float]]:
+        """(env id, lease id, lease state, when it ended) of each env not deleted whose lease
+        expired or was closed."""
+        q = (
+            "SELECT e.id, l.id, l.state, l.ended_at FROM envs e JOIN leases l ON e.lease_id=l.id "
+            "WHERE e.status!='deleted' AND l.state!='open'"
+        )
+        return [(r[0], r[1], r[2], float(r[3] or 0.0)) for r in self._all(q)]
+
+    def count_lease_envs(self, lease_id: str) -> int:
+        q = "SELECT COUNT(*) FROM envs WHERE lease_id=? AND status!='deleted'"
+        return int(self._all(q, (lease_id,))[0][0])
 
     # ingress routes: each token kept as its digest (ingress_keys.ref), never in clear
     def add_ingress(self, token: str, env_id: str, service: str, port: int, host: str) -> None:

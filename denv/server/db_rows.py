@@ -1,7 +1,7 @@
 """Rows of the ``versions`` and ``envs`` tables to records (``records``) and back.
 
 The JSON columns hold a record's nested parts (services, volumes, labels, spec, runtime,
-error); they are converted here and nowhere else, apart from ``db``'s queries, so reading
+error, deletion); they are converted here and nowhere else, apart from ``db``'s queries, so reading
 a query never means reading a conversion. ``env_row`` follows the ``envs`` table's column
 order; ``version_row`` follows the column list of ``Store.insert_version``.
 """
@@ -13,6 +13,7 @@ import sqlite3
 from typing import Any
 
 from denv.server.records import (
+    EnvDeletion,
     EnvError,
     EnvRecord,
     EnvSpec,
@@ -78,6 +79,8 @@ def env_row(e: EnvRecord) -> tuple[Any, ...]:
         e.error.model_dump_json() if e.error else None,
         e.spec.model_dump_json(),
         e.runtime.model_dump_json(),
+        e.lease_id,
+        e.deletion.model_dump_json() if e.deletion else None,
     )
 
 
@@ -98,4 +101,6 @@ def env_from_row(r: sqlite3.Row) -> EnvRecord:
         error=EnvError.model_validate_json(r["error"]) if r["error"] else None,
         spec=EnvSpec.model_validate_json(r["spec"]),
         runtime=Runtime.model_validate_json(r["runtime"]),
+        lease_id=r["lease_id"],
+        deletion=EnvDeletion.model_validate_json(r["deletion"]) if r["deletion"] else None,
     )

@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS ingress (
   host TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (
   owner TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (owner, name));
+CREATE TABLE IF NOT EXISTS leases (
+  id TEXT PRIMARY KEY, owner TEXT NOT NULL, timeout_s REAL NOT NULL, expires_at REAL NOT NULL,
+  created_at REAL NOT NULL, state TEXT NOT NULL, ended_at REAL);
+CREATE INDEX IF NOT EXISTS leases_due ON leases (state, expires_at);
 CREATE TABLE IF NOT EXISTS idempotency (
   owner TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (owner, key));
@@ -45,6 +49,18 @@ def create_and_migrate(db: sqlite3.Connection) -> None:
     _add_parent_version_column(db)
     _add_tools_column(db)
     _digest_ingress_tokens(db)
+    _add_lease_columns(db)
+
+
+def _add_lease_columns(db: sqlite3.Connection) -> None:
+    """A database made before leases gains each env's lease and why it was deleted (NULL:
+    detached, and not said)."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(envs)")}
+    if "lease_id" not in columns:
+        db.execute("ALTER TABLE envs ADD COLUMN lease_id TEXT")
+    if "deletion" not in columns:
+        db.execute("ALTER TABLE envs ADD COLUMN deletion TEXT")
+    db.execute("CREATE INDEX IF NOT EXISTS envs_lease ON envs (lease_id, status)")
 
 
 def _digest_ingress_tokens(db: sqlite3.Connection) -> None:

@@ -171,6 +171,14 @@ class Limits(Record):
         return self.model_copy(update=mine)
 
 
+class EnvDeletion(Record):
+    """Why and when an env was deleted (the contract's EnvDeletion)."""
+
+    reason: Literal["requested", "ttl", "lease_expired", "lease_closed", "server"]
+    message: str
+    at: str  # ISO 8601, UTC
+
+
 class EnvError(Record):
     """Why an env failed (the contract's EnvError)."""
 
@@ -217,3 +225,24 @@ class EnvRecord:
     error: EnvError | None = None
     spec: EnvSpec = field(default_factory=EnvSpec)
     runtime: Runtime = field(default_factory=Runtime)
+    lease_id: str | None = None  # the lease that holds it (None: detached)
+    deletion: EnvDeletion | None = None  # why it was deleted, once it is
+
+
+LeaseState = Literal["open", "expired", "closed"]
+
+
+@dataclass
+class LeaseRecord:
+    """A client's lease: the envs created with its id are deleted when it ends (``leases``).
+
+    Times are seconds since the epoch: a lease outlives a server restart, so its clock is
+    the wall clock, not the server process's."""
+
+    id: str
+    owner: str
+    timeout_s: float
+    expires_at: float
+    created_at: float
+    state: LeaseState = "open"
+    ended_at: float | None = None

@@ -18,6 +18,7 @@ from denv.local import state_dir as default_state_dir
 from denv.server.api import tls
 from denv.server.config import (
     DEFAULT_HOST,
+    DEFAULT_LEASE_TIMEOUT_S,
     DEFAULT_LIMITS,
     DEFAULT_MAX_ENVS_PER_KEY,
     DEFAULT_MAX_VOLUME_MB,
@@ -28,6 +29,8 @@ from denv.server.config import (
     DEFAULT_WARM_MAX_MEMORY_MB,
     DEFAULT_WARM_MAX_SPARES,
     DEFAULT_WARM_MIN_FREE_MB,
+    MAX_LEASE_TIMEOUT_S,
+    MIN_LEASE_TIMEOUT_S,
     ServerConfig,
 )
 from denv.server.lifecycle import fairness
@@ -213,6 +216,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reap a warm pool nobody took a spare from for this long (default %(default)g)",
     )
     parser.add_argument(
+        "--lease-timeout",
+        type=float,
+        default=DEFAULT_LEASE_TIMEOUT_S,
+        metavar="SECONDS",
+        help="delete a client's envs once its lease goes this long without a renewal (the "
+        "client died, was paused or lost the network), unless it asked for another "
+        f"timeout ({MIN_LEASE_TIMEOUT_S:g}-{MAX_LEASE_TIMEOUT_S:g}; default %(default)g)",
+    )
+    parser.add_argument(
         "--subnet-pool",
         default=DEFAULT_SUBNET_POOL,
         help="IPv4 range the env networks' subnets are carved from; pick one no network of "
@@ -281,6 +293,11 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
             f"--public-url {args.public_url!r}: give a URL starting with http:// "
             "or https://, e.g. https://denv.example.org"
         )
+    if not MIN_LEASE_TIMEOUT_S <= args.lease_timeout <= MAX_LEASE_TIMEOUT_S:
+        raise UsageError(
+            f"--lease-timeout {args.lease_timeout:g}: give seconds from "
+            f"{MIN_LEASE_TIMEOUT_S:g} to {MAX_LEASE_TIMEOUT_S:g}"
+        )
     if any(not p.strip() for p in args.allow_image):
         raise UsageError("--allow-image needs a pattern, e.g. 'denv-*'")
     extra_caps = [c.upper().removeprefix("CAP_") for c in args.env_cap_add]
@@ -317,6 +334,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,
         warm_idle_s=args.warm_idle_minutes * 60,
+        lease_timeout_s=args.lease_timeout,
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,
         scheme="https" if args.tls_cert else "http",

@@ -82,7 +82,11 @@ class AsyncSleeps(Sleeps):
 
 
 def make_denv(kind: str, server: str, key: str, **kw: Any) -> Denv | Blocking:
-    """A `Denv` (kind "sync"), or an `AsyncDenv` called the same way (kind "async")."""
+    """A `Denv` (kind "sync"), or an `AsyncDenv` called the same way (kind "async").
+
+    Detached unless told otherwise: a lease would put its own calls (open, renewals on a
+    timer, close) into every script; tests/unit/test_facade_lease.py covers those."""
+    kw.setdefault("detach", True)
     if kind == "sync":
         return Denv(server, key, _sleep=Sleeps(), **kw)
     assert kind == "async", kind

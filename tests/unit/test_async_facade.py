@@ -34,7 +34,7 @@ def _sync_no_retry(seconds: float) -> None:
 def replay_async(name: str) -> Any:
     with (
         replaying(f"{name}.yaml"),
-        Blocking(AsyncDenv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry)) as denv,
+        Blocking(AsyncDenv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry, detach=True)) as denv,
     ):
         return SCENARIOS[name](denv)
 
@@ -42,7 +42,7 @@ def replay_async(name: str) -> Any:
 def replay_sync(name: str) -> Any:
     with (
         replaying(f"{name}.yaml"),
-        Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_sync_no_retry) as denv,
+        Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_sync_no_retry, detach=True) as denv,
     ):
         return SCENARIOS[name](denv)
 
@@ -84,7 +84,9 @@ def test_fork_with_count_2() -> None:
 def test_list_envs_follows_cursors_as_an_async_iterator() -> None:
     with (
         replaying("list_envs.yaml") as wire,
-        Blocking(AsyncDenv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry)) as blocking,
+        Blocking(
+            AsyncDenv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry, detach=True)
+        ) as blocking,
     ):
         created, listed, by_version = SCENARIOS["list_envs"](blocking)
     assert [e.id for e in listed] == [e.id for e in reversed(created)]

@@ -36,7 +36,7 @@ def _no_retry(seconds: float) -> None:
 def run_facade(name: str) -> Any:
     with (
         replay(f"{name}.yaml"),
-        Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry) as denv,
+        Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry, detach=True) as denv,
     ):
         return facade_scenarios.SCENARIOS[name](denv)
 

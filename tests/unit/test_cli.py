@@ -62,7 +62,7 @@ def test_bad_arguments_stop_before_any_call(capsys: pytest.CaptureFixture[str]) 
 
 
 def _forked() -> tuple[object, object]:
-    with replaying("fork.yaml"), Denv(CASSETTE_SERVER, CASSETTE_KEY) as denv:
+    with replaying("fork.yaml"), Denv(CASSETTE_SERVER, CASSETTE_KEY, detach=True) as denv:
         env, fork = SCENARIOS["fork"](denv)
     return env, fork
 

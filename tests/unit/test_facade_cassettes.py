@@ -58,7 +58,7 @@ def replay(name: str) -> tuple[Any, Replayed]:
     """Run scenario `name` on its cassette: what it returned, and what the facade sent."""
     with (
         replaying(f"{name}.yaml") as wire,
-        Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry) as denv,
+        Denv(CASSETTE_SERVER, CASSETTE_KEY, _sleep=_no_retry, detach=True) as denv,
     ):
         result = SCENARIOS[name](denv)
     return result, wire

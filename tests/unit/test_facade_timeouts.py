@@ -17,7 +17,8 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def _denv(server: str, sleeps: Sleeps | None = None) -> Denv:
-    return Denv(server, KEY, timeout_s=0.5, max_retries=2, _sleep=sleeps or Sleeps())
+    # Detached: what is timed here is each call, not a lease's (test_facade_lease.py).
+    return Denv(server, KEY, timeout_s=0.5, max_retries=2, _sleep=sleeps or Sleeps(), detach=True)
 
 
 def test_a_server_that_never_answers_times_out_at_the_configured_bound(

@@ -21,6 +21,7 @@ from denv.server.errors import invalid
 from denv.server.lifecycle.requests import (
     DeployRequest,
     EnvsCreate,
+    LeaseCreate,
     SandboxCreate,
     SnapshotRequest,
     WaitRequest,
@@ -104,6 +105,11 @@ async def wait_env(s: Dep, owner: Owner, env_id: str, body: WaitRequest) -> dict
     return await s.ctx.fair.hold(
         owner, "waits", s.wait_env, owner, env_id, body.until, body.timeout_s
     )
+
+
+@router.post("/v1/envs/{env_id}/detach")
+async def detach_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
+    return await asyncio.to_thread(s.detach_env, owner, env_id)
 
 
 @router.get("/v1/envs/{env_id}/warm")
@@ -237,3 +243,36 @@ async def deploy_project(
         )
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
+
+
+@router.post("/v1/leases")
+async def open_lease(
+    request: Request,
+    s: Dep,
+    owner: Owner,
+    body: Annotated[LeaseCreate | None, Body()] = None,
+    idem: IdemKey = None,
+) -> Response:
+    timeout_s = body.timeout_s if body else None
+
+    async def run() -> dict[str, Any]:
+        return await asyncio.to_thread(s.open_lease, owner, timeout_s)
+
+    return await idempotent(request, s.ctx.store, owner, idem, run)
+
+
+@router.get("/v1/leases/{lease_id}")
+async def get_lease(s: Dep, owner: Owner, lease_id: str) -> dict[str, Any]:
+    return await asyncio.to_thread(s.get_lease, owner, lease_id)
+
+
+@router.delete("/v1/leases/{lease_id}", status_code=204)
+async def close_lease(s: Dep, owner: Owner, lease_id: str) -> Response:
+    await asyncio.to_thread(s.close_lease, owner, lease_id)
+    return Response(status_code=204)
+
+
+@router.post("/v1/leases/{lease_id}/renew")
+async def renew_lease(s: Dep, owner: Owner, lease_id: str) -> dict[str, Any]:
+    # No fairness cap: a renewal that waits behind a key's own creates could let it expire.
+    return await asyncio.to_thread(s.renew_lease, owner, lease_id)

@@ -32,6 +32,7 @@ from denv.server.records import (
     FINAL,
     READY,
     Endpoint,
+    EnvDeletion,
     EnvError,
     EnvRecord,
     EnvSpec,
@@ -69,6 +70,7 @@ class Envs:
         egress: str,
         env: dict[str, str],
         labels: dict[str, str],
+        lease_id: str | None,
         ttl_s: int,
         wait_timeout_s: float,
         warm: int = 0,
@@ -94,6 +96,7 @@ class Envs:
                 agent_service=version.agent_service,
                 egress=egress,
                 labels=dict(labels),
+                lease_id=lease_id,
                 status=EnvStatus.CREATING,
                 start="cold",
                 created_at=iso(created),
@@ -333,9 +336,11 @@ class Envs:
             self.ctx.notify()
 
     # delete
-    def delete(self, env_id: str) -> None:
-        """Stop at once and remove everything the env had; deleting twice is fine."""
-        if self.ctx.store.set_status(env_id, EnvStatus.DELETED):
+    def delete(self, env_id: str, why: EnvDeletion | None = None) -> None:
+        """Stop at once and remove everything the env had; deleting twice is fine. ``why``
+        goes into its record (default: a client's delete request)."""
+        why = why or EnvDeletion(reason="requested", message="a delete request", at=iso(now()))
+        if self.ctx.store.mark_deleted(env_id, why):
             self.ctx.notify()
         self.ctx.node.cancel(env_id)
         with self.ctx.env_lock(env_id):

@@ -125,6 +125,7 @@ class LiveForks:
                     agent_service=parent.agent_service,
                     egress=parent.egress,
                     labels=dict(opts.labels),
+                    lease_id=opts.lease_id,
                     status=EnvStatus.HEALTHY if ok else EnvStatus.FAILED,
                     start="live",
                     created_at=iso(created),

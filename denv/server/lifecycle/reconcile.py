@@ -20,7 +20,7 @@ from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.spares import pool_of
 from denv.server.lifecycle.versions import referenced_layers
 from denv.server.node.seam import Owned
-from denv.server.records import BOOTING, EnvStatus, volume_slots
+from denv.server.records import BOOTING, EnvDeletion, EnvStatus, volume_slots
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ async def reap_forever(ctx: Context, envs: Envs, interval_s: float) -> None:
             expired = await asyncio.to_thread(ctx.store.expired_envs, iso(now()))
             for env_id in expired:
                 log.info("reaper: env %s passed its ttl", env_id)
-                await asyncio.to_thread(envs.delete, env_id)
+                why = EnvDeletion(reason="ttl", message="its ttl_s passed", at=iso(now()))
+                await asyncio.to_thread(envs.delete, env_id, why)
             await asyncio.to_thread(ctx.store.expire_idempotent, time.time() - IDEMPOTENCY_TTL_S)
             await asyncio.to_thread(envs.warm.reap)
         except Exception:

@@ -71,6 +71,8 @@ def env_json(
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,
         "error": rec.error.model_dump() if rec.error else None,
+        "lease_id": rec.lease_id,
+        "deletion": rec.deletion.model_dump() if rec.deletion else None,
     }
 
 

@@ -26,6 +26,7 @@ EnvVars = Annotated[
     ],
     Field(max_length=256),
 ]
+LeaseId = Annotated[str, StringConstraints(pattern=r"^lse_[0-9A-HJKMNP-TV-Z]{26}$")]
 EgressMode = Literal["deny", "allow"]
 WaitFor = Literal["none", "running", "healthy"]
 
@@ -70,6 +71,7 @@ class SandboxCreate(_Body):
     volumes: Annotated[list[Path], Field(max_length=8)] = Field(default_factory=list)
     labels: Labels = Field(default_factory=dict)
     ttl_s: Ttl = 3600
+    lease_id: LeaseId | None = None  # the lease that holds the env; None: detached
     wait: WaitFor = "healthy"
     wait_timeout_s: WaitTimeout = 120.0
     health_path: Path = "/health"
@@ -88,10 +90,15 @@ class EnvsCreate(_Body):
     env: EnvVars = Field(default_factory=dict)
     labels: Labels = Field(default_factory=dict)
     ttl_s: Ttl = 3600
+    lease_id: LeaseId | None = None
     wait: WaitFor = "healthy"
     wait_timeout_s: WaitTimeout = 120.0
     warm: Warm = 0
     kind: Literal["volume", "live", "auto"] = "volume"  # fork only
+
+
+class LeaseCreate(_Body):
+    timeout_s: Annotated[float, Field(ge=5, le=600)] | None = None  # None: the server's
 
 
 class SnapshotRequest(_Body):

@@ -16,15 +16,26 @@ import time
 from typing import Any
 
 from denv.server import ids
+from denv.server.db import iso, now
 from denv.server.errors import ApiError, invalid, not_found
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.leases import Leases
 from denv.server.lifecycle.live_forks import LiveForks
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
 from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate, WaitFor
 from denv.server.lifecycle.versions import Versions
-from denv.server.records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
+from denv.server.records import (
+    ALL,
+    FINAL,
+    READY,
+    UP,
+    EnvDeletion,
+    EnvRecord,
+    EnvStatus,
+    VersionRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +56,13 @@ class Service:
         self.envs = Envs(ctx)
         self.versions = Versions(ctx)
         self.live = LiveForks(ctx, self.versions)
+        self.leases = Leases(ctx, self.envs)
         self.admit = self.envs.admit  # everything that can refuse, before anything is written
 
     # the server's life
     def reconcile(self) -> None:
         reconcile(self.ctx, self.envs)
+        self.leases.restart_grace()
 
     def shutdown(self) -> None:
         """Stop boots in flight and remove every warm spare (clean server exit)."""
@@ -120,6 +133,25 @@ class Service:
         done = self.envs.wait(rec.id, WAIT_UNTIL[until], timeout_s)
         return self.env_view(done, self._env_states(done))
 
+    def detach_env(self, owner: str, env_id: str) -> dict[str, Any]:
+        """``POST /v1/envs/{id}/detach``: the env stays when its lease ends."""
+        rec = self.owned_env(owner, env_id)
+        self.leases.detach(rec)
+        return self.get_env(owner, env_id)
+
+    # leases
+    def open_lease(self, owner: str, timeout_s: float | None) -> dict[str, Any]:
+        return self.leases.view(self.leases.open(owner, timeout_s))
+
+    def get_lease(self, owner: str, lease_id: str) -> dict[str, Any]:
+        return self.leases.view(self.leases.get_owned(owner, lease_id))
+
+    def renew_lease(self, owner: str, lease_id: str) -> dict[str, Any]:
+        return self.leases.view(self.leases.renew(owner, lease_id))
+
+    def close_lease(self, owner: str, lease_id: str) -> None:
+        self.leases.close(owner, lease_id)
+
     def warm_pool(self, owner: str, env_id: str) -> dict[str, Any]:
         return self.envs.warm.status(self.owned_env(owner, env_id).id)
 
@@ -152,6 +184,7 @@ class Service:
         self.admit.count(owner, count)
         self.admit.version(owner)
         self.admit.image(body.image, "image")
+        lease_id = self.leases.holding(owner, body.lease_id)
         planned, facts = self.versions.implicit(owner, body)  # one image look, no record
         egress = self.admit.sandbox(owner, planned, facts, body)
         version = self.versions.add(planned)
@@ -162,6 +195,7 @@ class Service:
             egress=egress,
             env={},
             labels=body.labels,
+            lease_id=lease_id,
             ttl_s=body.ttl_s,
             wait_timeout_s=body.wait_timeout_s,
             warm=body.warm,
@@ -181,7 +215,10 @@ class Service:
         on its own.)"""
         error = env.get("error") or {}
         if env.get("status") == "failed" and error.get("code") == "live_unsupported":
-            self.envs.delete(str(env["id"]))
+            why = f"its live create was refused (live_unsupported): {error['message']}"
+            self.envs.delete(
+                str(env["id"]), EnvDeletion(reason="server", message=why, at=iso(now()))
+            )
             self.versions.delete(owner, version_id)
             raise ApiError(
                 409, "live_unsupported", f"{image} cannot run for live forks: {error['message']}"
@@ -195,6 +232,7 @@ class Service:
     def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
         """One snapshot of the env, ``opts.count`` children started from it."""
         rec = self.owned_env(owner, env_id)
+        opts = opts.model_copy(update={"lease_id": self.leases.holding(owner, opts.lease_id)})
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
             version, children = self.live.fork(owner, rec, copied, opts)
@@ -224,6 +262,7 @@ class Service:
 
     def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
         version = self.versions.get_owned(owner, version_id)
+        self.leases.holding(owner, opts.lease_id)
         self.admit.count(owner, opts.count)
         egress = self.admit.egress(opts.egress, self._version_egress(version))
         recs = self._start_from(owner, version, opts, egress)
@@ -239,6 +278,7 @@ class Service:
             egress=egress,
             env=opts.env,
             labels=opts.labels,
+            lease_id=opts.lease_id,
             ttl_s=opts.ttl_s,
             wait_timeout_s=opts.wait_timeout_s,
             warm=opts.warm,

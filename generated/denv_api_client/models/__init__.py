@@ -7,6 +7,8 @@ from .endpoint import Endpoint
 from .endpoint_via import EndpointVia
 from .env import Env
 from .env_batch import EnvBatch
+from .env_deletion import EnvDeletion
+from .env_deletion_reason import EnvDeletionReason
 from .env_error import EnvError
 from .env_error_code import EnvErrorCode
 from .env_list import EnvList
@@ -28,6 +30,9 @@ from .health_status import HealthStatus
 from .host_guard import HostGuard
 from .host_guard_state import HostGuardState
 from .labels import Labels
+from .lease import Lease
+from .lease_create import LeaseCreate
+from .lease_state import LeaseState
 from .live_auto import LiveAuto
 from .project import Project
 from .project_list import ProjectList
@@ -53,6 +58,8 @@ __all__ = (
     "EndpointVia",
     "Env",
     "EnvBatch",
+    "EnvDeletion",
+    "EnvDeletionReason",
     "EnvError",
     "EnvErrorCode",
     "EnvList",
@@ -74,6 +81,9 @@ __all__ = (
     "HostGuard",
     "HostGuardState",
     "Labels",
+    "Lease",
+    "LeaseCreate",
+    "LeaseState",
     "LiveAuto",
     "Project",
     "ProjectList",

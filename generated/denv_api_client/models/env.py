@@ -15,6 +15,7 @@ from ..types import UNSET, Unset
 if TYPE_CHECKING:
     from ..models.egress_allowlist import EgressAllowlist
     from ..models.endpoint import Endpoint
+    from ..models.env_deletion import EnvDeletion
     from ..models.env_error import EnvError
     from ..models.env_service import EnvService
     from ..models.labels import Labels
@@ -61,6 +62,10 @@ class Env:
             node's name on a cluster (`denv serve --cluster`; see
             docs/cluster.md). Null before the env is placed, and from servers
             older than this field.
+        lease_id (None | str | Unset): The lease that holds the env (its client's): when the lease expires
+            or is closed, the env is deleted. Null: detached, kept until
+            `ttl_s` or a delete. Absent from servers older than leases.
+        deletion (EnvDeletion | None | Unset): Why and when it was deleted; null while it is not.
     """
 
     id: str
@@ -80,9 +85,12 @@ class Env:
     live: bool | Unset = False
     live_unsupported: None | str | Unset = UNSET
     node: None | str | Unset = UNSET
+    lease_id: None | str | Unset = UNSET
+    deletion: EnvDeletion | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.env_deletion import EnvDeletion  # noqa: PLC0415
         from ..models.env_error import EnvError  # noqa: PLC0415
 
         id = self.id
@@ -143,6 +151,20 @@ class Env:
         else:
             node = self.node
 
+        lease_id: None | str | Unset
+        if isinstance(self.lease_id, Unset):
+            lease_id = UNSET
+        else:
+            lease_id = self.lease_id
+
+        deletion: dict[str, Any] | None | Unset
+        if isinstance(self.deletion, Unset):
+            deletion = UNSET
+        elif isinstance(self.deletion, EnvDeletion):
+            deletion = self.deletion.to_dict()
+        else:
+            deletion = self.deletion
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -169,6 +191,10 @@ class Env:
             field_dict["live_unsupported"] = live_unsupported
         if node is not UNSET:
             field_dict["node"] = node
+        if lease_id is not UNSET:
+            field_dict["lease_id"] = lease_id
+        if deletion is not UNSET:
+            field_dict["deletion"] = deletion
 
         return field_dict
 
@@ -176,6 +202,7 @@ class Env:
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.egress_allowlist import EgressAllowlist  # noqa: PLC0415
         from ..models.endpoint import Endpoint  # noqa: PLC0415
+        from ..models.env_deletion import EnvDeletion  # noqa: PLC0415
         from ..models.env_error import EnvError  # noqa: PLC0415
         from ..models.env_service import EnvService  # noqa: PLC0415
         from ..models.labels import Labels  # noqa: PLC0415
@@ -277,6 +304,32 @@ class Env:
 
         node = _parse_node(d.pop("node", UNSET))
 
+        def _parse_lease_id(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        lease_id = _parse_lease_id(d.pop("lease_id", UNSET))
+
+        def _parse_deletion(data: object) -> EnvDeletion | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                deletion_type_0 = EnvDeletion.from_dict(data)
+
+                return deletion_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(EnvDeletion | None | Unset, data)
+
+        deletion = _parse_deletion(d.pop("deletion", UNSET))
+
         env = cls(
             id=id,
             status=status,
@@ -295,6 +348,8 @@ class Env:
             live=live,
             live_unsupported=live_unsupported,
             node=node,
+            lease_id=lease_id,
+            deletion=deletion,
         )
 
         env.additional_properties = d

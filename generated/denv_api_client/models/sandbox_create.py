@@ -32,7 +32,15 @@ class SandboxCreate:
             cidr[:port]", ...]}`.
         volumes (list[str] | Unset): Absolute container paths that get a forkable volume, besides `/work`.
         labels (Labels | Unset): Free-form labels (at most 32, keys up to 63 and values up to 255 characters).
-        ttl_s (int | Unset): Seconds until the env is deleted by the server. Default: 3600.
+        ttl_s (int | Unset): Seconds until the env is deleted by the server: an upper bound,
+            whether or not a lease holds it.
+             Default: 3600.
+        lease_id (None | str | Unset): The lease that holds the new env(s): an open lease of this API key
+            (`POST /v1/leases`). When the lease expires or is closed, the
+            server deletes every env it holds. Absent or null: the env is
+            detached, kept until `ttl_s` or a delete. An expired or closed
+            lease is 409 `conflict` (`details.lease_id`, `details.state`); an
+            unknown one is 404.
         wait (WaitFor | Unset): When a create returns: `none` at once, `running` once the containers
             run, `healthy` once the agent service answers its health path.
         wait_timeout_s (float | Unset): How long `wait` may take before the env is reported `failed`. Default: 120.0.
@@ -78,6 +86,7 @@ class SandboxCreate:
     volumes: list[str] | Unset = UNSET
     labels: Labels | Unset = UNSET
     ttl_s: int | Unset = 3600
+    lease_id: None | str | Unset = UNSET
     wait: WaitFor | Unset = UNSET
     wait_timeout_s: float | Unset = 120.0
     health_path: str | Unset = "/health"
@@ -125,6 +134,12 @@ class SandboxCreate:
 
         ttl_s = self.ttl_s
 
+        lease_id: None | str | Unset
+        if isinstance(self.lease_id, Unset):
+            lease_id = UNSET
+        else:
+            lease_id = self.lease_id
+
         wait: str | Unset = UNSET
         if not isinstance(self.wait, Unset):
             wait = self.wait.value
@@ -170,6 +185,8 @@ class SandboxCreate:
             field_dict["labels"] = labels
         if ttl_s is not UNSET:
             field_dict["ttl_s"] = ttl_s
+        if lease_id is not UNSET:
+            field_dict["lease_id"] = lease_id
         if wait is not UNSET:
             field_dict["wait"] = wait
         if wait_timeout_s is not UNSET:
@@ -254,6 +271,15 @@ class SandboxCreate:
 
         ttl_s = d.pop("ttl_s", UNSET)
 
+        def _parse_lease_id(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        lease_id = _parse_lease_id(d.pop("lease_id", UNSET))
+
         _wait = d.pop("wait", UNSET)
         wait: WaitFor | Unset
         if isinstance(_wait, Unset):
@@ -297,6 +323,7 @@ class SandboxCreate:
             volumes=volumes,
             labels=labels,
             ttl_s=ttl_s,
+            lease_id=lease_id,
             wait=wait,
             wait_timeout_s=wait_timeout_s,
             health_path=health_path,

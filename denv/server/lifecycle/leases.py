@@ -1,0 +1,195 @@
+"""Leases: the envs a client makes live only while the client does.
+
+A client opens one lease (``POST /v1/leases``), creates and forks envs with its id, and
+renews it every few seconds from a background thread. When renewals stop for the lease's
+``timeout_s`` (the process was SIGKILLed or OOM-killed, paused, or its machine or network is
+gone), the lease *expires*; a client that exits cleanly *closes* it. Either way the server
+deletes every env the lease holds, which drops the warm pools only they asked for (their
+spares go too), and each env's record says why (``deletion``). ``ttl_s`` still bounds every
+env; a detached env (no lease) lives until its ttl or a delete.
+
+The rule runs on its own loop (``end_due_forever``), a second at a time: one indexed query
+finds leases past their expiry, a second finds the envs of every ended lease, so an env
+created under a lease in the instant it expired is found on the next pass. Leases are rows
+of the server's database, like envs: they outlive a restart, and the control plane of a
+cluster keeps them the same way (its node agents never see one). A server that starts gives
+every open lease its timeout again, since no client could renew while it was down.
+
+    leases = Leases(ctx, envs)
+    lease = leases.open(owner, timeout_s=None)        # the server's default timeout
+    leases.renew(owner, lease.id)                     # 409 once it has ended
+    leases.close(owner, lease.id)                     # its envs are deleted now
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from denv.server import ids
+from denv.server.config import LEASE_DELETE_WORKERS
+from denv.server.db import iso, now
+from denv.server.errors import ApiError, not_found
+from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.envs import Envs
+from denv.server.records import EnvDeletion, EnvRecord, LeaseRecord, LeaseState
+
+log = logging.getLogger(__name__)
+
+
+def _iso(t: float) -> str:
+    return iso(datetime.fromtimestamp(t, UTC))
+
+
+def lease_json(lease: LeaseRecord, envs: int) -> dict[str, Any]:
+    """The contract's Lease."""
+    return {
+        "id": lease.id,
+        "state": lease.state,
+        "timeout_s": lease.timeout_s,
+        "expires_at": _iso(lease.expires_at),
+        "created_at": _iso(lease.created_at),
+        "ended_at": None if lease.ended_at is None else _iso(lease.ended_at),
+        "envs": envs,
+    }
+
+
+def deletion_of(lease_id: str, state: LeaseState, timeout_s: float | None) -> EnvDeletion:
+    """Why an env of an ended lease was deleted, in the words its record keeps."""
+    if state == "closed":
+        return EnvDeletion(
+            reason="lease_closed",
+            message=f"its client closed lease {lease_id} (a clean exit, or close())",
+            at=iso(now()),
+        )
+    waited = f"{timeout_s:g} s" if timeout_s else "its timeout"
+    return EnvDeletion(
+        reason="lease_expired",
+        message=(
+            f"lease {lease_id} expired: no renewal for {waited} (its client was killed, "
+            "paused, or cut off from the server). Detach envs to keep them past their client"
+        ),
+        at=iso(now()),
+    )
+
+
+class Leases:
+    """Every lease of one server. Each call blocks (routes run it on a thread)."""
+
+    def __init__(self, ctx: Context, envs: Envs) -> None:
+        self.ctx = ctx
+        self.envs = envs
+
+    # the API's operations
+    def open(self, owner: str, timeout_s: float | None) -> LeaseRecord:
+        t = time.time()
+        timeout = float(timeout_s or self.ctx.config.lease_timeout_s)
+        lease = LeaseRecord(
+            id=ids.new_id("lse"),
+            owner=owner,
+            timeout_s=timeout,
+            expires_at=t + timeout,
+            created_at=t,
+        )
+        self.ctx.store.insert_lease(lease)
+        return lease
+
+    def get_owned(self, owner: str, lease_id: str) -> LeaseRecord:
+        lease = self.ctx.store.get_lease(lease_id) if ids.is_id(lease_id, "lse") else None
+        if lease is None or lease.owner != owner:
+            raise not_found("lease", lease_id)
+        return lease
+
+    def view(self, lease: LeaseRecord) -> dict[str, Any]:
+        return lease_json(lease, self.ctx.store.count_lease_envs(lease.id))
+
+    def renew(self, owner: str, lease_id: str) -> LeaseRecord:
+        lease = self.get_owned(owner, lease_id)
+        if not self.ctx.store.renew_lease(lease.id, time.time()):
+            raise self._ended(self.get_owned(owner, lease_id))
+        return self.get_owned(owner, lease_id)
+
+    def holding(self, owner: str, lease_id: str | None) -> str | None:
+        """The lease new envs are created under, checked before anything is written: 404
+        when it is not this key's, 409 once it has ended. None: they are detached."""
+        if lease_id is None:
+            return None
+        lease = self.get_owned(owner, lease_id)
+        if lease.state != "open":
+            raise self._ended(lease)
+        return lease.id
+
+    def close(self, owner: str, lease_id: str) -> None:
+        """End the lease and delete its envs now; closing an ended lease changes nothing."""
+        lease = self.get_owned(owner, lease_id)
+        if self.ctx.store.end_lease(lease.id, "closed", time.time()):
+            log.info("lease %s closed by its client", lease.id)
+        self.end_due()
+
+    def detach(self, rec: EnvRecord) -> None:
+        """``rec`` no longer belongs to its lease: it stays when the lease ends."""
+        if rec.lease_id is not None:
+            self.ctx.store.set_lease(rec.id, None)
+            log.info("env %s detached from lease %s", rec.id, rec.lease_id)
+
+    # the rule
+    def end_due(self) -> int:
+        """Expire leases past their time, then delete the envs of every ended lease (in
+        parallel: a trainer's hundreds of envs go in seconds). Returns how many."""
+        store = self.ctx.store
+        for lease_id in store.due_leases(time.time()):
+            if store.end_lease(lease_id, "expired", time.time()):
+                log.warning("lease %s expired: deleting its envs", lease_id)
+        doomed = store.envs_of_ended_leases()
+        if not doomed:
+            return 0
+        timeouts: dict[str, float | None] = {}
+        for _, lease_id, _, _ in doomed:
+            if lease_id not in timeouts:
+                lease = store.get_lease(lease_id)
+                timeouts[lease_id] = lease.timeout_s if lease else None
+        with ThreadPoolExecutor(LEASE_DELETE_WORKERS, thread_name_prefix="denv-lease") as pool:
+            list(
+                pool.map(
+                    lambda d: self.envs.delete(d[0], deletion_of(d[1], d[2], timeouts[d[1]])),
+                    doomed,
+                )
+            )
+        log.info("leases: deleted %d env(s) of ended leases", len(doomed))
+        return len(doomed)
+
+    def restart_grace(self) -> None:
+        """A server start: open leases get their timeout again (no client could renew while
+        the server was down)."""
+        self.ctx.store.extend_open_leases(time.time())
+
+    @staticmethod
+    def _ended(lease: LeaseRecord) -> ApiError:
+        when = _iso(lease.ended_at) if lease.ended_at is not None else "earlier"
+        how = (
+            f"expired at {when}: no renewal for {lease.timeout_s:g} s (was the client paused, "
+            "or cut off from the server?)"
+            if lease.state == "expired"
+            else f"was closed at {when}"
+        )
+        return ApiError(
+            409,
+            "conflict",
+            f"lease {lease.id} {how}; the server deleted the envs it held. Open a new lease "
+            "(a new client) for new envs",
+            {"lease_id": lease.id, "state": lease.state, "ended_at": when},
+        )
+
+
+async def end_due_forever(leases: Leases, interval_s: float) -> None:
+    """Run the rule every ``interval_s`` (on a thread: it deletes envs)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await asyncio.to_thread(leases.end_due)
+        except Exception:
+            log.exception("lease pass failed")
