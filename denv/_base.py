@@ -394,6 +394,12 @@ class AsyncClientBase(_Settings):
                 self._keeper = await asyncio.to_thread(self._keeper_for, lease, self._server)
             return self._keeper.check()
 
+    def _lease_transport(self) -> httpx.BaseTransport | None:
+        # A test's stand-in network that also serves sync clients (httpx.MockTransport)
+        # carries the renewals too; a real one is the keeper's own.
+        transport = self._transport
+        return transport if isinstance(transport, httpx.BaseTransport) else None
+
     async def lease(self) -> Lease | None:
         """`Denv.lease`, awaited."""
         lease_id = await self._lease()

@@ -31,9 +31,10 @@ def env_table(envs: Sequence[Env], title: str | None = None) -> Table:
     for env in envs:
         agent = next((s for s in env.services if s.name == env.agent_service), None)
         image = env.project or (agent.image if agent else "")
+        why = f" ({env.deletion.reason.value})" if env.deletion else ""  # e.g. lease_expired
         table.add_row(
             env.id,
-            status_text(env.status),
+            status_text(env.status) + why,
             env.start.value,
             env.version_id,
             env.parent_id or "-",

@@ -38,6 +38,9 @@ MIN_LEASE_TIMEOUT_S = 5.0  # the contract's LeaseCreate.timeout_s bounds
 MAX_LEASE_TIMEOUT_S = 600.0
 LEASE_CHECK_S = 1.0  # how often ended leases are looked for (one indexed query)
 LEASE_DELETE_WORKERS = 8  # envs of ended leases deleted at once
+# An ended lease is kept this long, so a client back from a long pause is told it expired
+# (409) rather than that it never existed (404): the longest ttl_s.
+LEASE_KEEP_S = 7 * 24 * 3600.0
 HOST_GUARD_CHECK_S = 5.0  # a firewall reload removes the guard: put it back this soon
 IDEMPOTENCY_TTL_S = 24 * 3600
 DOCKER_TIMEOUT_S = 120

@@ -1,5 +1,5 @@
 """SQLite state (WAL): API keys, versions, envs, leases, ingress tokens, projects, idempotency
-records.
+records. The leases table's queries are ``db_leases``'s (``store.leases``).
 
 One connection shared by all threads behind a lock held only for the SQL itself, never across a
 Docker call. Records are those of ``records``; their rows are converted in ``db_rows`` and
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from denv.server import ids
+from denv.server.db_leases import LeaseTable
 from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
 from denv.server.db_schema import create_and_migrate
 from denv.server.records import (
@@ -27,8 +28,6 @@ from denv.server.records import (
     EnvError,
     EnvRecord,
     EnvStatus,
-    LeaseRecord,
-    LeaseState,
     Runtime,
     VersionRecord,
 )
@@ -67,6 +66,7 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
             create_and_migrate(self._db)
+        self.leases = LeaseTable(self._all, self._run)
 
     def close(self) -> None:
         with self._lock:
@@ -309,70 +309,6 @@ class Store:
 
     def set_runtime(self, env_id: str, runtime: Runtime) -> None:
         self._run("UPDATE envs SET runtime=? WHERE id=?", (runtime.model_dump_json(), env_id))
-
-    # leases
-    def insert_lease(self, lease: LeaseRecord) -> None:
-        self._run(
-            "INSERT INTO leases VALUES (?,?,?,?,?,?,?)",
-            (
-                lease.id,
-                lease.owner,
-                lease.timeout_s,
-                lease.expires_at,
-                lease.created_at,
-                lease.state,
-                lease.ended_at,
-            ),
-        )
-
-    def get_lease(self, lease_id: str) -> LeaseRecord | None:
-        rows = self._all("SELECT * FROM leases WHERE id=?", (lease_id,))
-        if not rows:
-            return None
-        r = rows[0]
-        return LeaseRecord(
-            id=r["id"],
-            owner=r["owner"],
-            timeout_s=float(r["timeout_s"]),
-            expires_at=float(r["expires_at"]),
-            created_at=float(r["created_at"]),
-            state=r["state"],
-            ended_at=r["ended_at"],
-        )
-
-    def renew_lease(self, lease_id: str, at: float) -> bool:
-        """Push an open lease's expiry to ``at`` + its timeout; False when it is not open."""
-        sql = "UPDATE leases SET expires_at=?+timeout_s WHERE id=? AND state='open'"
-        return self._run(sql, (at, lease_id)) > 0
-
-    def end_lease(self, lease_id: str, state: LeaseState, at: float) -> bool:
-        """Expire or close an open lease; False when it had ended already."""
-        sql = "UPDATE leases SET state=?, ended_at=? WHERE id=? AND state='open'"
-        return self._run(sql, (state, at, lease_id)) > 0
-
-    def due_leases(self, at: float) -> list[str]:
-        """Open leases whose expiry is before ``at``."""
-        q = "SELECT id FROM leases WHERE state='open' AND expires_at<?"
-        return [str(r[0]) for r in self._all(q, (at,))]
-
-    def extend_open_leases(self, at: float) -> int:
-        """Give every open lease at least its timeout from ``at`` (a server start: clients
-        could not renew while it was down)."""
-        sql = "UPDATE leases SET expires_at=MAX(expires_at, ?+timeout_s) WHERE state='open'"
-        return self._run(sql, (at,))
-
-    def envs_of_ended_leases(self) -> list[tuple[str, str, LeaseState, float]]:
-        """(env id, lease id, lease state, when it ended) of each env not deleted whose lease
-        expired or was closed."""
-        q = (
-            "SELECT e.id, l.id, l.state, l.ended_at FROM envs e JOIN leases l ON e.lease_id=l.id "
-            "WHERE e.status!='deleted' AND l.state!='open'"
-        )
-        return [(r[0], r[1], r[2], float(r[3] or 0.0)) for r in self._all(q)]
-
-    def count_lease_envs(self, lease_id: str) -> int:
-        q = "SELECT COUNT(*) FROM envs WHERE lease_id=? AND status!='deleted'"
-        return int(self._all(q, (lease_id,))[0][0])
 
     # ingress routes: each token kept as its digest (ingress_keys.ref), never in clear
     def add_ingress(self, token: str, env_id: str, service: str, port: int, host: str) -> None:

@@ -253,7 +253,9 @@ async def open_lease(
     body: Annotated[LeaseCreate | None, Body()] = None,
     idem: IdemKey = None,
 ) -> Response:
-    timeout_s = body.timeout_s if body else None
+    if (await request.body()).strip() == b"null":  # optional, but an object when sent
+        raise invalid('body: send a JSON object ({} or {"timeout_s": 30}), or none', "body")
+    timeout_s = body.given_timeout_s() if body else None
 
     async def run() -> dict[str, Any]:
         return await asyncio.to_thread(s.open_lease, owner, timeout_s)

@@ -70,17 +70,18 @@ class Envs:
         egress: str,
         env: dict[str, str],
         labels: dict[str, str],
-        lease_id: str | None,
         ttl_s: int,
         wait_timeout_s: float,
         warm: int = 0,
         use_spares: bool = False,
+        lease_id: str | None = None,
         live_env: bool | Literal["auto"] = False,
     ) -> list[EnvRecord]:
         """Record ``count`` envs of ``version`` and start them on worker threads.
 
         With ``use_spares`` (create, fork, create-from-version) envs take booted spares of the
-        version's warm pool while there are some; ``warm`` sets that pool's size.
+        version's warm pool while there are some; ``warm`` sets that pool's size. With
+        ``lease_id`` the lease holds them (``leases``); without, they are detached.
         """
         store = self.ctx.store
         if live_env:  # a spare runs the image's command without the live launcher

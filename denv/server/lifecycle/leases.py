@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from denv.server import ids
-from denv.server.config import LEASE_DELETE_WORKERS
+from denv.server.config import LEASE_DELETE_WORKERS, LEASE_KEEP_S
 from denv.server.db import iso, now
 from denv.server.errors import ApiError, not_found
 from denv.server.lifecycle.context import Context
@@ -39,6 +39,7 @@ from denv.server.lifecycle.envs import Envs
 from denv.server.records import EnvDeletion, EnvRecord, LeaseRecord, LeaseState
 
 log = logging.getLogger(__name__)
+FORGET_EVERY = 600  # passes of the rule between two clean-ups of long-ended leases
 
 
 def _iso(t: float) -> str:
@@ -95,21 +96,21 @@ class Leases:
             expires_at=t + timeout,
             created_at=t,
         )
-        self.ctx.store.insert_lease(lease)
+        self.ctx.store.leases.insert(lease)
         return lease
 
     def get_owned(self, owner: str, lease_id: str) -> LeaseRecord:
-        lease = self.ctx.store.get_lease(lease_id) if ids.is_id(lease_id, "lse") else None
+        lease = self.ctx.store.leases.get(lease_id) if ids.is_id(lease_id, "lse") else None
         if lease is None or lease.owner != owner:
             raise not_found("lease", lease_id)
         return lease
 
     def view(self, lease: LeaseRecord) -> dict[str, Any]:
-        return lease_json(lease, self.ctx.store.count_lease_envs(lease.id))
+        return lease_json(lease, self.ctx.store.leases.count_envs(lease.id))
 
     def renew(self, owner: str, lease_id: str) -> LeaseRecord:
         lease = self.get_owned(owner, lease_id)
-        if not self.ctx.store.renew_lease(lease.id, time.time()):
+        if not self.ctx.store.leases.renew(lease.id, time.time()):
             raise self._ended(self.get_owned(owner, lease_id))
         return self.get_owned(owner, lease_id)
 
@@ -126,7 +127,7 @@ class Leases:
     def close(self, owner: str, lease_id: str) -> None:
         """End the lease and delete its envs now; closing an ended lease changes nothing."""
         lease = self.get_owned(owner, lease_id)
-        if self.ctx.store.end_lease(lease.id, "closed", time.time()):
+        if self.ctx.store.leases.end(lease.id, "closed", time.time()):
             log.info("lease %s closed by its client", lease.id)
         self.end_due()
 
@@ -141,16 +142,16 @@ class Leases:
         """Expire leases past their time, then delete the envs of every ended lease (in
         parallel: a trainer's hundreds of envs go in seconds). Returns how many."""
         store = self.ctx.store
-        for lease_id in store.due_leases(time.time()):
-            if store.end_lease(lease_id, "expired", time.time()):
+        for lease_id in store.leases.due(time.time()):
+            if store.leases.end(lease_id, "expired", time.time()):
                 log.warning("lease %s expired: deleting its envs", lease_id)
-        doomed = store.envs_of_ended_leases()
+        doomed = store.leases.envs_of_ended()
         if not doomed:
             return 0
         timeouts: dict[str, float | None] = {}
         for _, lease_id, _, _ in doomed:
             if lease_id not in timeouts:
-                lease = store.get_lease(lease_id)
+                lease = store.leases.get(lease_id)
                 timeouts[lease_id] = lease.timeout_s if lease else None
         with ThreadPoolExecutor(LEASE_DELETE_WORKERS, thread_name_prefix="denv-lease") as pool:
             list(
@@ -165,7 +166,7 @@ class Leases:
     def restart_grace(self) -> None:
         """A server start: open leases get their timeout again (no client could renew while
         the server was down)."""
-        self.ctx.store.extend_open_leases(time.time())
+        self.ctx.store.leases.extend_open(time.time())
 
     @staticmethod
     def _ended(lease: LeaseRecord) -> ApiError:
@@ -186,10 +187,16 @@ class Leases:
 
 
 async def end_due_forever(leases: Leases, interval_s: float) -> None:
-    """Run the rule every ``interval_s`` (on a thread: it deletes envs)."""
+    """Run the rule every ``interval_s`` (on a thread: it deletes envs); now and then,
+    forget leases that ended long ago."""
+    passes = 0
     while True:
         await asyncio.sleep(interval_s)
         try:
             await asyncio.to_thread(leases.end_due)
+            passes += 1
+            if passes % FORGET_EVERY == 0:
+                before = time.time() - LEASE_KEEP_S
+                await asyncio.to_thread(leases.ctx.store.leases.forget_ended, before)
         except Exception:
             log.exception("lease pass failed")

@@ -98,7 +98,11 @@ class EnvsCreate(_Body):
 
 
 class LeaseCreate(_Body):
-    timeout_s: Annotated[float, Field(ge=5, le=600)] | None = None  # None: the server's
+    # Absent: the server's --lease-timeout (`given_timeout_s`); null is not a number.
+    timeout_s: Annotated[float, Field(ge=5, le=600)] = 15.0
+
+    def given_timeout_s(self) -> float | None:
+        return self.timeout_s if "timeout_s" in self.model_fields_set else None
 
 
 class SnapshotRequest(_Body):
