@@ -154,7 +154,9 @@ def test_from_denv_version(denv_server: LocalDenv) -> None:
 
 
 def test_egress_allow_publishes_the_port(denv_server: LocalDenv) -> None:
-    p = provider(denv_server, egress="allow")
+    # Volume forks: each child is a container of its own, with its port published. (A live
+    # child serves in its parent's container and is reached through the ingress.)
+    p = provider(denv_server, egress="allow", fork="volume")
     root = GenericEnvClient.from_docker_image(ECHO_IMAGE, provider=p).sync()
     try:
         assert p.base_url is not None and "/ingress/" not in p.base_url

@@ -88,7 +88,9 @@ def test_readiness_timeout(denv_server: LocalDenv) -> None:
 
 def test_health_alone_is_not_ready(denv_server: LocalDenv) -> None:
     # /health answers 200 but there is no OpenEnv WebSocket at /ws: not usable by a client.
-    p = provider(denv_server, timeout_s=4.0)
+    # (fork="volume": the 4 s are for the WebSocket check, not for the launcher's look at a
+    # server that is not uvicorn.)
+    p = provider(denv_server, timeout_s=4.0, fork="volume")
     base_url = p.start_container(PROBE_IMAGE, command=["python3", "-c", PROBE_APP])
     env_id = p.env_id
     with pytest.raises(EnvReadyTimeout, match=r"WebSocket upgrade on /ws"):

@@ -144,7 +144,10 @@ def _ask(sock: socket.socket, req: dict[str, Any], reader: Any) -> dict[str, Any
     return out
 
 
-ROOT_WAIT_S = 5.0  # after the env answered its health check, its server has said so
+# The server's control socket is made before uvicorn binds its port (the launcher takes over
+# at the first `Server.serve`), so once the env has answered its health check it is there, or
+# the server is not uvicorn under the launcher: a short grace, not a wait for a boot.
+ROOT_WAIT_S = 1.0
 
 
 def root_process(container_pid: int, deadline_s: float = ROOT_WAIT_S) -> Proc:
