@@ -50,6 +50,9 @@ START_WORKERS = 64  # threads that start envs (fork(n) starts its children in pa
 DEFAULT_MAX_STARTING_PER_KEY = 16  # envs being created or started at once
 DEFAULT_MAX_CREATES_PER_KEY = 8  # create, fork, snapshot and deploy requests in flight
 DEFAULT_MAX_WAITS_PER_KEY = 64  # open waits: a provider waits for each child of a fork(32)
+# Open waits of all keys together: each holds one of the API's 256 worker threads while it
+# waits (app.py's executor), so waits never take more than half of them.
+DEFAULT_MAX_WAITS = 128
 DEFAULT_MAX_VERSIONS_PER_KEY = 10000  # versions not deleted
 DEFAULT_MAX_SPARES_PER_KEY = 16  # warm spares the key's envs asked for, all pools together
 DEFAULT_MAX_INGRESS_PER_KEY = 256  # open ingress connections (HTTP requests, WebSockets)
@@ -98,6 +101,7 @@ class ServerConfig:
     max_starting_per_key: int = DEFAULT_MAX_STARTING_PER_KEY
     max_creates_per_key: int = DEFAULT_MAX_CREATES_PER_KEY
     max_waits_per_key: int = DEFAULT_MAX_WAITS_PER_KEY
+    max_waits: int = DEFAULT_MAX_WAITS  # all keys together
     max_versions_per_key: int = DEFAULT_MAX_VERSIONS_PER_KEY
     max_spares_per_key: int = DEFAULT_MAX_SPARES_PER_KEY
     max_ingress_per_key: int = DEFAULT_MAX_INGRESS_PER_KEY

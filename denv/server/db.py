@@ -66,7 +66,9 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
             create_and_migrate(self._db)
-        self.leases = LeaseTable(self._all, self._run)
+        # Lease writes change no env or version: they wake no watcher (a renewal comes from
+        # every client every few seconds); the deletes they cause do.
+        self.leases = LeaseTable(self._all, self._run_quietly)
 
     def close(self) -> None:
         with self._lock:
@@ -114,6 +116,10 @@ class Store:
         if count:
             self._changed()
         return count
+
+    def _run_quietly(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        with self._lock:
+            return int(self._db.execute(sql, args).rowcount)
 
     # meta and keys
     def instance_id(self) -> str:

@@ -88,6 +88,25 @@ def test_a_cap_is_per_key_and_says_when_to_come_back(tmp_path: Path) -> None:
     fair.acquire("a", "waits")
 
 
+def test_waits_of_all_keys_together_are_capped_so_they_never_take_every_thread(
+    tmp_path: Path,
+) -> None:
+    fair = Fairness(config(tmp_path, max_waits_per_key=2, max_waits=3))
+    fair.acquire("a", "waits")
+    fair.acquire("a", "waits")
+    fair.acquire("b", "waits")
+    with pytest.raises(ApiError) as caught:
+        fair.acquire("c", "waits")  # under its own cap, over the server's
+    err = caught.value
+    assert (err.status, err.code) == (429, "rate_limited")
+    assert "--max-waits)" in err.message and "all API keys" in err.message
+    assert err.details == {"limit": "server_waits", "max": 3, "retry_after_s": 1}
+    fair.acquire("c", "creates")  # other kinds are not held back
+    fair.release("a", "waits")
+    fair.acquire("c", "waits")
+    assert Fairness(config(tmp_path, max_waits=0)).try_acquire("a", "waits")  # 0: no cap
+
+
 def test_zero_is_no_cap(tmp_path: Path) -> None:
     fair = Fairness(config(tmp_path, max_creates_per_key=0))
     for _ in range(1000):

@@ -8,7 +8,9 @@ cap and the flag that sets it:
   (``rate_limited``, retry after ``RETRY_AFTER_S``);
 * starting: envs being created or started (``creating``, ``starting``), checked with the
   live-env quota in ``envs.Envs.create`` (``rate_limited``);
-* waits: open ``POST /v1/envs/{id}/wait`` calls (``rate_limited``);
+* waits: open ``POST /v1/envs/{id}/wait`` calls (``rate_limited``); also capped for all
+  keys together (``--max-waits``): a wait holds a worker thread while it waits, and the
+  API's other calls run on the same threads;
 * versions: versions not deleted (``quota_exceeded``, freed by deleting versions);
 * spares: warm spares the key's envs asked for (``quota_exceeded``);
 * ingress: open ingress connections, HTTP requests and WebSockets (``rate_limited``).
@@ -40,6 +42,7 @@ from denv.server.config import (
     DEFAULT_MAX_SPARES_PER_KEY,
     DEFAULT_MAX_STARTING_PER_KEY,
     DEFAULT_MAX_VERSIONS_PER_KEY,
+    DEFAULT_MAX_WAITS,
     DEFAULT_MAX_WAITS_PER_KEY,
     ServerConfig,
 )
@@ -70,6 +73,18 @@ def throttled(kind: str, held: int, cap: int) -> ApiError:
     )
 
 
+def server_busy(kind: str, held: int, cap: int) -> ApiError:
+    """429 ``rate_limited``: every key together holds ``held`` of the server's ``cap``."""
+    what, _ = _WHAT[kind]
+    return ApiError(
+        429,
+        "rate_limited",
+        f"the server has {held} {what} from all API keys, its limit is {cap} (--max-{kind}): "
+        f"retry after {RETRY_AFTER_S} s",
+        {"limit": f"server_{kind}", "max": cap, "retry_after_s": RETRY_AFTER_S},
+    )
+
+
 def over_quota(kind: str, message: str, cap: int) -> ApiError:
     """429 ``quota_exceeded``: freed only when the key deletes something."""
     return ApiError(
@@ -89,8 +104,10 @@ class Fairness:
             "waits": config.max_waits_per_key,
             "ingress": config.max_ingress_per_key,
         }
+        self._server_caps: dict[str, int] = {"waits": config.max_waits}  # all keys together
         self._lock = threading.Lock()
         self._held: Counter[tuple[str, str]] = Counter()
+        self._total: Counter[str] = Counter()
 
     def held(self, owner: str, kind: Kind) -> int:
         with self._lock:
@@ -99,11 +116,15 @@ class Fairness:
     def acquire(self, owner: str, kind: Kind) -> None:
         """Take one slot of ``kind`` for ``owner``, or raise 429 when its cap is reached."""
         cap = self._caps[kind]
+        server_cap = self._server_caps.get(kind, 0)
         with self._lock:
             held = self._held[(kind, owner)]
             if cap and held >= cap:
                 raise throttled(kind, held, cap)
+            if server_cap and self._total[kind] >= server_cap:
+                raise server_busy(kind, self._total[kind], server_cap)
             self._held[(kind, owner)] = held + 1
+            self._total[kind] += 1
 
     def try_acquire(self, owner: str, kind: Kind) -> bool:
         try:
@@ -115,6 +136,7 @@ class Fairness:
     def release(self, owner: str, kind: Kind) -> None:
         with self._lock:
             self._held[(kind, owner)] -= 1
+            self._total[kind] -= 1
             if self._held[(kind, owner)] <= 0:
                 del self._held[(kind, owner)]
 
@@ -169,6 +191,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--max-spares-per-key", DEFAULT_MAX_SPARES_PER_KEY, "warm spares its envs ask for"),
         ("--max-ingress-per-key", DEFAULT_MAX_INGRESS_PER_KEY, "open ingress connections"),
     ]
+    parser.add_argument(
+        "--max-waits",
+        type=int,
+        default=DEFAULT_MAX_WAITS,
+        metavar="N",
+        help="open waits of all API keys together (each holds a worker thread while it "
+        "waits); past it 429 with Retry-After; 0: no cap (default %(default)s)",
+    )
     for flag, default, what in flags:
         parser.add_argument(
             flag,
@@ -194,6 +224,7 @@ def config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "max_starting_per_key": args.max_starting_per_key,
         "max_creates_per_key": args.max_creates_per_key,
         "max_waits_per_key": args.max_waits_per_key,
+        "max_waits": args.max_waits,
         "max_versions_per_key": args.max_versions_per_key,
         "max_spares_per_key": args.max_spares_per_key,
         "max_ingress_per_key": args.max_ingress_per_key,
