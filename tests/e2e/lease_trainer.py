@@ -21,10 +21,13 @@ IMAGE = "denv-echo-env:latest"
 
 
 def kill_mode(denv: Denv, root: str) -> None:
-    envs = [e.id for _ in range(2) for e in denv.fork(root, 16, kind="live").envs]
     # An env that asks for a warm spare: the spare (no record of its own) must go too. It
-    # boots while the test waits for the lease to expire.
+    # boots while the live forks are made; the trainer says it is ready once both run.
     warm = denv.create_sandbox(IMAGE, warm=1, warm_fork=True, wait="none")
+    envs = [e.id for _ in range(2) for e in denv.fork(root, 16, kind="live").envs]
+    deadline = time.monotonic() + 180
+    while denv.warm_pool(warm.id).state != "ready" and time.monotonic() < deadline:
+        time.sleep(0.2)
     print(json.dumps({"envs": envs, "warm": warm.id, "lease": denv.lease_id}), flush=True)
     time.sleep(3600)
 

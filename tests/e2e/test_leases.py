@@ -110,7 +110,7 @@ def test_a_killed_trainer_leaves_nothing_within_30_s(
     before = containers(server)
     proc = trainer(server, root, "kill")
     try:
-        said = read_json_line(proc, 120)
+        said = read_json_line(proc, 240)
     finally:
         proc.kill()  # SIGKILL: no atexit, no close: only the lease can clean up
         proc.wait()
@@ -119,10 +119,7 @@ def test_a_killed_trainer_leaves_nothing_within_30_s(
     envs = [*(str(e) for e in said["envs"]), warm]  # type: ignore[attr-defined]
     assert len(envs) == 33  # 32 live forks, and an env that asked for a warm spare
     assert {admin.get_env(e).lease_id for e in envs} == {said["lease"]}
-    # The warm env and its spare boot while the lease runs out (15 s): both exist by then.
-    while admin.warm_pool(warm).state != "ready":
-        assert admin.get_env(warm).status != EnvStatus.DELETED, "deleted before its spare booted"
-        time.sleep(0.25)
+    assert admin.warm_pool(warm).state == "ready", "the trainer was killed before its spare"
     assert len(containers(server) - before) == 2  # the warm env and its spare
     wait_deleted(admin, envs, LEASE_BOUND_S - (time.monotonic() - killed))
     waited = time.monotonic() - killed
