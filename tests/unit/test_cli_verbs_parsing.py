@@ -64,8 +64,11 @@ class FakeDenv:
     calls: list[tuple[str, Any, dict[str, Any]]]
     created: Env
 
-    def __init__(self, server: str | None = None) -> None:
+    detached: list[bool]
+
+    def __init__(self, server: str | None = None, *, detach: bool = False) -> None:
         self.server = SERVER
+        FakeDenv.detached.append(detach)
 
     def __enter__(self) -> FakeDenv:
         return self
@@ -105,6 +108,7 @@ class FakeDenv:
 def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeDenv]:
     FakeDenv.envs = []
     FakeDenv.calls = []
+    FakeDenv.detached = []
     FakeDenv.created = make_env(ENV_A)
     monkeypatch.setattr(denv._cli_common, "Denv", FakeDenv)
     monkeypatch.setattr(denv._stop_cli, "Denv", FakeDenv)
@@ -157,6 +161,7 @@ def test_run_turns_its_options_into_one_create(
     assert kw["ttl_s"] == 600 and kw["wait"] == "running" and kw["live"] is True
     assert kw["command"] == ["python3", "-c", "print(1)"]
     assert kw["ports"] == [8000] and kw["env"] == {"LOG_LEVEL": "debug"} and kw["pull"] is True
+    assert fake.detached == [True]  # what `denv run` makes outlives the command (no lease)
     # The id and where to reach it, on the lines a person reads first.
     assert out.splitlines()[0].startswith(f"{ENV_A} healthy")
     assert INGRESS in out.splitlines()[1]
