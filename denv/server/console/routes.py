@@ -12,16 +12,15 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from denv.server.console import tree
-from denv.server.console.session import console_owner, sign_in, sign_out
-from denv.server.errors import ApiError
+from denv.server.console import page, tree
+from denv.server.console.feed import Feed
+from denv.server.console.session import console_owner, sign_in, sign_out, signed_in_owner
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.service import Service
 
@@ -34,20 +33,6 @@ COALESCE_S = 0.05
 #: An idle stream sends a comment this often, so proxies and the browser keep it open.
 KEEPALIVE_S = 15.0
 MAX_FORK = 64
-
-_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
-_ASSETS = ("index.html", "console.js", "console.css")
-_HEADERS = {
-    # The page loads nothing from elsewhere, and no other site may frame it.
-    "content-security-policy": "default-src 'self'; img-src 'self' data:; "
-    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-}
-
-
-def _asset(name: str) -> bytes:
-    return resources.files("denv.server.console").joinpath("static", name).read_bytes()
 
 
 def service(request: Request) -> Service:
@@ -68,18 +53,14 @@ class Fork(BaseModel):
 
 @router.get("/ui")
 @router.get("/ui/")
-async def page() -> Response:
-    return Response(_asset("index.html"), media_type="text/html", headers=_HEADERS)
-
-
-@router.get("/ui/static/{name}")
-async def asset(name: str) -> Response:
-    if name not in _ASSETS:
-        raise ApiError(404, "not_found", f"no console asset '{name}'")
-    media = _TYPES[name[name.rindex(".") :]]
-    return Response(
-        _asset(name), media_type=media, headers={**_HEADERS, "cache-control": "no-cache"}
-    )
+async def get_page(request: Request) -> Response:
+    """The page; for a signed-in key, with its view inside, so it draws at once."""
+    owner = signed_in_owner(request)
+    view = None
+    if owner is not None:
+        gen, nodes = await asyncio.to_thread(_feed(request).view, owner)
+        view = {"gen": gen, "nodes": list(nodes.values())}
+    return Response(page.html(view), media_type="text/html", headers=page.headers())
 
 
 @router.post("/ui/session", status_code=204)
@@ -165,22 +146,29 @@ async def snapshot(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
 
 
 @router.get("/ui/api/events")
-async def events(request: Request, s: Dep, owner: Owner) -> StreamingResponse:
-    """The key's view, then its changes, as Server-Sent Events (``view``, ``change``)."""
-    store = s.ctx.store
-    base_url = s.ctx.config.public_url()
-    keys = s.ctx.ingress_keys
-    loop = asyncio.get_running_loop()
-    changed = asyncio.Event()
-
-    def poke() -> None:
-        loop.call_soon_threadsafe(changed.set)
+async def events(
+    request: Request,
+    owner: Owner,
+    since: Annotated[int | None, Query(ge=0)] = None,
+) -> StreamingResponse:
+    """The key's view, then its changes, as Server-Sent Events: ``view`` (every node),
+    ``change`` (nodes new or changed, ids gone) and ``ready``. A page rendered with the
+    view of generation ``since`` gets only what changed after it (or the whole view, if
+    that one is no longer kept)."""
+    feed = _feed(request)
 
     async def stream() -> AsyncIterator[str]:
-        store.watch(poke)
+        changed = feed.subscribe()
         try:
-            nodes = await asyncio.to_thread(tree.view, store, owner, base_url, keys)
-            yield _event("view", {"nodes": list(nodes.values())})
+            base = feed.kept(owner, since) if since is not None else None
+            _, nodes = await asyncio.to_thread(feed.view, owner)
+            if base is None:
+                yield _event("view", {"nodes": list(nodes.values())})
+            else:
+                diff = tree.changes(base, nodes)
+                if diff["upsert"] or diff["remove"]:
+                    yield _event("change", diff)
+            yield _event("ready", {})
             while True:
                 try:
                     await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
@@ -189,19 +177,29 @@ async def events(request: Request, s: Dep, owner: Owner) -> StreamingResponse:
                     continue
                 await asyncio.sleep(COALESCE_S)
                 changed.clear()  # before reading: a write from now on is seen next time
-                after = await asyncio.to_thread(tree.view, store, owner, base_url, keys)
+                _, after = await asyncio.to_thread(feed.view, owner)
                 diff = tree.changes(nodes, after)
                 nodes = after
                 if diff["upsert"] or diff["remove"]:
                     yield _event("change", diff)
         finally:
-            store.unwatch(poke)
+            feed.unsubscribe(changed)
 
     return StreamingResponse(
         stream(),
         media_type="text/event-stream",
         headers={"cache-control": "no-store", "x-accel-buffering": "no"},
     )
+
+
+def _feed(request: Request) -> Feed:
+    """The app's feed, made at its first use (one per app: one store watcher)."""
+    feed: Feed | None = getattr(request.app.state, "console_feed", None)
+    if feed is None:
+        s: Service = request.app.state.service
+        feed = Feed(s.ctx.store, s.ctx.config.public_url(), s.ctx.ingress_keys)
+        request.app.state.console_feed = feed
+    return feed
 
 
 def _event(name: str, data: Any) -> str:

@@ -90,3 +90,12 @@ def console_owner(request: Request) -> str:
     if owner is None:
         raise ApiError(401, "unauthorized", "not signed in: sign in with an API key")
     return owner
+
+
+def signed_in_owner(request: Request) -> str | None:
+    """The owner id of the request's session, or None (no session, or not over TLS or
+    loopback): for the page, which is served to everyone."""
+    try:
+        return console_owner(request)
+    except ApiError:
+        return None

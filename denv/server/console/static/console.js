@@ -10,6 +10,7 @@ const closed = new Set(); // tree nodes folded by the user
 let tab = "envs";
 let treeRoot = null; // the root of the tree on show
 let wanted = null; // an id asked for in the URL (#tree/env_...)
+let wantedShown = false; // scrolled to it once
 let source = null;
 let drawPending = false;
 let detailId = null;
@@ -81,29 +82,51 @@ async function signOut() {
 
 // -- the stream
 
-function start() {
-  $("sign-in").hidden = true;
+function showView(list) {
+  performance.mark("denv:view"); // for bench/bench_console.py
+  nodes.clear();
+  for (const n of list) nodes.set(n.id, n);
   $("tabs").hidden = false;
   $("sign-out").hidden = false;
+  draw();
+}
+
+function start() {
+  $("sign-in").hidden = true;
   route();
+  // The page of a signed-in key comes with its view: drawn now, then only changes follow.
+  const inline = $("denv-view");
+  let since = "";
+  if (inline) {
+    const view = JSON.parse(inline.textContent);
+    inline.remove(); // a later sign-in (another key) must not start from it
+    showView(view.nodes);
+    since = `?since=${view.gen}`;
+  }
+  openStream(since);
+}
+
+function openStream(since) {
   if (source) source.close();
-  source = new EventSource("/ui/api/events");
-  source.addEventListener("view", (e) => {
-    nodes.clear();
-    for (const n of JSON.parse(e.data).nodes) nodes.set(n.id, n);
-    $("live").className = "on";
-    draw();
-  });
-  source.addEventListener("change", (e) => {
+  const stream = new EventSource(`/ui/api/events${since}`);
+  source = stream;
+  stream.addEventListener("view", (e) => showView(JSON.parse(e.data).nodes));
+  stream.addEventListener("ready", () => { $("live").className = "on"; });
+  stream.addEventListener("change", (e) => {
     const d = JSON.parse(e.data);
     for (const n of d.upsert) nodes.set(n.id, n);
     for (const id of d.remove) nodes.delete(id);
     draw();
   });
-  source.onerror = () => {
+  stream.onerror = () => {
+    // Closed here, not retried by the browser with a stale "since": a session that ended
+    // shows the sign-in, anything else reopens for the whole view.
+    stream.close();
+    if (source !== stream) return;
     $("live").className = "";
-    // A stream refused for want of a session: ask the server which it is.
-    fetch("/ui/api/whoami").then((r) => { if (r.status === 401) showSignIn(); });
+    fetch("/ui/api/whoami")
+      .then((r) => { if (r.status === 401) showSignIn(); else setTimeout(() => { if (source === stream) openStream(""); }, 1000); })
+      .catch(() => setTimeout(() => { if (source === stream) openStream(""); }, 1000));
   };
 }
 
@@ -118,8 +141,47 @@ function draw() {
     if (tab === "envs") drawEnvs(envs);
     else if (tab === "versions") drawVersions();
     else drawTrees();
+    if (nodes.size && !performance.getEntriesByName("denv:drawn").length) {
+      // For bench/bench_console.py: drawn, then (the next frame's task) on screen.
+      performance.mark("denv:drawn");
+      requestAnimationFrame(() => setTimeout(() => performance.mark("denv:painted")));
+    }
   });
 }
+
+// -- lists: only the rows on screen are in the page (rows have one height), so a list of
+// 1,000 costs what a screenful does, to draw and to scroll.
+
+const ROW_PX = 26;
+const OVERSCAN = 15;
+
+class VList {
+  constructor(el) {
+    this.el = el;
+    this.rows = [];
+    this.inner = document.createElement("div");
+    el.append(this.inner);
+    el.addEventListener("scroll", () => {
+      if (this.pending) return;
+      this.pending = true;
+      requestAnimationFrame(() => { this.pending = false; this.render(); });
+    });
+  }
+  set(rows) { this.rows = rows; this.render(); }
+  show(index) { this.el.scrollTop = Math.max(0, index * ROW_PX - 3 * ROW_PX); this.render(); }
+  render() {
+    const top = this.el.scrollTop;
+    const height = this.el.clientHeight || window.innerHeight;
+    const first = Math.max(0, Math.floor(top / ROW_PX) - OVERSCAN);
+    const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + OVERSCAN);
+    this.inner.style.height = `${this.rows.length * ROW_PX}px`;
+    this.inner.style.paddingTop = `${first * ROW_PX}px`;
+    this.inner.innerHTML = this.rows.slice(first, last).join("");
+  }
+}
+
+const lists = {};
+const list = (id) => (lists[id] ||= new VList($(id)));
 
 // -- envs
 
@@ -139,12 +201,12 @@ function actions(n) {
 
 function drawEnvs(envs) {
   envs.sort((a, b) => (a.id < b.id ? 1 : -1));
-  $("env-rows").innerHTML = envs.map((n) =>
-    `<tr data-id="${n.id}"><td class="id"><a href="#tree/${n.id}">${n.id}</a></td>` +
-    `<td class="status-${esc(n.status)}">${esc(n.status)}</td>` +
-    `<td>${esc(n.live ? "live" : n.start)}</td><td>${esc(n.node || "")}</td>` +
-    `<td>${esc(n.image)}</td><td>${age(n.created_at)}</td><td>${links(n)}</td>` +
-    `<td>${actions(n)}</td></tr>`).join("");
+  list("env-rows").set(envs.map((n) =>
+    `<div class="grid envs row" data-id="${n.id}"><span class="id"><a href="#tree/${n.id}">${n.id}</a></span>` +
+    `<span class="status-${esc(n.status)}">${esc(n.status)}</span>` +
+    `<span>${esc(n.live ? "live" : n.start)}</span><span>${esc(n.node || "")}</span>` +
+    `<span title="${esc(n.image)}">${esc(n.image)}</span><span>${age(n.created_at)}</span><span>${links(n)}</span>` +
+    `<span>${actions(n)}</span></div>`));
   $("envs-empty").hidden = envs.length > 0;
 }
 
@@ -157,10 +219,10 @@ function drawVersions() {
   }
   const versions = [...nodes.values()].filter((n) => n.kind === "version" && n.status !== "deleted");
   versions.sort((a, b) => (a.id < b.id ? 1 : -1));
-  $("version-rows").innerHTML = versions.map((v) =>
-    `<tr data-id="${v.id}"><td class="id"><a href="#tree/${v.id}">${v.id}</a></td>` +
-    `<td>${esc(v.project || v.image)}</td><td class="id">${esc(v.parent || "")}</td>` +
-    `<td>${v.layers}</td><td>${envCount.get(v.id) || 0}</td><td>${age(v.created_at)}</td></tr>`).join("");
+  list("version-rows").set(versions.map((v) =>
+    `<div class="grid versions row" data-id="${v.id}"><span class="id"><a href="#tree/${v.id}">${v.id}</a></span>` +
+    `<span>${esc(v.project || v.image)}</span><span class="id">${esc(v.parent || "")}</span>` +
+    `<span>${v.layers}</span><span>${envCount.get(v.id) || 0}</span><span>${age(v.created_at)}</span></div>`));
 }
 
 // -- trees
@@ -197,6 +259,19 @@ function counts(id, kids, memo) {
   return [envs, versions];
 }
 
+// Indents as classes made on demand: the page's policy allows no inline styles, and the
+// CSSOM is not inline.
+const indents = new CSSStyleSheet();
+document.adoptedStyleSheets = [...document.adoptedStyleSheets, indents];
+let deepest = -1;
+function indent(depth) {
+  while (deepest < depth) {
+    deepest++;
+    indents.insertRule(`.tree .d${deepest} { padding-left: ${deepest * 1.2}em; }`, indents.cssRules.length);
+  }
+  return depth;
+}
+
 function drawTrees() {
   const kids = childrenMap();
   const memo = new Map();
@@ -204,42 +279,44 @@ function drawTrees() {
   roots.sort((a, b) => (a.id < b.id ? 1 : -1));
   if (wanted && nodes.has(wanted)) { treeRoot = rootOf(wanted); }
   if (!treeRoot || !nodes.has(treeRoot)) treeRoot = roots.length ? roots[0].id : null;
-  $("roots").innerHTML = roots.map((r) => {
+  list("roots").set(roots.map((r) => {
     const [e, v] = counts(r.id, kids, memo);
-    return `<li data-root="${r.id}" class="${r.id === treeRoot ? "on" : ""}"><span class="id">${r.id}</span> ` +
-      `<span class="dim">${e} envs · ${v} versions</span></li>`;
-  }).join("");
-  if (!treeRoot) { $("tree").innerHTML = ""; $("tree-counts").textContent = "No envs."; return; }
+    return `<div data-root="${r.id}" class="root${r.id === treeRoot ? " on" : ""}"><span class="id">${r.id}</span> ` +
+      `<span class="dim">${e} envs · ${v} versions</span></div>`;
+  }));
+  if (!treeRoot) { list("tree").set([]); $("tree-counts").textContent = "No envs."; return; }
   const [e, v] = counts(treeRoot, kids, memo);
   const el = $("tree-counts");
   el.dataset.envs = e;
   el.dataset.versions = v;
   el.textContent = `${e} envs · ${v} versions in the tree of ${treeRoot}`;
-  // Iterative, so a deep tree (a chain of 1,000 forks) needs no deep recursion.
+  // One flat row per node, indented by depth (each row skipped by layout while off screen);
+  // iterative, so a chain of 1,000 forks needs no deep recursion.
   const html = [];
+  const order = [];
   const stack = [[nodes.get(treeRoot), 0]];
   while (stack.length) {
-    const [n, phase] = stack.pop();
-    if (phase === 1) { html.push("</ul></li>"); continue; }
+    const [n, depth] = stack.pop();
     const children = kids.get(n.id) || [];
+    const folded = closed.has(n.id);
     const [ce] = counts(n.id, kids, memo);
-    const fold = children.length ? `<span class="toggle" data-fold="${n.id}">${closed.has(n.id) ? "▸" : "▾"}</span>` : `<span class="toggle"></span>`;
+    const fold = children.length ? `<span class="toggle" data-fold="${n.id}">${folded ? "▸" : "▾"}</span>` : `<span class="toggle"></span>`;
     const label = n.kind === "env"
       ? `<span class="status-${esc(n.status)}">${esc(n.status)}</span> <span class="dim">${esc(n.live ? "live" : n.start)}</span>`
       : `<span class="dim">version · ${n.layers} layers</span>`;
-    html.push(`<li data-id="${n.id}" class="kind-${n.kind}${closed.has(n.id) ? " closed" : ""}${n.id === wanted ? " wanted" : ""}">` +
-      `<div class="row">${fold}<span class="id">${n.id}</span>${label}` +
+    order.push(n.id);
+    html.push(`<div data-id="${n.id}" class="node kind-${n.kind} d${indent(depth)}">` +
+      `${fold}<span class="id">${n.id}</span>${label}` +
       (children.length ? `<span class="count">${ce} envs below</span>` : "") +
       `${links(n)}${actions(n)}${n.kind === "env" && children.length ? `<button data-act="delete-subtree" data-id="${n.id}">delete subtree</button>` : ""}</div>`);
-    if (children.length) {
-      html.push("<ul>");
-      stack.push([n, 1]);
-      for (let i = children.length - 1; i >= 0; i--) stack.push([children[i], 0]);
-    } else {
-      html.push("</li>");
-    }
+    if (!folded) for (let i = children.length - 1; i >= 0; i--) stack.push([children[i], depth + 1]);
   }
-  $("tree").innerHTML = html.join("");
+  $("tree").dataset.rows = html.length;
+  list("tree").set(html);
+  if (wanted && !wantedShown) {
+    const at = order.indexOf(wanted);
+    if (at >= 0) { wantedShown = true; list("tree").show(at); }
+  }
 }
 
 // -- actions: each asks first and says what it did
@@ -323,6 +400,7 @@ function route() {
   const [name, id] = hash.split("/");
   tab = ["envs", "versions", "trees", "tree"].includes(name) ? (name === "tree" ? "trees" : name) : "envs";
   wanted = name === "tree" ? id : null;
+  wantedShown = false;
   if (wanted) treeRoot = null;
   for (const t of ["envs", "versions", "trees"]) $(t).hidden = t !== tab;
   for (const a of document.querySelectorAll("#tabs a")) a.className = a.dataset.tab === tab ? "on" : "";
@@ -341,11 +419,10 @@ document.addEventListener("DOMContentLoaded", () => {
       if (closed.has(t.dataset.fold)) closed.delete(t.dataset.fold); else closed.add(t.dataset.fold);
       draw();
     } else {
-      const li = t.closest("#roots li");
+      const li = t.closest("#roots [data-root]");
       if (li) { treeRoot = li.dataset.root; wanted = null; history.replaceState(null, "", `#tree/${treeRoot}`); draw(); }
     }
   });
-  fetch("/ui/api/whoami", { credentials: "same-origin" })
-    .then((r) => (r.ok ? start() : showSignIn()))
-    .catch(() => showSignIn());
+  // Straight to the stream: a page without a session learns so from its error (onerror).
+  start();
 });
