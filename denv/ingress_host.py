@@ -51,6 +51,8 @@ def token_of_label(label: str) -> str | None:
         raw = base64.b32decode(label.upper() + "=" * (-len(label) % 8))
     except (binascii.Error, ValueError):
         return None
+    if base64.b32encode(raw).decode().rstrip("=").lower() != label:
+        return None  # not canonical (stray bits): no token has this label
     return base64.urlsafe_b64encode(raw).decode()
 
 

@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster bench-upload
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster bench-upload bench-console
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -33,6 +33,11 @@ bench-report: $(VENV_STAMP)
 ## What the limits (memory, pids, CPUs, /work size) cost a cold start, a warm fork(8), a snapshot.
 bench-limits: $(VENV_STAMP) docker images
 	$(PY) -m bench.bench_limits --state-dir $(BENCH_STATE_DIR)-limits
+
+## Issue 28's targets: the console's first page with 500 envs and a fork's arrival in an open
+## tree, in Debian's Chromium (bench/bench_console.py).
+bench-console: $(VENV_STAMP) docker chromium images
+	$(PY) -m bench.bench_console --state-dir $(BENCH_STATE_DIR)-console
 
 ## What egress costs: a cold start with deny, allow and an allowlist; the firewall's own operations.
 bench-egress: $(VENV_STAMP) docker images

@@ -31,6 +31,7 @@ VALID: dict[str, list[str]] = {
     "rm": ["env_x"],
     "fork": ["env_x"],
     "tree": ["env_x"],
+    "open": ["env_x"],
     "diff": ["ver_a", "ver_b"],
     "serve": [],
     "stop": [],
