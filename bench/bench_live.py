@@ -15,6 +15,11 @@
   machine's cores (the sum over the cores: no schedule can beat it).
 - ``live_memory``: private memory (smaps_rollup Private_*) of each of 8 live children after
   one step each, against the root's.
+- ``live_seed``: the seed's usage as written, with `DenvProvider()`'s defaults: a root of
+  OpenEnv's echo env as OpenEnv builds it (the `openenv init` image, when built), reset, 10
+  steps, then `[root.provider.fork() for _ in range(8)]`, until each child answered
+  `state()`; side by side with the same under `DenvProvider(fork="volume")` (one round: each
+  child boots).
 
 Nothing asserts on time; the ratios go to bench/results/live.json and SUMMARY.md.
 """
@@ -359,9 +364,63 @@ def _parts(b: Bench, parts: list[tuple[str, Callable[[Bench], dict[str, Any]]]])
     return out
 
 
+# OpenEnv's echo env as OpenEnv builds it (`make image-openenv-template`); the bench's image
+# when that is not built.
+OPENENV_TEMPLATE = "denv-openenv-template:latest"
+
+
+def _seed_once(b: Bench, image: str, fork: str, steps: int = 10) -> dict[str, Any]:
+    """The seed's usage: a stepped root, then 8 single `provider.fork()` calls, timed until
+    every child has answered state() (its step count checked)."""
+    provider = b.provider(fork=fork, ttl_s=7200, timeout_s=READY_TIMEOUT_S)
+    root: Any = GenericEnvClient.from_docker_image(image, provider=provider).sync()
+    branches: list[DenvProvider] = []
+    try:
+        root.reset()
+        for i in range(steps):
+            root.step({"message": f"prefix {i}"})
+        t0 = time.perf_counter()
+        branches = [root.provider.fork() for _ in range(8)]
+        clients = [GenericEnvClient(base_url=p.base_url, provider=p).sync() for p in branches]
+        states = [c.state() for c in clients]
+        elapsed = time.perf_counter() - t0
+        kept = fork != "volume" or image == b.image  # a volume fork keeps /work, not memory
+        return {
+            "s": elapsed,
+            "starts": [str(p.start) for p in branches],
+            "state_ok": all(s["step_count"] == steps for s in states) if kept else None,
+        }
+    finally:
+        parallel([p.stop_container for p in branches])
+        root.close()
+
+
+def seed(b: Bench) -> dict[str, Any]:
+    built = sh("docker", "image", "ls", "-q", OPENENV_TEMPLATE, check=False)
+    image = OPENENV_TEMPLATE if built else b.image
+    rounds = max(1, int(b.profile.fork8_warm_runs))
+    runs = {"default": [_seed_once(b, image, "auto") for _ in range(rounds)]}
+    b.settle(max_s=120)
+    runs["volume"] = [_seed_once(b, image, "volume")]
+    times = {k: summarize([r["s"] for r in v]) for k, v in runs.items()}
+    return {
+        "image": image,
+        "eight_forks_s": times,
+        "starts": {k: sorted({s for r in v for s in r["starts"]}) for k, v in runs.items()},
+        "state_ok": all(r["state_ok"] is not False for v in runs.values() for r in v),
+        "ratios": {
+            "volume_over_default_median": ratio(
+                times["volume"]["median"], times["default"]["median"]
+            )
+        },
+        "runs": runs,
+    }
+
+
 def run(b: Bench) -> dict[str, dict[str, Any]]:
     """fork(8) live vs warm, per-child memory, the sustained rate (results: live.json)."""
     parts: list[tuple[str, Callable[[Bench], dict[str, Any]]]] = [
+        ("seed", seed),
         ("fork8", fork8),
         ("cpu", cpu),
         ("memory", memory),

@@ -116,8 +116,13 @@ class Root:
     """A live env the fork measurements branch from (kept for the whole benchmark)."""
 
     def __init__(self, b: Bench, *, warm: int, tag: str, steps: int = 10) -> None:
+        # Volume forks, cold or warm (the default forks live: bench_live measures that).
         self.provider = b.provider(
-            warm=warm, warm_fork=True if warm else None, ttl_s=7200, timeout_s=READY_TIMEOUT_S
+            fork="volume",
+            warm=warm,
+            warm_fork=True if warm else None,
+            ttl_s=7200,
+            timeout_s=READY_TIMEOUT_S,
         )
         url = self.provider.start_container(b.image, env_vars={"DENV_BENCH_ROOT": tag})
         self.provider.wait_for_ready(url)

@@ -195,6 +195,13 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"live {fmt_s(t['live']['s'])} | {others} | {fmt_x(ratios['warm_over_live'])} / "
             f"{fmt_x(ratios['replay_over_live'])} |"
         )
+    if g("live", "seed", "eight_forks_s", "default", "median") is not None:
+        lines.append(
+            f"| the seed's usage, `DenvProvider()` defaults: 8 x `provider.fork()` | "
+            f"{fmt_s(g('live', 'seed', 'eight_forks_s', 'default', 'median'))} | "
+            f'`fork="volume"` {fmt_s(g("live", "seed", "eight_forks_s", "volume", "median"))} '
+            f"| {fmt_x(g('live', 'seed', 'ratios', 'volume_over_default_median'))} |"
+        )
     if g("live", "cpu", "total_ms_median") is not None:
         lines.append(
             f"| CPU of one live fork(8), all processes | "

@@ -202,6 +202,18 @@ def _live(r: Result) -> list[str]:
             f"children's state equal to the root's: {f8.get('state_ok')}.",
             "",
         ]
+    sd = r.get("seed", {})
+    if sd.get("eight_forks_s"):
+        t = sd["eight_forks_s"]
+        lines += [
+            f"The seed's usage as written on `{sd['image']}` with `DenvProvider()`'s defaults "
+            f"(8 x `root.provider.fork()` until each child answered state()): median "
+            f"**{t['default']['median']:.2f} s** for all 8 (starts: "
+            f'{", ".join(sd["starts"]["default"])}); with `fork="volume"` '
+            f"{t['volume']['median']:.1f} s ({', '.join(sd['starts']['volume'])}): "
+            f"{fmt_x(sd['ratios']['volume_over_default_median'])}; state kept: {sd['state_ok']}.",
+            "",
+        ]
     c = r.get("cpu", {})
     if c.get("ms_per_fork8"):
         parts = ", ".join(f"{k} {v['median']:.0f} ms" for k, v in c["ms_per_fork8"].items())

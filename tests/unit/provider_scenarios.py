@@ -86,6 +86,7 @@ def fork(server: str, key: str, ws_probe: WebSocketProbe) -> dict[str, Any]:
         child = provider.fork()
         found = {"parent": provider.env_id, "child": child.env_id, "url": child.base_url}
         found["same_config"] = child.config is provider.config  # copied whole
+        found["start"] = child.start
         child.close()
         return found
 
@@ -99,6 +100,7 @@ def fork_n(server: str, key: str, ws_probe: WebSocketProbe) -> dict[str, Any]:
             "parent": provider.env_id,
             "children": [c.env_id for c in children],
             "urls": [c.base_url for c in children],
+            "starts": [c.start for c in children],
         }
         for child in children:
             child.close()

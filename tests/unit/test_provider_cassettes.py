@@ -86,7 +86,9 @@ def test_fork_binds_a_ready_child() -> None:
     assert f"POST /v1/envs/{result['parent']}/fork" in sent
     assert body(next(r for r in wire.sent if r.uri.endswith("/fork")))["wait"] == "healthy"
     assert f"POST /v1/envs/{result['child']}/wait" not in sent  # healthy in the fork's answer
-    assert probed[-1] == result["url"]
+    # The default forks live: the server's answer is the proof the child serves (it is a copy
+    # of a server that answered), so the client probes only the root it started.
+    assert result["start"] == "live" and result["url"] not in probed
     child, parent = result["child"], result["parent"]
     assert sent[-2:] == [f"DELETE /v1/envs/{child}", f"DELETE /v1/envs/{parent}"]
 
@@ -97,10 +99,11 @@ def test_fork_n_is_one_request_and_every_child_is_ready() -> None:
     assert sent.count(f"POST /v1/envs/{result['parent']}/fork") == 1
     assert body(next(r for r in wire.sent if r.uri.endswith("/fork")))["count"] == 3
     assert len(set(result["children"])) == 3
+    assert result["starts"] == ["live"] * 3  # the default: live children, not probed
     for child, url in zip(result["children"], result["urls"], strict=True):
-        assert f"GET {url.removeprefix(CASSETTE_SERVER)}/health" in sent
+        assert f"GET {url.removeprefix(CASSETTE_SERVER)}/health" not in sent
         assert f"DELETE /v1/envs/{child}" in sent
-    assert sorted(probed[1:]) == sorted(result["urls"])
+    assert not set(probed) & set(result["urls"])
 
 
 def test_stop_deletes_the_env() -> None:
