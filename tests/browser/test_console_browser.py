@@ -123,7 +123,12 @@ def test_sign_in_and_the_env_list_matches_the_api(browser: Any, keyed: Keyed) ->
     assert page.evaluate("document.cookie") == ""
     cookie = next(c for c in page.context.cookies() if c["name"] == "denv_console")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
-    shot(page, "envs")
+    # An env's logs, tailing, beside its facts.
+    row.locator("button[data-act='logs']").click()
+    page.wait_for_selector("#detail-facts dd")
+    page.wait_for_function("() => document.getElementById('logs').textContent.length > 0")
+    assert keyed.root.id in page.inner_text("#detail-title")
+    shot(page, "logs")
     page.context.close()
 
 
@@ -133,6 +138,8 @@ def test_fork_tree_of_85_renders_and_grows(browser: Any, keyed: Keyed) -> None:
     level = [c.id for c in denv.fork(root.id, 4, kind="live", wait="running").envs]
     level = [c.id for p in level for c in denv.fork(p, 20, kind="live", wait="running").envs]
     page = signed_in(browser, keyed.server, keyed.key)
+    page.wait_for_selector("#count-envs:text('86')")  # the tree's 85 and the web env
+    shot(page, "envs")
     page.goto(f"{keyed.server.url}/ui#tree/{root.id}")
     page.wait_for_selector("#tree-counts[data-envs='85']")
     assert page.get_attribute("#tree-counts", "data-versions") == "6"
