@@ -7,7 +7,8 @@ module makes detached: each fork takes milliseconds, so a trainer of 32 envs cos
   env's record saying its lease expired;
 * a client paused (SIGSTOP) past its lease: its envs go, and its next fork raises
   `LeaseExpired` naming the lease;
-* a network blip shorter than the lease (a loopback proxy that stops forwarding): nothing lost;
+* a network blip shorter than the lease (a loopback proxy that stops forwarding 3 s of a
+  6 s lease): nothing lost;
 * closing a client, or a script's exit without closing, deletes its envs at once; detached
   envs stay; a provider's envs, forks and async forks are held by its lease.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -200,17 +202,20 @@ class PausableProxy:
 
 
 def test_a_network_blip_shorter_than_the_lease_loses_nothing(
-    server: LocalDenv, admin: Denv, root: str
+    server: LocalDenv, admin: Denv, root: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="denv")
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
     proxy = PausableProxy((host, int(port)))
     try:
         with Denv(proxy.url, server.key, lease_timeout_s=6) as denv:
             envs = [e.id for e in denv.fork(root, 2, kind="live").envs]
-            proxy.flowing.clear()  # nothing gets through for 4 s, less than the 6 s lease
-            time.sleep(4)
+            proxy.flowing.clear()  # nothing gets through for 3 s, half the 6 s lease
+            time.sleep(3)
             proxy.flowing.set()
-            time.sleep(7)  # past the lease: an expiry would have happened by now
+            time.sleep(6.5)  # past the lease: an expiry would have happened by now
+            failed = [r for r in caplog.records if "renewing lease" in r.getMessage()]
+            assert failed, "no renewal fell in the blip: the test proved nothing"
             assert all(admin.get_env(e).status == EnvStatus.HEALTHY for e in envs)
             lease = denv.lease()
             assert lease is not None and lease.state == LeaseState.OPEN and lease.envs == 2
