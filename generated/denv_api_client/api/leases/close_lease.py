@@ -62,9 +62,11 @@ def sync_detailed(
 ) -> Response[Any | Error]:
     """Close a lease and delete every env it holds, at once.
 
-     What a client does when it exits cleanly. Its envs are deleted (their
-    `deletion.reason` is `lease_closed`); detached envs stay. Idempotent:
-    closing a closed or expired lease succeeds.
+     What a client does when it exits cleanly. Its envs are deleted at
+    once (their `deletion.reason` is `lease_closed`), their teardown
+    running after the answer, so a client with hundreds of envs exits
+    without waiting for it; detached envs stay. Idempotent: closing a
+    closed or expired lease succeeds.
 
     Args:
         lease_id (str): A lease's id, `lse_` followed by a ULID.
@@ -95,9 +97,11 @@ def sync(
 ) -> Any | Error | None:
     """Close a lease and delete every env it holds, at once.
 
-     What a client does when it exits cleanly. Its envs are deleted (their
-    `deletion.reason` is `lease_closed`); detached envs stay. Idempotent:
-    closing a closed or expired lease succeeds.
+     What a client does when it exits cleanly. Its envs are deleted at
+    once (their `deletion.reason` is `lease_closed`), their teardown
+    running after the answer, so a client with hundreds of envs exits
+    without waiting for it; detached envs stay. Idempotent: closing a
+    closed or expired lease succeeds.
 
     Args:
         lease_id (str): A lease's id, `lse_` followed by a ULID.
@@ -123,9 +127,11 @@ async def asyncio_detailed(
 ) -> Response[Any | Error]:
     """Close a lease and delete every env it holds, at once.
 
-     What a client does when it exits cleanly. Its envs are deleted (their
-    `deletion.reason` is `lease_closed`); detached envs stay. Idempotent:
-    closing a closed or expired lease succeeds.
+     What a client does when it exits cleanly. Its envs are deleted at
+    once (their `deletion.reason` is `lease_closed`), their teardown
+    running after the answer, so a client with hundreds of envs exits
+    without waiting for it; detached envs stay. Idempotent: closing a
+    closed or expired lease succeeds.
 
     Args:
         lease_id (str): A lease's id, `lse_` followed by a ULID.
@@ -154,9 +160,11 @@ async def asyncio(
 ) -> Any | Error | None:
     """Close a lease and delete every env it holds, at once.
 
-     What a client does when it exits cleanly. Its envs are deleted (their
-    `deletion.reason` is `lease_closed`); detached envs stay. Idempotent:
-    closing a closed or expired lease succeeds.
+     What a client does when it exits cleanly. Its envs are deleted at
+    once (their `deletion.reason` is `lease_closed`), their teardown
+    running after the answer, so a client with hundreds of envs exits
+    without waiting for it; detached envs stay. Idempotent: closing a
+    closed or expired lease succeeds.
 
     Args:
         lease_id (str): A lease's id, `lse_` followed by a ULID.
