@@ -309,6 +309,11 @@ def _table(result: dict[str, Any]) -> str:
             "",
             f"Records: {result['records']}.",
             "",
+            "Load average (1, 5, 15 min) before and after: "
+            f"{result['conditions']['before']['loadavg']}, "
+            f"{result['conditions']['after']['loadavg']} on {result['machine']['cores']} cores "
+            "(shared with other work: every phase is the browser's or the server's CPU time).",
+            "",
         ]
     )
 
