@@ -217,6 +217,7 @@ class AsyncDenv(AsyncClientBase):
         wait: WaitArg = "healthy",
         wait_timeout_s: float | None = None,
         warm: int = 0,
+        live: ops.LiveArg = False,
     ) -> list[Env]:
         return await self._call(
             ops.envs_from_version(
@@ -229,6 +230,7 @@ class AsyncDenv(AsyncClientBase):
                 wait=wait,
                 wait_timeout_s=wait_timeout_s,
                 warm=warm,
+                live=live,
             )
         )
 

@@ -261,8 +261,10 @@ class Denv(ClientBase):
         wait: WaitArg = "healthy",
         wait_timeout_s: float | None = None,
         warm: int = 0,
+        live: ops.LiveArg = False,
     ) -> list[Env]:
-        """Start `count` envs from a stored version, in order."""
+        """Start `count` envs from a stored version, in order. `live` as in `create_sandbox`:
+        `True` or `"auto"` start them ready for live forks."""
         return self._call(
             ops.envs_from_version(
                 version_id,
@@ -274,6 +276,7 @@ class Denv(ClientBase):
                 wait=wait,
                 wait_timeout_s=wait_timeout_s,
                 warm=warm,
+                live=live,
             )
         )
 

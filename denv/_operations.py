@@ -303,8 +303,10 @@ def envs_from_version(
     wait: WaitArg,
     wait_timeout_s: float | None,
     warm: int,
+    live: LiveArg = False,
 ) -> Call[list[Env]]:
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
+    body.live = _live_body(live)
     return Call(
         envs_from_version_op,
         _envs,

@@ -110,4 +110,5 @@ def envs_create(
         wait_timeout_s=opt(wait_timeout_s),
         warm=warm,
         kind=UNSET,  # a fork's kind is set by the fork call, and sent only when not volume
+        live=UNSET,  # envs from a version: set by that call, and sent only when asked
     )

@@ -91,18 +91,25 @@ def start_version(
     """`DenvProvider.start_version`: a new env from a stored version; its base URL."""
     config = binding.config
     binding.require_unbound()
-    envs: list[Env] = yield api(
-        "envs_from_version",
-        version_id,
-        count=1,
-        egress=config.egress,
-        env=dict(env_vars) if env_vars else None,
-        labels=config.merged_labels(labels),
-        ttl_s=config.ttl_s,
-        wait="running",
-        wait_timeout_s=float(wait_timeout or config.timeout_s),
-        warm=config.warm,
-    )
+    options = {
+        "count": 1,
+        "egress": config.egress,
+        "env": dict(env_vars) if env_vars else None,
+        "labels": config.merged_labels(labels),
+        "ttl_s": config.ttl_s,
+        "wait": "running",
+        "wait_timeout_s": float(wait_timeout or config.timeout_s),
+        "warm": config.warm,
+    }
+    try:
+        envs: list[Env] = yield api(
+            "envs_from_version", version_id, live=config.live_start(), **options
+        )
+    except Conflict as exc:
+        if not config.volume_fallback(exc.code):
+            raise
+        logger.info("fork='auto': %s; starting for volume forks", exc)
+        envs = yield api("envs_from_version", version_id, live=False, **options)
     (env,) = envs
     binding.ready_timeout_s = float(wait_timeout) if wait_timeout else None
     return (yield from adopt(binding, env, f"version {version_id}", awaited=awaited))

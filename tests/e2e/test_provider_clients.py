@@ -147,6 +147,19 @@ def test_from_denv_version(denv_server: LocalDenv) -> None:
         env.step(message("only here"))
         assert state_of(plain)["last_message"] == "saved"
         ids = [env.provider.env_id, plain.provider.env_id]
+        # The default runs a version's env live too: its fork copies the running server.
+        (child,) = fork_clients(env, 1)
+        ids.append(child.provider.env_id)
+        with child:
+            assert child.provider.start == "live"
+            assert state_of(child)["last_message"] == "only here"
+        # `live` belongs to creates; a fork that sends it is refused, naming it.
+        answer = httpx.post(
+            f"{denv_server.url}/v1/envs/{env.provider.env_id}/fork",
+            json={"live": True},
+            headers={"Authorization": f"Bearer {denv_server.key}"},
+        )
+        assert answer.status_code == 422 and "kind says how it forks" in answer.text
     finally:
         env.close()
         plain.close()

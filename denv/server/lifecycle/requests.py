@@ -95,6 +95,7 @@ class EnvsCreate(_Body):
     wait_timeout_s: WaitTimeout = 120.0
     warm: Warm = 0
     kind: Literal["volume", "live", "auto"] = "volume"  # fork only
+    live: bool | Literal["auto"] = False  # create from a version only (SandboxCreate's)
 
 
 class LeaseCreate(_Body):

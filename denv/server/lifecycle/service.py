@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
 from denv.server import ids
 from denv.server.db import iso, now
@@ -204,24 +204,25 @@ class Service:
         )
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
         if body.live and body.count is None:
-            self._refuse_unsupported_live(owner, body.image, version.id, envs[0])
+            self._refuse_unsupported_live(owner, body.image, envs[0], version.id)
         return envs[0] if body.count is None else {"envs": envs}
 
     def _refuse_unsupported_live(
-        self, owner: str, image: str, version_id: str, env: dict[str, Any]
+        self, owner: str, what: str, env: dict[str, Any], implicit_version: str | None = None
     ) -> None:
         """A live env whose server turned out not to be copyable (it says why once it serves):
-        409, and nothing of it is left, its version neither. (With ``count``, each env fails
-        on its own.)"""
+        409, and nothing of it is left, its implicit version neither (a stored version
+        stays). (With ``count``, each env fails on its own.)"""
         error = env.get("error") or {}
         if env.get("status") == "failed" and error.get("code") == "live_unsupported":
             why = f"its live create was refused (live_unsupported): {error['message']}"
             self.envs.delete(
                 str(env["id"]), EnvDeletion(reason="server", message=why, at=iso(now()))
             )
-            self.versions.delete(owner, version_id)
+            if implicit_version:
+                self.versions.delete(owner, implicit_version)
             raise ApiError(
-                409, "live_unsupported", f"{image} cannot run for live forks: {error['message']}"
+                409, "live_unsupported", f"{what} cannot run for live forks: {error['message']}"
             )
 
     def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -232,6 +233,12 @@ class Service:
     def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
         """One snapshot of the env, ``opts.count`` children started from it."""
         rec = self.owned_env(owner, env_id)
+        if opts.live is not False:
+            raise invalid(
+                "live is for creating envs from a version; a fork's kind says how it forks "
+                "(volume, live or auto)",
+                "live",
+            )
         opts = opts.model_copy(update={"lease_id": self.leases.holding(owner, opts.lease_id)})
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
@@ -264,12 +271,25 @@ class Service:
         version = self.versions.get_owned(owner, version_id)
         self.leases.holding(owner, opts.lease_id)
         self.admit.count(owner, opts.count)
+        live = opts.live
+        if live == "auto" and (opts.warm or len(version.services) != 1):
+            live = False  # spares serve volume forks; a project of several services runs so
+        elif live is True:
+            self.admit.live(f"version {version.id}", version)
         egress = self.admit.egress(opts.egress, self._version_egress(version))
-        recs = self._start_from(owner, version, opts, egress)
-        return {"envs": self._wait_all(recs, opts.wait, opts.wait_timeout_s)}
+        recs = self._start_from(owner, version, opts, egress, live)
+        envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
+        if live and len(envs) == 1:
+            self._refuse_unsupported_live(owner, f"version {version.id}", envs[0])
+        return {"envs": envs}
 
     def _start_from(
-        self, owner: str, version: VersionRecord, opts: EnvsCreate, egress: str
+        self,
+        owner: str,
+        version: VersionRecord,
+        opts: EnvsCreate,
+        egress: str,
+        live: bool | Literal["auto"] = False,
     ) -> list[EnvRecord]:
         return self.envs.create(
             owner,
@@ -283,6 +303,7 @@ class Service:
             wait_timeout_s=opts.wait_timeout_s,
             warm=opts.warm,
             use_spares=True,
+            live_env=live,
         )
 
     def _version_egress(self, version: VersionRecord) -> str:

@@ -7,6 +7,7 @@ from attrs import define as _attrs_define
 
 from ..models.egress import Egress
 from ..models.envs_create_kind import EnvsCreateKind
+from ..models.live_auto import LiveAuto
 from ..models.wait_for import WaitFor
 from ..types import UNSET, Unset
 
@@ -32,6 +33,12 @@ class EnvsCreate:
             `live_unsupported` otherwise, naming the reason). `auto` is live
             where the env allows it, else volume.
              Default: EnvsCreateKind.VOLUME.
+        live (bool | LiveAuto | Unset): Create from a version only (a fork's `kind` says how it forks; 422
+            there): start each env's agent ready for live forks, as
+            `SandboxCreate.live` does: `true` refuses a server that cannot be
+            copied (409 `live_unsupported`), `auto` keeps it, serving as
+            without `live`. A version of several services runs without it.
+             Default: False.
         count (int | Unset): How many envs to start. Default: 1.
         egress (Egress | EgressAllowlist | None | Unset): Overrides the parent's egress.
         env (EnvVars | Unset): Environment variables for the service; names are letters, digits and `_`, not starting
@@ -51,6 +58,7 @@ class EnvsCreate:
     """
 
     kind: EnvsCreateKind | Unset = EnvsCreateKind.VOLUME
+    live: bool | LiveAuto | Unset = False
     count: int | Unset = 1
     egress: Egress | EgressAllowlist | None | Unset = UNSET
     env: EnvVars | Unset = UNSET
@@ -67,6 +75,14 @@ class EnvsCreate:
         kind: str | Unset = UNSET
         if not isinstance(self.kind, Unset):
             kind = self.kind.value
+
+        live: bool | str | Unset
+        if isinstance(self.live, Unset):
+            live = UNSET
+        elif isinstance(self.live, LiveAuto):
+            live = self.live.value
+        else:
+            live = self.live
 
         count = self.count
 
@@ -109,6 +125,8 @@ class EnvsCreate:
         field_dict.update({})
         if kind is not UNSET:
             field_dict["kind"] = kind
+        if live is not UNSET:
+            field_dict["live"] = live
         if count is not UNSET:
             field_dict["count"] = count
         if egress is not UNSET:
@@ -143,6 +161,21 @@ class EnvsCreate:
             kind = UNSET
         else:
             kind = EnvsCreateKind(_kind)
+
+        def _parse_live(data: object) -> bool | LiveAuto | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                live_type_1 = LiveAuto(data)
+
+                return live_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(bool | LiveAuto | Unset, data)
+
+        live = _parse_live(d.pop("live", UNSET))
 
         count = d.pop("count", UNSET)
 
@@ -209,6 +242,7 @@ class EnvsCreate:
 
         envs_create = cls(
             kind=kind,
+            live=live,
             count=count,
             egress=egress,
             env=env,
