@@ -183,7 +183,9 @@ def test_delete_from_the_page_and_the_api_agrees(browser: Any, keyed: Keyed) -> 
 def test_echo_web_page_through_ingress_steps_the_env(browser: Any, keyed: Keyed) -> None:
     from openenv.core import GenericEnvClient
 
-    assert str(keyed.denv.wait_env(keyed.web.id, "healthy").status) == "healthy"
+    # Gradio makes its boot slow: on 2 busy cores it has taken more than the default 60 s.
+    web = keyed.denv.wait_env(keyed.web.id, "healthy", timeout_s=240)
+    assert str(web.status) == "healthy"
     page = signed_in(browser, keyed.server, keyed.key)
     # Its row, wherever it is in the list: the tree view of an env scrolls to it.
     page.goto(f"{keyed.server.url}/ui#tree/{keyed.web.id}")

@@ -22,6 +22,12 @@ ALL = 1_000_000
 WEB_FLAG = "ENABLE_WEB_INTERFACE"
 
 
+def _compact(node: Node) -> Node:
+    """``node`` without its empty fields (None, False): a view of 1,000 nodes is read by
+    the browser at every page load, so it carries only what is said."""
+    return {k: v for k, v in node.items() if v is not None and v is not False}
+
+
 def _web_enabled(rec: EnvRecord, version: VersionRecord | None) -> bool:
     values = [rec.spec.env.get(WEB_FLAG, "")]
     if version is not None:
@@ -48,36 +54,38 @@ def env_node(
             web = web_url(url, "/web/") if _web_enabled(rec, version) else None
         elif rec.runtime.endpoints:  # egress allow: published directly
             url = rec.runtime.endpoints[0].url
-    return {
-        "id": rec.id,
-        "kind": "env",
-        "parent": rec.version_id,
-        "status": rec.status.value,
-        "start": rec.start,
-        "live": bool(rec.spec.live and rec.runtime.live_unsupported is None),
-        "node": rec.runtime.node,
-        "image": image,
-        "labels": rec.labels,
-        "created_at": rec.created_at,
-        "url": url,
-        "web": web,
-        "error": rec.error.message if rec.error else None,
-    }
+    return _compact(
+        {
+            "id": rec.id,
+            "kind": "env",
+            "parent": rec.version_id,
+            "status": rec.status.value,
+            "start": rec.start,
+            "live": bool(rec.spec.live and rec.runtime.live_unsupported is None),
+            "node": rec.runtime.node,
+            "image": image,
+            "created_at": rec.created_at,
+            "url": url,
+            "web": web,
+            "error": rec.error.message if rec.error else None,
+        }
+    )
 
 
 def version_node(rec: VersionRecord) -> Node:
     """What the console shows of a version."""
-    return {
-        "id": rec.id,
-        "kind": "version",
-        "parent": rec.parent_env_id,
-        "status": "deleted" if rec.deleted else "ready",
-        "project": rec.project,
-        "image": next((s.image for s in rec.services if s.name == rec.agent_service), ""),
-        "layers": max((len(v.layers) for v in rec.volumes), default=0),
-        "labels": rec.labels,
-        "created_at": rec.created_at,
-    }
+    return _compact(
+        {
+            "id": rec.id,
+            "kind": "version",
+            "parent": rec.parent_env_id,
+            "status": "deleted" if rec.deleted else "ready",
+            "project": rec.project,
+            "image": next((s.image for s in rec.services if s.name == rec.agent_service), ""),
+            "layers": max((len(v.layers) for v in rec.volumes), default=0),
+            "created_at": rec.created_at,
+        }
+    )
 
 
 def view(store: Store, owner: str, base_url: str, keys: IngressKeys | None) -> dict[str, Node]:
@@ -121,7 +129,7 @@ def subtree(nodes: dict[str, Node], root: str) -> list[str]:
     """The ids under ``root`` (itself included), deepest first: the order to delete them."""
     children: dict[str, list[str]] = {}
     for n in nodes.values():
-        if n["parent"]:
+        if n.get("parent"):
             children.setdefault(n["parent"], []).append(n["id"])
     order: list[str] = []
     stack = [root]

@@ -167,7 +167,8 @@ class VList {
       requestAnimationFrame(() => { this.pending = false; this.render(); });
     });
   }
-  set(rows) { this.rows = rows; this.render(); }
+  // rows: the items; row(item): its HTML, made only for the rows on screen.
+  set(rows, row) { this.rows = rows; this.row = row; this.render(); }
   show(index) { this.el.scrollTop = Math.max(0, index * ROW_PX - 3 * ROW_PX); this.render(); }
   render() {
     const top = this.el.scrollTop;
@@ -176,7 +177,7 @@ class VList {
     const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + OVERSCAN);
     this.inner.style.height = `${this.rows.length * ROW_PX}px`;
     this.inner.style.paddingTop = `${first * ROW_PX}px`;
-    this.inner.innerHTML = this.rows.slice(first, last).join("");
+    this.inner.innerHTML = this.rows.slice(first, last).map(this.row).join("");
   }
 }
 
@@ -201,12 +202,12 @@ function actions(n) {
 
 function drawEnvs(envs) {
   envs.sort((a, b) => (a.id < b.id ? 1 : -1));
-  list("env-rows").set(envs.map((n) =>
+  list("env-rows").set(envs, (n) =>
     `<div class="grid envs row" data-id="${n.id}"><span class="id"><a href="#tree/${n.id}">${n.id}</a></span>` +
     `<span class="status-${esc(n.status)}">${esc(n.status)}</span>` +
     `<span>${esc(n.live ? "live" : n.start)}</span><span>${esc(n.node || "")}</span>` +
     `<span title="${esc(n.image)}">${esc(n.image)}</span><span>${age(n.created_at)}</span><span>${links(n)}</span>` +
-    `<span>${actions(n)}</span></div>`));
+    `<span>${actions(n)}</span></div>`);
   $("envs-empty").hidden = envs.length > 0;
 }
 
@@ -219,10 +220,10 @@ function drawVersions() {
   }
   const versions = [...nodes.values()].filter((n) => n.kind === "version" && n.status !== "deleted");
   versions.sort((a, b) => (a.id < b.id ? 1 : -1));
-  list("version-rows").set(versions.map((v) =>
+  list("version-rows").set(versions, (v) =>
     `<div class="grid versions row" data-id="${v.id}"><span class="id"><a href="#tree/${v.id}">${v.id}</a></span>` +
     `<span>${esc(v.project || v.image)}</span><span class="id">${esc(v.parent || "")}</span>` +
-    `<span>${v.layers}</span><span>${envCount.get(v.id) || 0}</span><span>${age(v.created_at)}</span></div>`));
+    `<span>${v.layers}</span><span>${envCount.get(v.id) || 0}</span><span>${age(v.created_at)}</span></div>`);
 }
 
 // -- trees
@@ -279,12 +280,12 @@ function drawTrees() {
   roots.sort((a, b) => (a.id < b.id ? 1 : -1));
   if (wanted && nodes.has(wanted)) { treeRoot = rootOf(wanted); }
   if (!treeRoot || !nodes.has(treeRoot)) treeRoot = roots.length ? roots[0].id : null;
-  list("roots").set(roots.map((r) => {
+  list("roots").set(roots, (r) => {
     const [e, v] = counts(r.id, kids, memo);
     return `<div data-root="${r.id}" class="root${r.id === treeRoot ? " on" : ""}"><span class="id">${r.id}</span> ` +
       `<span class="dim">${e} envs · ${v} versions</span></div>`;
-  }));
-  if (!treeRoot) { list("tree").set([]); $("tree-counts").textContent = "No envs."; return; }
+  });
+  if (!treeRoot) { list("tree").set([], String); $("tree-counts").textContent = "No envs."; return; }
   const [e, v] = counts(treeRoot, kids, memo);
   const el = $("tree-counts");
   el.dataset.envs = e;
@@ -292,29 +293,30 @@ function drawTrees() {
   el.textContent = `${e} envs · ${v} versions in the tree of ${treeRoot}`;
   // One flat row per node, indented by depth (each row skipped by layout while off screen);
   // iterative, so a chain of 1,000 forks needs no deep recursion.
-  const html = [];
-  const order = [];
+  // The tree's rows in order (node, depth), folded nodes' children left out; iterative, so
+  // a chain of 1,000 forks needs no deep recursion. HTML only for the rows on screen.
+  const rows = [];
   const stack = [[nodes.get(treeRoot), 0]];
   while (stack.length) {
     const [n, depth] = stack.pop();
+    rows.push([n, depth]);
     const children = kids.get(n.id) || [];
-    const folded = closed.has(n.id);
-    const [ce] = counts(n.id, kids, memo);
-    const fold = children.length ? `<span class="toggle" data-fold="${n.id}">${folded ? "▸" : "▾"}</span>` : `<span class="toggle"></span>`;
+    if (!closed.has(n.id)) for (let i = children.length - 1; i >= 0; i--) stack.push([children[i], depth + 1]);
+  }
+  $("tree").dataset.rows = rows.length;
+  list("tree").set(rows, ([n, depth]) => {
+    const children = kids.get(n.id) || [];
+    const fold = children.length ? `<span class="toggle" data-fold="${n.id}">${closed.has(n.id) ? "▸" : "▾"}</span>` : `<span class="toggle"></span>`;
     const label = n.kind === "env"
       ? `<span class="status-${esc(n.status)}">${esc(n.status)}</span> <span class="dim">${esc(n.live ? "live" : n.start)}</span>`
       : `<span class="dim">version · ${n.layers} layers</span>`;
-    order.push(n.id);
-    html.push(`<div data-id="${n.id}" class="node kind-${n.kind} d${indent(depth)}">` +
+    return `<div data-id="${n.id}" class="node kind-${n.kind} d${indent(depth)}">` +
       `${fold}<span class="id">${n.id}</span>${label}` +
-      (children.length ? `<span class="count">${ce} envs below</span>` : "") +
-      `${links(n)}${actions(n)}${n.kind === "env" && children.length ? `<button data-act="delete-subtree" data-id="${n.id}">delete subtree</button>` : ""}</div>`);
-    if (!folded) for (let i = children.length - 1; i >= 0; i--) stack.push([children[i], depth + 1]);
-  }
-  $("tree").dataset.rows = html.length;
-  list("tree").set(html);
+      (children.length ? `<span class="count">${counts(n.id, kids, memo)[0]} envs below</span>` : "") +
+      `${links(n)}${actions(n)}${n.kind === "env" && children.length ? `<button data-act="delete-subtree" data-id="${n.id}">delete subtree</button>` : ""}</div>`;
+  });
   if (wanted && !wantedShown) {
-    const at = order.indexOf(wanted);
+    const at = rows.findIndex(([n]) => n.id === wanted);
     if (at >= 0) { wantedShown = true; list("tree").show(at); }
   }
 }
