@@ -125,7 +125,11 @@ function openStream(since) {
     if (source !== stream) return;
     $("live").className = "";
     fetch("/ui/api/whoami")
-      .then((r) => { if (r.status === 401) showSignIn(); else setTimeout(() => { if (source === stream) openStream(""); }, 1000); })
+      .then((r) => {
+        // 401: no session; 403: none can be had here (plain HTTP from another machine).
+        if (r.status === 401 || r.status === 403) showSignIn();
+        else setTimeout(() => { if (source === stream) openStream(""); }, 1000);
+      })
       .catch(() => setTimeout(() => { if (source === stream) openStream(""); }, 1000));
   };
 }
