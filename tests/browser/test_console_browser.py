@@ -10,6 +10,8 @@ by Playwright. With DENV_SCREENSHOTS=1 the tests also write docs/images/console-
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,6 +194,16 @@ def test_echo_web_page_through_ingress_steps_the_env(browser: Any, keyed: Keyed)
     link = page.get_attribute(f"#tree .node[data-id='{keyed.web.id}'] a.web", "href")
     ingress = keyed.web.endpoints[0].url
     assert link == web_url(ingress, "/web/")
+    # `denv open ENV` prints the same URL.
+    cli = subprocess.run(
+        [sys.executable, "-m", "denv", "open", keyed.web.id],
+        env={**os.environ, "DENV_SERVER": keyed.server.url, "DENV_API_KEY": keyed.key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.strip() == link
     failed: list[str] = []
     page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else 0)
     page.goto(link)
