@@ -184,3 +184,34 @@ def test_auto_refuses_an_image_without_python(denv_server: LocalDenv, form_image
         assert exc.value.code == "live_unsupported"
         made = [e.id for e in d.list_envs(include_deleted=True) if e.id not in before]
     assert_gone(denv_server, made)
+
+
+def test_a_web_interface_forks_live_and_threads_of_its_own_fork_by_volume(
+    denv_server: LocalDenv,
+) -> None:
+    # OpenEnv's web interface (Gradio at /web, on in the Hub's envs): denv turns Gradio's
+    # analytics threads off in a live env, so it forks live. Turned back on, the server runs
+    # threads of its own, which a fork would copy mid-use: auto then forks by volume.
+    web = {"ENABLE_WEB_INTERFACE": "true"}
+    cases = {"live": web, "cold": {**web, "GRADIO_ANALYTICS_ENABLED": "True"}}
+    ids: list[str] = []
+    try:
+        for start, env_vars in cases.items():
+            p = provider(denv_server)
+            url = p.start_container(ECHO_IMAGE, env_vars=env_vars)
+            ids.append(p.env_id or "")
+            p.wait_for_ready(url)
+            with GenericEnvClient(base_url=url, provider=p).sync() as root:
+                root.reset()
+                root.step(message(f"web {start}"))
+                (child,) = fork_clients(root, 1)
+                ids.append(child.provider.env_id or "")
+                with child:
+                    assert child.provider.start == start
+                    assert state_of(child)["last_message"] == f"web {start}"
+    finally:
+        with Denv(denv_server.url, denv_server.key) as d:
+            for env_id in ids:
+                if env_id:
+                    d.delete_env(env_id)
+    assert_gone(denv_server, ids)

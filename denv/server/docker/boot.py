@@ -145,7 +145,12 @@ def bring_up(
                     svc.name,
                     svc.image_digest,
                     command,
-                    {**svc.env, **(spec.env if agent else {}), **live_env},
+                    {
+                        **(live.DEFAULT_ENV if live_dir else {}),
+                        **svc.env,
+                        **(spec.env if agent else {}),
+                        **live_env,
+                    },
                     svc.ports,
                     binds.get(svc.name, []),
                     network,

@@ -58,6 +58,12 @@ exec "$py" /.denv/bin/launcher.py "$@"
 """
 
 
+# A live env's defaults, under what its create sets: Gradio (OpenEnv's web
+# interface) otherwise starts analytics threads when it loads, and a server running threads
+# of its own cannot be forked (fork_unsafe).
+DEFAULT_ENV = {"GRADIO_ANALYTICS_ENABLED": "False"}
+
+
 def launcher_command(argv: list[str]) -> list[str]:
     """The agent's whole command (it replaces the image's entrypoint too: ``argv`` is the
     image's Entrypoint and Cmd, or the env's own command)."""

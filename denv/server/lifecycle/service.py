@@ -40,6 +40,9 @@ from denv.server.records import (
 log = logging.getLogger(__name__)
 
 WAIT_MARGIN_S = 30.0
+# A fork of kind auto that cannot be live (the env's server runs threads of its own, or the
+# children ask for an egress or env of their own) is a volume fork instead.
+AUTO_VOLUME_CODES = frozenset({"fork_unsafe", "live_unsupported"})
 WAIT_UNTIL: dict[str, frozenset[EnvStatus]] = {  # what a wait for each condition returns at
     "none": ALL,
     "running": UP | FINAL,
@@ -241,13 +244,22 @@ class Service:
             )
         opts = opts.model_copy(update={"lease_id": self.leases.holding(owner, opts.lease_id)})
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
-            copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
-            version, children = self.live.fork(owner, rec, copied, opts)
-            # The children run in the parent's container, which ran their fork a moment
-            # ago: no round trip to the engine to say so.
-            states = {cid: "running" for cid in rec.runtime.containers.values()}
-            views = [self.env_view(r, states) for r in children]
-            return {"version": self.version_view(version), "envs": views}
+            try:
+                copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
+                version, children = self.live.fork(owner, rec, copied, opts)
+            except ApiError as exc:
+                # auto: live where the env allows it. A server running threads of its own
+                # (the gate saw them before any child existed) or a child's own egress or
+                # env (which a copy cannot take) gets a volume fork instead.
+                if opts.kind != "auto" or exc.code not in AUTO_VOLUME_CODES:
+                    raise
+                log.info("fork of %s (auto): %s; a volume fork instead", env_id, exc.message)
+            else:
+                # The children run in the parent's container, which ran their fork a moment
+                # ago: no round trip to the engine to say so.
+                states = {cid: "running" for cid in rec.runtime.containers.values()}
+                views = [self.env_view(r, states) for r in children]
+                return {"version": self.version_view(version), "envs": views}
         parent = self.ctx.store.get_version(rec.version_id)
         egress = self.admit.fork(owner, rec, parent, opts.egress, opts.env, opts.count, opts.warm)
         t0 = time.perf_counter()
