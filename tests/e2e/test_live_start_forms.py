@@ -98,6 +98,15 @@ def form_images() -> Iterator[None]:
             subprocess.run(["docker", "image", "rm", "-f", *built], capture_output=True)
 
 
+def delete_all(server: LocalDenv, ids: list[str]) -> None:
+    """Delete the envs a test made (ids may hold "" for one that never started); none left."""
+    with Denv(server.url, server.key) as d:
+        for env_id in ids:
+            if env_id:
+                d.delete_env(env_id)
+    assert_gone(server, ids)
+
+
 def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
     return DenvProvider(server=server.url, api_key=server.key, **kwargs)
 
@@ -124,11 +133,7 @@ def test_each_start_form_runs_live_and_forks(
                     child.step(message("child"))
                     assert state_of(child)["step_count"] == state_of(root)["step_count"] + 1
     finally:
-        with Denv(denv_server.url, denv_server.key) as d:
-            for env_id in ids:
-                if env_id:
-                    d.delete_env(env_id)
-    assert_gone(denv_server, ids)
+        delete_all(denv_server, ids)
 
 
 @pytest.mark.parametrize("tag", list(REFUSED))
@@ -169,11 +174,7 @@ def test_the_default_keeps_a_server_that_cannot_be_copied(
                         d.fork(ids[0], kind="live")
                     assert exc.value.code == "live_unsupported"
     finally:
-        with Denv(denv_server.url, denv_server.key) as d:
-            for env_id in ids:
-                if env_id:
-                    d.delete_env(env_id)
-    assert_gone(denv_server, ids)
+        delete_all(denv_server, ids)
 
 
 def test_auto_refuses_an_image_without_python(denv_server: LocalDenv, form_images: None) -> None:
@@ -210,8 +211,4 @@ def test_a_web_interface_forks_live_and_threads_of_its_own_fork_by_volume(
                     assert child.provider.start == start
                     assert state_of(child)["last_message"] == f"web {start}"
     finally:
-        with Denv(denv_server.url, denv_server.key) as d:
-            for env_id in ids:
-                if env_id:
-                    d.delete_env(env_id)
-    assert_gone(denv_server, ids)
+        delete_all(denv_server, ids)
