@@ -11,7 +11,7 @@ scenario of tests/unit/facade_scenarios.py with an API key of its own under vcrp
 (record_mode="all"), and rewrites the cassette so that nothing secret or volatile stays in it:
 
 * API keys (`dak_...`, the Authorization header) become one fixed placeholder;
-* ingress tokens, ids (env_/ver_/req_/lyr_ ULIDs, also inside page cursors), timestamps,
+* ingress tokens, ids (env_/ver_/req_/lyr_/lse_ ULIDs, also inside page cursors), timestamps,
   Idempotency-Keys and container addresses become numbered placeholders, numbered in order of
   first appearance in the cassette, so the same recording gives the same file and a
   re-recording gives a small diff;
@@ -46,8 +46,8 @@ CASSETTES = ROOT / "tests" / "cassettes"
 CASSETTE_SERVER = "http://127.0.0.1:7711"
 CASSETTE_KEY = "dak_CASSETTE_KEY"
 
-_ID = re.compile(r"\b(env|ver|req|lyr)_([0-9A-HJKMNP-TV-Z]{26})\b")
-_PLACEHOLDER_ID = re.compile(r"^(env|ver|req|lyr)_0{10}")
+_ID = re.compile(r"\b(env|ver|req|lyr|lse)_([0-9A-HJKMNP-TV-Z]{26})\b")
+_PLACEHOLDER_ID = re.compile(r"^(env|ver|req|lyr|lse)_0{10}")
 _KEY = re.compile(r"dak_[A-Za-z0-9_\-]+")
 _INGRESS = re.compile(r"/ingress/([A-Za-z0-9_\-]+)")
 _TIMESTAMP = re.compile(

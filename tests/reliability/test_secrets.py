@@ -43,8 +43,9 @@ RECORDER = ROOT / "scripts" / "record_cassettes.py"
 SECRET_SHAPED = re.compile(r"[A-Za-z0-9_-]{22,}")
 # ... unless it is a scrubbed id (zero-padded) or an image digest (sha256:<64 hex>), or
 # a page cursor (base64 of a scrubbed id).
-SCRUBBED_ID = re.compile(r"(?:env|ver|req|lyr)_0{10}[0-9A-Z]{16}")
-NOT_SECRET = re.compile(rf"{SCRUBBED_ID.pattern}|(?<=sha256:)[0-9a-f]{{64}}")
+SCRUBBED_ID = re.compile(r"(?:env|ver|req|lyr|lse)_0{10}[0-9A-Z]{16}")
+# ... or lowercase words joined by hyphens (a header's name: content-security-policy).
+NOT_SECRET = re.compile(rf"{SCRUBBED_ID.pattern}|(?<=sha256:)[0-9a-f]{{64}}|\b[a-z]+(?:-[a-z]+)+\b")
 
 
 @pytest.fixture(scope="module")
