@@ -45,14 +45,14 @@ conformance: $(VENV_STAMP) docker images
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
 ## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), then the
 ## live-fork e2e tests once more from the installed wheel (test-installed). What the tests
-## need is built first, three jobs at a time (images, the TRL and Harbor venvs, Chromium: on
+## need is built first, four jobs at a time (images, the TRL and Harbor venvs, Chromium: on
 ## a fresh machine that is most of the time before the first test).
 TEST_PREREQS := $(VENV_STAMP) docker chromium images image-openenv-template trl-venv compose harbor-venv
 .PHONY: test-prereqs
 test-prereqs: $(TEST_PREREQS)
 
 test:
-	$(MAKE) --no-print-directory -j3 test-prereqs
+	$(MAKE) --no-print-directory -j4 test-prereqs
 	$(PY) -m pytest -q --durations=30
 	scripts/test_installed.sh
 
