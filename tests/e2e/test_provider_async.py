@@ -84,7 +84,9 @@ def test_64_concurrent_starts_and_forks_on_one_loop(own_server: LocalDenv) -> No
     label = {"test": f"async-{time.monotonic_ns()}"}
 
     async def branch(i: int, http: httpx.AsyncClient) -> tuple[DenvProvider, DenvProvider]:
-        root = provider(own_server, labels=label, websocket=False)
+        # fork="volume": a stdlib server cannot be copied, so the default would start it
+        # under the live launcher only to find that out (a second's look per env).
+        root = provider(own_server, labels=label, websocket=False, fork="volume")
         await root.wait_for_ready_async(
             await root.start_container_async(PROBE_IMAGE, command=["python3", "-c", PROBE_APP])
         )
