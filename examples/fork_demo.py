@@ -3,8 +3,10 @@
 It runs the echo environment on denv through the real OpenEnv client,
 steps a prefix, forks eight branches from that exact state, steps each
 branch differently, prints their states side by side, and compares how long
-the fork took with replaying the prefix in a fresh environment. Everything
-it starts is deleted at the end, also when it fails.
+the fork took with replaying the prefix in a fresh environment. The forks are
+`DenvProvider()`'s default, live: each branch is a copy of the running server.
+`--volume` forks from snapshots of `/work` onto booted spares instead, `--cold`
+onto fresh boots. Everything it starts is deleted at the end, also when it fails.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
@@ -31,8 +33,8 @@ def show_pool(pool: Any) -> None:
     say(f"   spares: {pool.ready}/{pool.target} ready, {pool.booting} booting")
 
 
-def start(image: str, warm: int) -> Any:
-    provider = DenvProvider(warm=warm)
+def start(image: str, warm: int = 0, fork: Literal["auto", "volume"] = "auto") -> Any:
+    provider = DenvProvider(warm=warm, fork=fork)
     base_url = provider.start_container(image)
     try:
         provider.wait_for_ready(base_url)
@@ -45,7 +47,7 @@ def start(image: str, warm: int) -> Any:
 def replay(image: str, prefix: int) -> float:
     """Seconds for a fresh env to reach the root's state by replaying the prefix."""
     started = time.perf_counter()
-    client = start(image, warm=0)
+    client = start(image)
     try:
         client.reset()
         for i in range(prefix):
@@ -60,24 +62,31 @@ def main() -> int:
     parser.add_argument("--image", default=IMAGE)
     parser.add_argument("--prefix", type=int, default=200, help="steps before forking")
     parser.add_argument("--branches", type=int, default=8)
-    parser.add_argument("--cold", action="store_true", help="fork without booted spares")
+    parser.add_argument(
+        "--volume", action="store_true", help="volume forks onto booted spares, not live ones"
+    )
+    parser.add_argument("--cold", action="store_true", help="volume forks without spares")
     parser.add_argument(
         "--warm-timeout", type=float, default=600.0, help="seconds to wait for the spares"
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    warm = 0 if args.cold else args.branches
+    fork: Literal["auto", "volume"] = "volume" if args.volume or args.cold else "auto"
+    warm = args.branches if args.volume and not args.cold else 0
     # The baseline first, on a quiet machine: booted spares refilling in the
     # background would slow it down and flatter the fork.
     say(f"0. baseline: a fresh env replaying a prefix of {args.prefix} steps ...")
     replay_s = replay(args.image, args.prefix)
     say(f"   {replay_s:.2f}s to reach step {args.prefix} by replay")
 
-    spares = f", with {warm} booted spares for forks" if warm else ""
-    say(f"1. starting {args.image} on denv{spares} (egress denied, reached through ingress) ...")
+    how_forks = {
+        "auto": ", forking live (each branch a copy of the running server)",
+        "volume": f", with {warm} booted spares for forks" if warm else ", forking cold",
+    }[fork]
+    say(f"1. starting {args.image} on denv{how_forks} (egress denied, through ingress) ...")
     t = time.perf_counter()
-    root = start(args.image, warm=warm)
+    root = start(args.image, warm=warm, fork=fork)
     branches: list[Any] = []
     try:
         say(f"   ready in {time.perf_counter() - t:.1f}s at {root.async_client.base_url}")
@@ -101,7 +110,15 @@ def main() -> int:
         branches = fork_clients(root, args.branches)
         fork_s = time.perf_counter() - t
         starts = [branch.provider.start for branch in branches]
-        how = f"{starts.count('warm')} warm (from spares), {starts.count('cold')} cold (booted)"
+        how = ", ".join(
+            f"{starts.count(kind)} {kind} ({what})"
+            for kind, what in [
+                ("live", "copies of the running server"),
+                ("warm", "from spares"),
+                ("cold", "booted"),
+            ]
+            if kind in starts
+        )
         say(f"   {args.branches} ready branches in {fork_s:.2f}s: {how}")
 
         def walk(n_client: tuple[int, Any]) -> tuple[Any, Any]:
