@@ -11,12 +11,12 @@ import logging
 import threading
 from collections.abc import Mapping
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from denv.errors import Conflict, EnvStartError, InvalidRequest, NotFound
 
 from ._binding import Binding
-from ._config import ForkKind, check_start_options
+from ._config import ForkKind, ProviderConfig, check_start_options
 from ._plan import Plan, Together, api, run
 from ._readiness import child_probe
 from ._waits import FAILED, agent_url, delete_quietly, needs_probes, ready, start_error
@@ -50,19 +50,30 @@ def start_image(
     wait_timeout = options.get("wait_timeout")
     sandbox = config.sandbox_options(port, env_vars, options)
     try:
-        try:
-            env: Env = yield api("create_sandbox", image, live=config.live_start(), **sandbox)
-        except Conflict as exc:
-            if not config.volume_fallback(exc.code):
-                raise
-            logger.info("fork='auto': %s; starting for volume forks", exc)
-            env = yield api("create_sandbox", image, live=False, **sandbox)
+        env: Env = yield from _live_create(config, "create_sandbox", image, **sandbox)
     except InvalidRequest as exc:
         if exc.code != "image_not_found":
             raise
         raise image_not_found(exc, config.pull) from exc
     binding.ready_timeout_s = float(wait_timeout) if wait_timeout else None
     return (yield from adopt(binding, env, f"image {image!r}", awaited=awaited))
+
+
+def _live_create(
+    config: ProviderConfig,
+    method: Literal["create_sandbox", "envs_from_version"],
+    *args: Any,
+    **options: Any,
+) -> Plan[Any]:
+    """The create `method` with the provider's `live`; under `fork="auto"`, once more
+    without the launcher when the server refused it (an image with no Python)."""
+    try:
+        return (yield api(method, *args, live=config.live_start(), **options))
+    except Conflict as exc:
+        if not config.volume_fallback(exc.code):
+            raise
+        logger.info("fork='auto': %s; starting for volume forks", exc)
+        return (yield api(method, *args, live=False, **options))
 
 
 def image_not_found(exc: InvalidRequest, pulled: bool) -> InvalidRequest:
@@ -101,15 +112,7 @@ def start_version(
         "wait_timeout_s": float(wait_timeout or config.timeout_s),
         "warm": config.warm,
     }
-    try:
-        envs: list[Env] = yield api(
-            "envs_from_version", version_id, live=config.live_start(), **options
-        )
-    except Conflict as exc:
-        if not config.volume_fallback(exc.code):
-            raise
-        logger.info("fork='auto': %s; starting for volume forks", exc)
-        envs = yield api("envs_from_version", version_id, live=False, **options)
+    envs: list[Env] = yield from _live_create(config, "envs_from_version", version_id, **options)
     (env,) = envs
     binding.ready_timeout_s = float(wait_timeout) if wait_timeout else None
     return (yield from adopt(binding, env, f"version {version_id}", awaited=awaited))

@@ -23,7 +23,7 @@ from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.fairness import over_quota, throttled
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import check_volume_sizes
-from denv.server.lifecycle.requests import Egress, SandboxCreate
+from denv.server.lifecycle.requests import Egress, LiveStart, SandboxCreate
 from denv.server.lifecycle.spares import PoolOf, pool_of
 from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.egress import from_request as egress_from_request
@@ -204,16 +204,28 @@ class Admission:
             raise refuse_live("a live child keeps its parent's process environment (env)")
         return parent
 
+    def live_start(
+        self, what: str, version: VersionRecord, live: LiveStart, warm: int
+    ) -> LiveStart:
+        """How a create's envs start: ``live`` as asked, with ``auto`` resolved. ``auto``
+        starts without the launcher where the request asks for spares (they serve volume
+        forks) or the version cannot run live (several services); ``true`` there is 409."""
+        if live == "auto":
+            return False if warm or live_reason(len(version.services)) else "auto"
+        if live:
+            self.live(what, version)
+        return live
+
     def sandbox(
         self, owner: str, version: VersionRecord, facts: ImageFacts, body: SandboxCreate
-    ) -> str:
-        """``POST /v1/sandboxes`` on its (not yet recorded) implicit version: its egress."""
+    ) -> tuple[str, LiveStart]:
+        """``POST /v1/sandboxes`` on its (not yet recorded) implicit version: its egress
+        and how its envs start (``live_start``)."""
         count = body.count or 1
         egress = self.egress(body.egress, "deny")
-        if body.live is True:  # auto takes a server that cannot be copied as it is
-            self.live(body.image, version)
-        self.fair(owner, pool_of(version, egress, {}), count, 0 if body.live else body.warm)
-        return egress
+        live = self.live_start(body.image, version, body.live, body.warm)
+        self.fair(owner, pool_of(version, egress, {}), count, 0 if live else body.warm)
+        return egress, live
 
     def snapshot(self, owner: str, rec: EnvRecord) -> None:
         """A snapshot of ``rec``: the versions cap and its volumes' sizes."""

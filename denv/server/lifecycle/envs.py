@@ -14,7 +14,6 @@ import logging
 import time
 from concurrent.futures import Future
 from datetime import timedelta
-from typing import Literal
 
 from denv.server import ids
 from denv.server.config import LOG_TAIL_LINES
@@ -23,6 +22,7 @@ from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admission, check_quota
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
+from denv.server.lifecycle.requests import LiveStart
 from denv.server.lifecycle.spares import Spare, pool_of
 from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.live import LiveError
@@ -75,7 +75,7 @@ class Envs:
         warm: int = 0,
         use_spares: bool = False,
         lease_id: str | None = None,
-        live_env: bool | Literal["auto"] = False,
+        live_env: LiveStart = False,
     ) -> list[EnvRecord]:
         """Record ``count`` envs of ``version`` and start them on worker threads.
 
@@ -292,38 +292,32 @@ class Envs:
         if rec.spec.live:  # its server process is what a live fork copies
             try:
                 proc = ctx.node.live_root(env_id, booted.containers[agent.name], agent.ports[0])
+                live: dict[str, object] = {"live": proc}
             except LiveError as exc:  # e.g. live_unsupported: the server said why
-                if exc.code == "live_unsupported" and rec.spec.live_auto:
-                    self._serve_unchanged(env_id, exc.message)
-                    return
-                way_out = (
-                    ". Create it without live: its forks then boot from a snapshot of /work "
-                    "(kind volume)"
-                    if exc.code == "live_unsupported"
-                    else ""
-                )
-                # An env's error codes are the contract's EnvError codes: live_unsupported, or
-                # a start that failed.
-                code = exc.code if exc.code == "live_unsupported" else "start_failed"
-                raise BootFailed(code, exc.message + way_out, agent.name) from exc
+                if exc.code != "live_unsupported" or not rec.spec.live_auto:
+                    raise self._live_failed(exc, agent.name) from exc
+                # auto, and the server cannot be copied: it serves as it would have without
+                # live (the launcher runs the image's command unchanged either way); its
+                # forks are volume forks, and its record says why it is not live.
+                log.info("env %s serves without live forks: %s", env_id, exc.message)
+                live = {"live_unsupported": exc.message}
             with ctx.env_lock(env_id):
                 current = self._check(env_id)
-                ctx.store.set_runtime(env_id, current.runtime.model_copy(update={"live": proc}))
+                ctx.store.set_runtime(env_id, current.runtime.model_copy(update=live))
         if ctx.store.set_status(env_id, EnvStatus.HEALTHY, only_from={EnvStatus.STARTING}):
             ctx.notify()
 
-    def _serve_unchanged(self, env_id: str, why: str) -> None:
-        """``live: auto`` on a server that cannot be copied: the env serves as it would have
-        without ``live`` (the launcher runs the image's command unchanged either way); its
-        forks are volume forks, and its record says why it is not live."""
-        ctx = self.ctx
-        with ctx.env_lock(env_id):
-            current = self._check(env_id)
-            runtime = current.runtime.model_copy(update={"live_unsupported": why})
-            ctx.store.set_runtime(env_id, runtime)
-        log.info("env %s serves without live forks: %s", env_id, why)
-        if ctx.store.set_status(env_id, EnvStatus.HEALTHY, only_from={EnvStatus.STARTING}):
-            ctx.notify()
+    @staticmethod
+    def _live_failed(exc: LiveError, service: str) -> BootFailed:
+        """A live start that failed, as an env error (the contract's codes: live_unsupported,
+        or a start that failed)."""
+        way_out = (
+            ". Create it without live: its forks then boot from a snapshot of /work (kind volume)"
+            if exc.code == "live_unsupported"
+            else ""
+        )
+        code = exc.code if exc.code == "live_unsupported" else "start_failed"
+        return BootFailed(code, exc.message + way_out, service)
 
     def _fail(self, env_id: str, code: str, message: str, service: str | None) -> None:
         if self.ctx.store.get_env(env_id) is None:

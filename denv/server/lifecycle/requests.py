@@ -57,6 +57,11 @@ class EgressAllowlist(_Body):
 Egress = EgressMode | EgressAllowlist
 
 
+# How a create's agent starts: under the live-fork launcher (True), not (False), or "auto":
+# under it, kept as it is when its server cannot be copied (it then serves as without live).
+LiveStart = bool | Literal["auto"]
+
+
 class SandboxCreate(_Body):
     image: Annotated[str, StringConstraints(min_length=1, max_length=512)]
     command: (
@@ -79,9 +84,7 @@ class SandboxCreate(_Body):
     warm: Warm = 0
     warm_fork: bool = False
     count: Annotated[Int, Field(ge=1)] | None = None  # set: the answer is an EnvBatch
-    # run the image's server under the live-fork launcher; "auto": keep the env when its
-    # server cannot be copied (it then serves as without live)
-    live: bool | Literal["auto"] = False
+    live: LiveStart = False
 
 
 class EnvsCreate(_Body):
@@ -95,7 +98,7 @@ class EnvsCreate(_Body):
     wait_timeout_s: WaitTimeout = 120.0
     warm: Warm = 0
     kind: Literal["volume", "live", "auto"] = "volume"  # fork only
-    live: bool | Literal["auto"] = False  # create from a version only (SandboxCreate's)
+    live: LiveStart = False  # create from a version only
 
 
 class LeaseCreate(_Body):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
 from denv.server import ids
 from denv.server.db import iso, now
@@ -24,7 +24,7 @@ from denv.server.lifecycle.leases import Leases
 from denv.server.lifecycle.live_forks import LiveForks
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
-from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate, WaitFor
+from denv.server.lifecycle.requests import EnvsCreate, LiveStart, SandboxCreate, WaitFor
 from denv.server.lifecycle.versions import Versions
 from denv.server.records import (
     ALL,
@@ -182,14 +182,12 @@ class Service:
         for) are taken before booting; each env succeeds or fails on its own.
         """
         count = body.count or 1
-        if body.live == "auto" and body.warm:  # spares serve volume forks: asked for, kept
-            body = body.model_copy(update={"live": False})
         self.admit.count(owner, count)
         self.admit.version(owner)
         self.admit.image(body.image, "image")
         lease_id = self.leases.holding(owner, body.lease_id)
         planned, facts = self.versions.implicit(owner, body)  # one image look, no record
-        egress = self.admit.sandbox(owner, planned, facts, body)
+        egress, live = self.admit.sandbox(owner, planned, facts, body)
         version = self.versions.add(planned)
         recs = self.envs.create(
             owner,
@@ -203,10 +201,10 @@ class Service:
             wait_timeout_s=body.wait_timeout_s,
             warm=body.warm,
             use_spares=True,
-            live_env=body.live,
+            live_env=live,
         )
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
-        if body.live and body.count is None:
+        if live and body.count is None:
             self._refuse_unsupported_live(owner, body.image, envs[0], version.id)
         return envs[0] if body.count is None else {"envs": envs}
 
@@ -283,11 +281,7 @@ class Service:
         version = self.versions.get_owned(owner, version_id)
         self.leases.holding(owner, opts.lease_id)
         self.admit.count(owner, opts.count)
-        live = opts.live
-        if live == "auto" and (opts.warm or len(version.services) != 1):
-            live = False  # spares serve volume forks; a project of several services runs so
-        elif live is True:
-            self.admit.live(f"version {version.id}", version)
+        live = self.admit.live_start(f"version {version.id}", version, opts.live, opts.warm)
         egress = self.admit.egress(opts.egress, self._version_egress(version))
         recs = self._start_from(owner, version, opts, egress, live)
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
@@ -301,7 +295,7 @@ class Service:
         version: VersionRecord,
         opts: EnvsCreate,
         egress: str,
-        live: bool | Literal["auto"] = False,
+        live: LiveStart = False,
     ) -> list[EnvRecord]:
         return self.envs.create(
             owner,
