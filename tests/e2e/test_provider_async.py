@@ -168,14 +168,18 @@ def test_openenv_async_clients_start_and_fork_on_one_loop(own_server: LocalDenv)
 
 
 def test_fork_async_of_a_failing_child_deletes_every_child(own_server: LocalDenv) -> None:
-    """A fork whose child cannot be used raises, and leaves no child behind."""
+    """A volume fork whose child cannot be used raises, and leaves no child behind.
+
+    Volume children restart their servers, so fork() probes each along the client's path
+    (live children are answered by the server only once they accept connections, and are
+    not probed: see needs_probes)."""
     version_id = echo_version(own_server)
     label = {"test": f"async-fail-{time.monotonic_ns()}"}
 
     async def run() -> None:
         async with watchdog():
             # Children get 15 s (the provider's timeout_s); the root its own 300 s.
-            p = provider(own_server, labels=label, timeout_s=15)
+            p = provider(own_server, labels=label, timeout_s=15, fork="volume")
             await p.wait_for_ready_async(await p.start_version_async(version_id, wait_timeout=300))
             # A WebSocket probe that fails for the children: readiness must give up and
             # delete all of them (the seam is a sync callable, run on a thread).
