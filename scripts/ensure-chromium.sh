@@ -16,7 +16,10 @@ if [[ ! -x "$CHROMIUM" ]]; then
     || die "no apt-get here: install Chromium with your system's package manager (or set DENV_CHROMIUM to its binary), then re-run"
   [[ $(id -u) -eq 0 ]] || die "installing chromium needs root: run this script as root (or sudo)"
   log "installing chromium (apt-get)"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  # apt runs one at a time: ensure-docker.sh may be installing under `make -j` (same lock).
+  apt_lock="${TMPDIR:-/tmp}/denv-apt.lock"
+  DEBIAN_FRONTEND=noninteractive flock "$apt_lock" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive flock "$apt_lock" \
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 fi
 "$CHROMIUM" --version >&2 2>/dev/null || die "$CHROMIUM does not run: reinstall it (apt-get install --reinstall chromium)"

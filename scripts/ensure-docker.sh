@@ -8,6 +8,8 @@ set -euo pipefail
 
 DOCKERD_LOG="${DENV_DOCKERD_LOG:-/var/log/dockerd.log}"
 WAIT_S="${DENV_DOCKERD_WAIT_S:-60}"
+LOCK_DIR="${TMPDIR:-/tmp}"
+APT_LOCK="$LOCK_DIR/denv-apt.lock"
 
 log() { echo "ensure-docker: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -17,12 +19,14 @@ apt_install() {
     || die "no apt-get here: install $* with your system's package manager, then re-run"
   [[ $(id -u) -eq 0 ]] || die "installing $* needs root: run this script as root (or sudo)"
   log "installing $* (apt-get)"
-  # Refresh the package lists at most once per run.
+  # Refresh the package lists at most once per run. apt runs one at a time: under `make -j`
+  # another script may be installing too (ensure-chromium.sh takes the same lock).
   if [[ -z "${_APT_UPDATED:-}" ]]; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive flock "$APT_LOCK" apt-get update -qq
     _APT_UPDATED=1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  DEBIAN_FRONTEND=noninteractive flock "$APT_LOCK" \
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 want_mmdebstrap=0
@@ -33,6 +37,12 @@ for arg in "$@"; do
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
+
+# One run at a time: `make -j` runs this for the docker target and for the base image at
+# once, and on a fresh machine two runs would both install docker.io and start dockerd.
+# The second waits here, then finds both done.
+exec 9>"$LOCK_DIR/denv-ensure-docker.lock"
+flock 9
 
 if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
   apt_install docker.io
@@ -53,7 +63,8 @@ else
   log "starting dockerd (log: $DOCKERD_LOG)"
   mkdir -p "$(dirname "$DOCKERD_LOG")"
   # setsid: dockerd must outlive this script and the make/CI step that ran it.
-  setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  # 9>&-: the lock above is this run's, not dockerd's (it would hold it for its lifetime).
+  setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
   started_pid=$!  # setsid execs dockerd in this process (no fork: we are not a group leader)
 fi
 
