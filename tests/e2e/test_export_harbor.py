@@ -9,8 +9,8 @@ hosted denv. Nothing needs a registry: every image is built from the local echo 
 Three agents play the same exported version: a scripted agent (tests/e2e/harbor_agents.py)
 that resets, reads the state and steps (its reward must be what the env gave the steps), a
 forging agent that writes fake rewards and a fake record (its reward must be 0), and
-Harbor's `nop` (0). After each trial no env of the version is left alive and no container
-or image of the trial remains.
+Harbor's `nop` (0). The three trials run at once. After them no env of the version is left
+alive and no container or image of a trial remains.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -181,35 +182,103 @@ def _trial_resources(name: str) -> set[str]:
     }
 
 
-def _trial(
+class Trial(NamedTuple):
+    name: str
+    agent: str
+    process: subprocess.Popen[str]
+    began: float
+
+
+def _start_trial(
     harbor: Path, task: Path, server: LocalDenv, agent: str, trials: Path, **env: str
-) -> dict[str, Any]:
+) -> Trial:
+    """`harbor trial start` of `agent` on a copy of the task, in the background.
+
+    Each trial gets a copy with a marker file of its own in environment/: Harbor tags the
+    task's image by the content of that folder (hb__<hash>) and removes it when the trial
+    ends, so trials that run at once must not share it.
+    """
     name = f"denv-{agent.rsplit(':', 1)[-1].lower()}-{uuid.uuid4().hex[:6]}"
-    command = [str(harbor), "trial", "start", "-p", str(task), "-a", agent, "-e", "docker"]
+    own = trials / "tasks" / name / task.name
+    shutil.copytree(task, own)
+    (own / "environment" / ".trial").write_text(name + "\n")
+    command = [str(harbor), "trial", "start", "-p", str(own), "-a", agent, "-e", "docker"]
     command += ["--trials-dir", str(trials), "--trial-name", name, "--delete"]
-    before = _trial_resources(name)
-    began = time.monotonic()
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=TRIAL_TIMEOUT_S,
-        env={
-            **os.environ,
-            "DENV_SERVER": server.url,
-            "DENV_API_KEY": server.key,
-            "PYTHONPATH": str(Path(__file__).parent),
-            **env,
-        },
-        check=False,
-    )
-    print(f"trial {name} ({agent}): {time.monotonic() - began:.1f}s", file=sys.stderr)
-    results = trials / name / "result.json"
-    assert results.exists(), f"no trial result:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    # Output to files, not pipes: a trial blocked on a full pipe would stall the others.
+    log = trials / "logs" / name
+    log.mkdir(parents=True)
+    with (log / "stdout").open("w") as out, (log / "stderr").open("w") as err:
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=err,
+            text=True,
+            env={
+                **os.environ,
+                "DENV_SERVER": server.url,
+                "DENV_API_KEY": server.key,
+                "PYTHONPATH": str(Path(__file__).parent),
+                **env,
+            },
+        )
+    return Trial(name, agent, process, time.monotonic())
+
+
+def _finish_trial(trial: Trial, trials: Path, before: set[str]) -> dict[str, Any]:
+    try:
+        trial.process.wait(timeout=TRIAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        trial.process.kill()
+        trial.process.wait()
+    took = time.monotonic() - trial.began
+    log = trials / "logs" / trial.name
+    stdout, stderr = ((log / f).read_text(errors="replace") for f in ("stdout", "stderr"))
+    print(f"trial {trial.name} ({trial.agent}): {took:.1f}s", file=sys.stderr)
+    results = trials / trial.name / "result.json"
+    assert results.exists(), f"no trial result:\n{stdout[-4000:]}\n{stderr[-4000:]}"
     result: dict[str, Any] = json.loads(results.read_text())
-    result["_dir"] = str(trials / name)
-    result["_left"] = sorted(_trial_resources(name) - before)
+    result["_dir"] = str(trials / trial.name)
+    result["_left"] = sorted(_trial_resources(trial.name) - before)
     return result
+
+
+@pytest.fixture(scope="module")
+def trials(
+    harbor: Path,
+    task: Path,
+    bridge_server: LocalDenv,
+    seeded: Seeded,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, dict[str, Any]]:
+    """The three agents' trials, run at once (each waits mostly on builds, boots and its
+    env's server; one after another they took ~150 s here, most of the file's time).
+    What each left is read once every trial has ended."""
+    folder = tmp_path_factory.mktemp("harbor-trials")
+    agents = {
+        "episode": ("harbor_agents:EpisodeAgent", {"DENV_TEST_MESSAGES": json.dumps(MESSAGES)}),
+        "forging": ("harbor_agents:ForgingAgent", {"DENV_TEST_VERSION": seeded.version_id}),
+        "nop": ("nop", {}),
+    }
+    before = _trial_resources("hb__")
+    started: dict[str, Trial] = {}
+    try:
+        for key, (agent, env) in agents.items():
+            started[key] = _start_trial(harbor, task, bridge_server, agent, folder, **env)
+    except BaseException:
+        for trial in started.values():
+            trial.process.kill()
+            trial.process.wait()
+        raise
+    done: dict[str, dict[str, Any]] = {}
+    errors: dict[str, AssertionError] = {}
+    for key, trial in started.items():  # every trial is waited for, even when one failed
+        try:
+            done[key] = _finish_trial(trial, folder, before)
+        except AssertionError as e:
+            errors[key] = e
+    if errors:
+        raise AssertionError("; ".join(f"{k}: {e}" for k, e in errors.items()))
+    return done
 
 
 def _reward(result: dict[str, Any]) -> float:
@@ -231,23 +300,11 @@ def _live_envs(client: Denv, version_id: str) -> list[str]:
 
 
 def test_an_episode_scores_the_rewards_of_its_steps(
-    harbor: Path,
-    task: Path,
-    bridge_server: LocalDenv,
-    client: Denv,
-    seeded: Seeded,
-    tmp_path: Path,
+    trials: dict[str, dict[str, Any]], client: Denv, seeded: Seeded
 ) -> None:
-    result = _trial(
-        harbor,
-        task,
-        bridge_server,
-        "harbor_agents:EpisodeAgent",
-        tmp_path,
-        DENV_TEST_MESSAGES=json.dumps(MESSAGES),
-    )
+    result = trials["episode"]
     played = json.loads((Path(result["_dir"]) / "agent" / "episode.json").read_text())
-    assert played["rc"] == 0, played["stderr"][-3000:]
+    assert played["rc"] == 0, f"{played}, in {result['_dir']}"
     episode = json.loads(played["stdout"].strip().splitlines()[-1])
     assert episode["uid"] != 0, "the agent ran as root"
     assert episode["state"] == seeded.state  # the reset gave the version's exact state
@@ -258,21 +315,9 @@ def test_an_episode_scores_the_rewards_of_its_steps(
 
 
 def test_a_forging_agent_scores_0(
-    harbor: Path,
-    task: Path,
-    bridge_server: LocalDenv,
-    client: Denv,
-    seeded: Seeded,
-    tmp_path: Path,
+    trials: dict[str, dict[str, Any]], client: Denv, seeded: Seeded
 ) -> None:
-    result = _trial(
-        harbor,
-        task,
-        bridge_server,
-        "harbor_agents:ForgingAgent",
-        tmp_path,
-        DENV_TEST_VERSION=seeded.version_id,
-    )
+    result = trials["forging"]
     forged = json.loads((Path(result["_dir"]) / "agent" / "forge.json").read_text())
     assert forged["stdout"].splitlines()[0] != "0", "the agent ran as root"
     assert "forged" in forged["stdout"], forged
@@ -284,14 +329,9 @@ def test_a_forging_agent_scores_0(
 
 
 def test_harbors_nop_agent_scores_0(
-    harbor: Path,
-    task: Path,
-    bridge_server: LocalDenv,
-    client: Denv,
-    seeded: Seeded,
-    tmp_path: Path,
+    trials: dict[str, dict[str, Any]], client: Denv, seeded: Seeded
 ) -> None:
-    result = _trial(harbor, task, bridge_server, "nop", tmp_path)
+    result = trials["nop"]
     assert _reward(result) == 0.0
     assert result["_left"] == [], f"the trial left {result['_left']}"
     assert _live_envs(client, seeded.version_id) == []
