@@ -84,7 +84,7 @@ def snapshot_layers(vols: Volumes, big_bytes: int = 3 << 20) -> tuple[str, str]:
 # The local Ray cluster (H3): what the session fixture `cluster` (conftest) yields.
 @dataclass
 class LocalCluster:
-    """A cluster started by ``denv.cluster.local.up``: Ray nodes, agents, SeaweedFS, server."""
+    """A cluster started by ``denv cluster up``: Ray nodes, agents, SeaweedFS, server."""
 
     url: str
     api_key: str
@@ -94,6 +94,7 @@ class LocalCluster:
     head: str  # "n0": never killed (the cluster ends with it)
     max_envs: int  # the per-node cap the server got (--node-max-envs)
     store: StoreConfig | None
+    up_stdout: str = ""  # what `denv cluster up` printed (the export lines)
 
     def kill_node(self, name: str) -> None:
         """Kill Ray node ``name`` as a machine dies (SIGKILL to its raylet, then the rest)."""

@@ -4,9 +4,10 @@
 extra) on 127.0.0.1 with a bucket, started once for the whole run; yields its ``StoreConfig``.
 It is stopped and its data deleted at the end.
 
-``cluster`` (session scope): ONE 3-node local Ray cluster (``denv.cluster.local.up``: Ray
-nodes n0 (head), n1, n2 with their node agents, SeaweedFS, ``denv serve --cluster``) for the
-whole run; yields a ``cluster_helpers.LocalCluster``; ``down`` at the end must leave nothing.
+``cluster`` (session scope): ONE 3-node local Ray cluster (``denv cluster up``: Ray nodes n0
+(head), n1, n2 with their node agents, SeaweedFS, ``denv serve --cluster``) for the whole
+run; yields a ``cluster_helpers.LocalCluster``; ``denv cluster down --purge`` at the end must
+leave nothing.
 
 Shared helpers live in ``cluster_helpers`` (import them as ``from cluster_helpers import ...``,
 never ``from conftest import``: in a whole run that name is another dir's conftest).
@@ -21,6 +22,8 @@ tests/conftest.py under a name of their own (its fixtures stay where they are).
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -79,29 +82,47 @@ HERE = Path(__file__).resolve().parent
 _stop_cluster: list[Callable[[], None]] = []
 
 
+CLI = [sys.executable, "-m", "denv", "cluster"]
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """ONE local cluster for the whole run: 3 Ray nodes on this machine (n0 the head), their
-    node agents, SeaweedFS and ``denv serve --cluster`` (``denv.cluster.local.up``), each
-    node capped at ``CLUSTER_MAX_ENVS`` envs. After the last test of tests/cluster ``down``
-    stops it all, and nothing may be left: processes, containers, networks, mounts, Ray's
-    temp dir."""
-    from denv.cluster import local, processes, seaweed
+    """ONE local cluster for the whole run, started and stopped as a user does it, with
+    ``denv cluster up`` and ``denv cluster down --purge``: 3 Ray nodes on this machine (n0
+    the head), their node agents, SeaweedFS and ``denv serve --cluster``, each node capped
+    at ``CLUSTER_MAX_ENVS`` envs. After the last test of tests/cluster ``down`` stops it
+    all, and nothing may be left: processes, containers, networks, mounts, Ray's temp dir,
+    the store's data, the cluster's directory."""
+    from denv.cluster import processes, seaweed
 
     cluster_dir = tmp_path_factory.mktemp("cluster")
-    try:
-        state = local.up(cluster_dir, CLUSTER_NODES, max_envs=CLUSTER_MAX_ENVS)
-    except processes.ClusterError as e:
-        pytest.fail(f"the local cluster did not start: {e}")
+    where = ["--state-dir", str(cluster_dir)]
+    sizes = ["--nodes", str(CLUSTER_NODES), "--node-max-envs", str(CLUSTER_MAX_ENVS)]
+    up = subprocess.run(
+        [*CLI, "up", *sizes, *where],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if up.returncode != 0:
+        pytest.fail(f"denv cluster up failed ({up.returncode}):\n{up.stderr[-4000:]}")
+    state = processes.read_state(cluster_dir)
+    assert state, f"denv cluster up wrote no cluster.json:\n{up.stderr}"
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in up.stdout.splitlines()
+        if line.startswith("export ")
+    )
     found = LocalCluster(
         url=state["server"]["url"],
-        api_key=local.api_key(cluster_dir),
+        api_key=exports.get("DENV_API_KEY", ""),
         dir=cluster_dir,
         address=state["address"],
         nodes=[n["name"] for n in state["nodes"]],
         head=state["head"],
         max_envs=CLUSTER_MAX_ENVS,
         store=seaweed.running(Path(state["store"]["data_dir"])),
+        up_stdout=up.stdout,
     )
     instances = list(found.instance_ids().values())
 
@@ -112,10 +133,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
         ray.shutdown()  # a test may have joined the cluster as a driver
         sessions = cluster_sessions(cluster_dir)
-        local.down(cluster_dir, purge=True)
+        down = subprocess.run(
+            [*CLI, "down", "--purge", *where], capture_output=True, text=True, timeout=300
+        )
+        assert down.returncode == 0, f"denv cluster down failed:\n{down.stderr}"
         left = cluster_leftovers(cluster_dir, instances, sessions)
         left += [f"Ray temp dir {state['ray_tmp']}"] if Path(state["ray_tmp"]).exists() else []
-        assert not left, f"the local cluster left: {left}"
+        store_dir = Path(state["store"]["data_dir"])
+        left += [f"SeaweedFS data {store_dir}"] if store_dir.exists() else []
+        left += [f"cluster dir {cluster_dir}"] if cluster_dir.exists() else []
+        assert len(instances) == CLUSTER_NODES, instances
+        assert not left, f"denv cluster down left: {left}"
 
     _stop_cluster.append(stop)
     try:
