@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import LocalDenv, start_server
+from private_dockerd import DaemonDidNotStart, PrivateDockerd
 from reliability_helpers import (
     STANDIN,
     api,
@@ -85,75 +84,6 @@ def test_dying_children_are_failed_with_log_tail(
     assert_nothing_left(request, server.state_dir, "engine faults: after", quiet=True)
 
 
-class DaemonDidNotStart(RuntimeError):
-    pass
-
-
-class PrivateDockerd:
-    """A dockerd of this test's own, so restarting it disturbs nobody."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sock = root / "docker.sock"
-        self.host = f"unix://{self.sock}"
-        self.bridge = f"dvt{os.getpid() % 1_000_000}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        # A bridge of its own: a second dockerd given `--bridge=none` deletes the shared
-        # daemon's docker0 (seen here), which breaks every later `docker build` and run.
-        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True)
-        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
-        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 (the daemon keeps it)
-        self.proc = subprocess.Popen(
-            [
-                "dockerd",
-                "--host",
-                self.host,
-                "--data-root",
-                str(self.root / "data"),
-                "--exec-root",
-                str(self.root / "exec"),
-                "--pidfile",
-                str(self.root / "dockerd.pid"),
-                "--iptables=false",
-                "--ip-masq=false",
-                f"--bridge={self.bridge}",
-            ],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while not self.answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = (self.root / "dockerd.log").read_text(errors="replace")[-1500:]
-                raise DaemonDidNotStart(f"the private dockerd did not come up:\n{tail}")
-            time.sleep(0.2)
-
-    def answers(self) -> bool:
-        done = subprocess.run(
-            ["docker", "-H", self.host, "info"], capture_output=True, check=False, timeout=30
-        )
-        return done.returncode == 0
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
-
-    def docker(self, *args: str) -> str:
-        return subprocess.run(
-            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=True
-        ).stdout
-
-
 def test_docker_daemon_restart_is_survived(
     tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,20 +97,15 @@ def test_docker_daemon_restart_is_survived(
             pytest.fail("the private dockerd removed the shared daemon's docker0 bridge")
 
     request.addfinalizer(shared_bridge_kept)
-    daemon = PrivateDockerd(Path("/tmp") / f"denv-dockerd-{os.getpid()}")
+    # Its data root on a tmpfs: removing the image's files from disk took 9 s.
+    daemon = PrivateDockerd(Path("/tmp") / f"denv-dockerd-{os.getpid()}", tmpfs_mb=1024)
     try:
         daemon.start()
     except DaemonDidNotStart as exc:
-        daemon.stop()
-        shutil.rmtree(daemon.root, ignore_errors=True)
+        daemon.remove()
         pytest.fail(f"a second dockerd did not start here (its log tail follows): {exc}")
     try:
-        subprocess.run(
-            f"docker save {STANDIN} | docker -H {daemon.host} load",
-            shell=True,
-            check=True,
-            capture_output=True,
-        )
+        daemon.load(STANDIN)
         monkeypatch.setenv("DOCKER_HOST", daemon.host)
         with start_server(tmp_path / "state") as srv, api(srv) as c:
             envs = [
@@ -221,6 +146,4 @@ def test_docker_daemon_restart_is_survived(
         )
         assert not left_containers and not left_networks
     finally:
-        daemon.stop()
-        subprocess.run(["umount", "-R", str(daemon.root / "exec")], capture_output=True)
-        shutil.rmtree(daemon.root, ignore_errors=True)
+        daemon.remove()
