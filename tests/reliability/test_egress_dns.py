@@ -3,13 +3,17 @@
 Docker's embedded DNS (127.0.0.11 in every container on a user network) answers the env's
 own service names and forwards every other name to the upstream resolvers. On Docker 20.10
 (what runs here) it does so for internal networks too, and when the host's resolver is a
-loopback one (systemd-resolved, dnsmasq, unbound on 127.x) dockerd itself sends the query
+loopback one (e.g. dnsmasq or unbound on 127.0.0.1) dockerd itself sends the query
 from the host's network namespace: a channel out of an env that can open no connection.
 
 The test builds that setting without touching the machine's daemon or its resolv.conf:
 
 - a resolver of its own: a tiny UDP DNS server (``Recorder``) on a random loopback address
-  (127.64-127/8, port 53) that records every query and answers NXDOMAIN;
+  (in 127.64.0.0/10, port 53) that records every query and answers NXDOMAIN. Loopback, not a
+  network namespace: dockerd sends queries for a loopback upstream from its own namespace,
+  the host's here. (A non-loopback upstream is asked from the container's namespace, which on
+  an internal network has no route: measured by hand, 0 queries reached one; see
+  docs/hardening.md.)
 - a private dockerd (tests/reliability/private_dockerd.py) whose ``/etc/resolv.conf``, in a
   mount namespace of its own, names only that address: the recorder is its upstream;
 - a denv server on that dockerd (``DOCKER_HOST``), the stand-in image loaded into it.
