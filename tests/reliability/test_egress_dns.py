@@ -8,14 +8,15 @@ from the host's network namespace: a channel out of an env that can open no conn
 
 The test builds that setting without touching the machine's daemon or its resolv.conf:
 
-- a resolver of its own: a tiny UDP DNS server (``Recorder``) on a random loopback address
+- a resolver of its own: a tiny UDP DNS server (``DnsRecorder``) on a random loopback address
   (in 127.64.0.0/10, port 53) that records every query and answers NXDOMAIN. Loopback, not a
   network namespace: dockerd sends queries for a loopback upstream from its own namespace,
   the host's here. (A non-loopback upstream is asked from the container's namespace, which on
   an internal network has no route: measured by hand, 0 queries reached one; see
   docs/hardening.md.)
-- a private dockerd (tests/reliability/private_dockerd.py) whose ``/etc/resolv.conf``, in a
-  mount namespace of its own, names only that address: the recorder is its upstream;
+- a private dockerd (``private_engine``: tests/conftest.py, tests/private_dockerd.py) whose
+  ``/etc/resolv.conf``, in a mount namespace of its own, names only that address: the
+  recorder is its upstream;
 - a denv server on that dockerd (``DOCKER_HOST``), the stand-in image loaded into it.
 
 Then: a deny env, an allowlist env, and each service of a compose project in a deny env
@@ -25,7 +26,8 @@ allow env's lookup does reach the recorder (it is this dockerd's upstream), and 
 made by hand on an internal network of the same dockerd, without denv's resolver setting,
 is reported: on Docker 20.10 its lookup reaches the recorder (the hole denv closes).
 
-Cost: one dockerd (about 1 s), the stand-in image copied into it (about 10 s), one server.
+Cost: the session's private dockerd (about 1 s, and 12 s to copy the stand-in image into
+it; test_engine_faults.py uses the same one), one server, four envs booted at once.
 Lookups that fail wait out the resolver's timeout, set short (``RES_OPTIONS``).
 """
 
@@ -33,21 +35,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import random
 import secrets
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import docker
 import httpx
 import pytest
 from conftest import LocalDenv, start_server
-from private_dockerd import PrivateDockerd, private_dockerd
+from private_dockerd import DnsRecorder, PrivateDockerd
 from reliability_helpers import (
     STANDIN,
     api,
@@ -86,9 +83,6 @@ for t in threads: t.join()
 print(json.dumps(found))
 """
 
-# The private dockerd's data root is a tmpfs: removing an image's files from disk took 9 s.
-DATA_ROOT_MB = 1024
-
 COMPOSE = f"""
 services:
   agent:
@@ -102,74 +96,15 @@ x-denv:
 """
 
 
-class Recorder:
-    """A DNS server on ``address``:53 that records every query's name and answers NXDOMAIN."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for _ in range(20):
-            octets = (random.randrange(64, 128), random.randrange(256), random.randrange(1, 255))
-            self.address = "127.{}.{}.{}".format(*octets)
-            try:
-                self.sock.bind((self.address, 53))
-                break
-            except OSError:
-                continue
-        else:
-            raise RuntimeError("no free loopback address for the test's DNS recorder")
-        self.queries: list[str] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                query, peer = self.sock.recvfrom(4096)
-            except OSError:
-                return  # closed
-            labels, i = [], 12
-            try:
-                while query[i]:
-                    labels.append(query[i + 1 : i + 1 + query[i]].decode())
-                    i += 1 + query[i]
-            except (IndexError, UnicodeDecodeError):
-                self.queries.append(f"<unreadable query from {peer[0]}>")
-                continue
-            self.queries.append(".".join(labels).lower())
-            # A response, recursion available, NXDOMAIN; the question echoed, no answers.
-            head = query[:2] + (0x8183).to_bytes(2, "big") + bytes([0, 1, 0, 0, 0, 0, 0, 0])
-            self.sock.sendto(head + query[12 : i + 5], peer)
-
-    def saw(self, token: str) -> list[str]:
-        """The recorded names that hold ``token``."""
-        return [q for q in self.queries if token in q]
-
-    def close(self) -> None:
-        self.sock.close()
-        self._thread.join(5)
+@pytest.fixture(scope="module")
+def recorder(private_engine: PrivateDockerd) -> DnsRecorder:
+    assert private_engine.recorder is not None
+    return private_engine.recorder
 
 
 @pytest.fixture(scope="module")
-def recorder() -> Iterator[Recorder]:
-    rec = Recorder()
-    try:
-        yield rec
-    finally:
-        rec.close()
-
-
-@pytest.fixture(scope="module")
-def daemon(recorder: Recorder) -> Iterator[PrivateDockerd]:
-    root = Path("/tmp") / f"denv-dns-dockerd-{os.getpid()}"
-    resolv_conf = f"nameserver {recorder.address}\n"
-    with private_dockerd(root, resolv_conf=resolv_conf, tmpfs_mb=DATA_ROOT_MB) as d:
-        d.load(STANDIN)
-        yield d
-
-
-@pytest.fixture(scope="module")
-def engine(daemon: PrivateDockerd) -> Iterator[Any]:
-    client = docker.DockerClient(base_url=daemon.host)
+def engine(private_engine: PrivateDockerd) -> Iterator[Any]:
+    client = docker.DockerClient(base_url=private_engine.host)
     try:
         yield client
     finally:
@@ -177,11 +112,11 @@ def engine(daemon: PrivateDockerd) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def server(daemon: PrivateDockerd) -> Iterator[LocalDenv]:
+def server(private_engine: PrivateDockerd) -> Iterator[LocalDenv]:
     # The server and the clean-up after it (docker rm of leftovers) talk to the private daemon.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DOCKER_HOST", daemon.host)
-        with start_server(daemon.state_dir) as srv:
+        mp.setenv("DOCKER_HOST", private_engine.host)
+        with start_server(private_engine.state_dir / "dns") as srv:
             yield srv
 
 
@@ -256,7 +191,7 @@ def envs(server: LocalDenv) -> Iterator[dict[str, dict[str, Any]]]:
 def test_deny_and_allowlist_envs_resolve_no_outside_name(
     engine: Any,
     envs: dict[str, dict[str, Any]],
-    recorder: Recorder,
+    recorder: DnsRecorder,
     request: pytest.FixtureRequest,
 ) -> None:
     kinds = ("deny", "allowlist", "allow")
@@ -305,7 +240,7 @@ def test_deny_and_allowlist_envs_resolve_no_outside_name(
 def test_compose_services_of_a_deny_env_find_each_other_and_nothing_outside(
     engine: Any,
     envs: dict[str, dict[str, Any]],
-    recorder: Recorder,
+    recorder: DnsRecorder,
     request: pytest.FixtureRequest,
 ) -> None:
     env = envs["project"]

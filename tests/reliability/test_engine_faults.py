@@ -1,26 +1,23 @@
 """Faults in the engine: dying children are reported failed with their log tail, and a
 Docker daemon restart is survived.
 
-The daemon restart runs against a private dockerd of its own (own socket, data root and
-exec root and bridge, no iptables) that the server is pointed at with
-``DOCKER_HOST``: restarting the machine's shared dockerd would kill the containers of every
-other test and user (and of other helpers' servers sharing it). About 20 s, most of it
-loading the stand-in image into that daemon. Where no second dockerd can run (no binary,
-no privileges), the test fails with the daemon's log.
+The daemon restart runs against the session's private dockerd (``private_engine`` in
+tests/conftest.py: own socket, data root and exec root and bridge, no iptables) that the
+server is pointed at with ``DOCKER_HOST``: restarting the machine's shared dockerd would kill
+the containers of every other test and user (and of other helpers' servers sharing it).
+Where no second dockerd can run (no binary, no privileges), the test fails with the
+daemon's log.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from conftest import LocalDenv, start_server
-from private_dockerd import DaemonDidNotStart, PrivateDockerd
+from private_dockerd import PrivateDockerd
 from reliability_helpers import (
     STANDIN,
     api,
@@ -85,29 +82,14 @@ def test_dying_children_are_failed_with_log_tail(
 
 
 def test_docker_daemon_restart_is_survived(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    private_engine: PrivateDockerd,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if shutil.which("dockerd") is None:
-        pytest.fail("no dockerd binary to run a private daemon with: install it (make docker)")
-    shared_bridge = Path("/sys/class/net/docker0")
-    had_shared_bridge = shared_bridge.exists()
-
-    def shared_bridge_kept() -> None:
-        if had_shared_bridge and not shared_bridge.exists():
-            pytest.fail("the private dockerd removed the shared daemon's docker0 bridge")
-
-    request.addfinalizer(shared_bridge_kept)
-    # Its data root on a tmpfs: removing the image's files from disk took 9 s.
-    daemon = PrivateDockerd(Path("/tmp") / f"denv-dockerd-{os.getpid()}", tmpfs_mb=1024)
+    daemon = private_engine
     try:
-        daemon.start()
-    except DaemonDidNotStart as exc:
-        daemon.remove()
-        pytest.fail(f"a second dockerd did not start here (its log tail follows): {exc}")
-    try:
-        daemon.load(STANDIN)
         monkeypatch.setenv("DOCKER_HOST", daemon.host)
-        with start_server(tmp_path / "state") as srv, api(srv) as c:
+        with start_server(daemon.state_dir / "faults") as srv, api(srv) as c:
             envs = [
                 ok(c.post("/v1/sandboxes", json={"image": STANDIN})),
                 ok(c.post("/v1/sandboxes", json={"image": STANDIN, "egress": "allow"})),
@@ -146,4 +128,5 @@ def test_docker_daemon_restart_is_survived(
         )
         assert not left_containers and not left_networks
     finally:
-        daemon.remove()
+        if not daemon.answers():  # the session's other users get it back running
+            daemon.start()

@@ -12,21 +12,30 @@ mount (the host's ``/`` is private here), so the root is bind-mounted on itself 
 shared first: a server whose state dir is under ``root`` (``state_dir``) has its volumes'
 mounts seen by this dockerd.
 
-    with private_dockerd(Path("/tmp/denv-dockerd-1"), resolv_conf="nameserver 127.9.8.7\\n") as d:
-        d.load("denv-http-standin:latest")     # from the shared daemon
-        os.environ["DOCKER_HOST"] = d.host      # then start a server on d.state_dir
+    d = PrivateDockerd(Path("/tmp/denv-dockerd-1"), resolv_conf="nameserver 127.9.8.7\\n")
+    d.start()
+    d.load("denv-http-standin:latest")     # from the shared daemon
+    os.environ["DOCKER_HOST"] = d.host      # then start a server on d.state_dir
+    ...
+    d.remove()                             # stopped; bridge, mounts and root removed
+
+The session fixture ``private_engine`` (tests/conftest.py) is one of these, shared by the
+tests that need a daemon of their own (restarting it, reading its DNS): copying the
+stand-in image into a fresh daemon costs about 12 s. Its upstream resolver is a
+``DnsRecorder``: a tiny DNS server on a random loopback address that records every query.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 START_TIMEOUT_S = 60.0
@@ -37,6 +46,53 @@ def mounted(path: Path) -> bool:
     ``os.path.ismount`` misses)."""
     with open("/proc/self/mountinfo") as info:
         return any(line.split()[4] == str(path) for line in info)
+
+
+class DnsRecorder:
+    """A DNS server on ``address``:53 that records every query's name and answers NXDOMAIN."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(20):
+            octets = (random.randrange(64, 128), random.randrange(256), random.randrange(1, 255))
+            self.address = "127.{}.{}.{}".format(*octets)
+            try:
+                self.sock.bind((self.address, 53))
+                break
+            except OSError:
+                continue
+        else:
+            raise RuntimeError("no free loopback address for the test's DNS recorder")
+        self.queries: list[str] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                query, peer = self.sock.recvfrom(4096)
+            except OSError:
+                return  # closed
+            labels, i = [], 12
+            try:
+                while query[i]:
+                    labels.append(query[i + 1 : i + 1 + query[i]].decode())
+                    i += 1 + query[i]
+            except (IndexError, UnicodeDecodeError):
+                self.queries.append(f"<unreadable query from {peer[0]}>")
+                continue
+            self.queries.append(".".join(labels).lower())
+            # A response, recursion available, NXDOMAIN; the question echoed, no answers.
+            head = query[:2] + (0x8183).to_bytes(2, "big") + bytes([0, 1, 0, 0, 0, 0, 0, 0])
+            self.sock.sendto(head + query[12 : i + 5], peer)
+
+    def saw(self, token: str) -> list[str]:
+        """The recorded names that hold ``token``."""
+        return [q for q in self.queries if token in q]
+
+    def close(self) -> None:
+        self.sock.close()
+        self._thread.join(5)
 
 
 class DaemonDidNotStart(RuntimeError):
@@ -55,6 +111,7 @@ class PrivateDockerd:
         self.state_dir = root / "state"
         self.tmpfs_mb = tmpfs_mb
         self.proc: subprocess.Popen[bytes] | None = None
+        self.recorder: DnsRecorder | None = None  # its upstream, when a test gives it one
 
     def command(self) -> list[str]:
         dockerd = [
@@ -141,16 +198,3 @@ class PrivateDockerd:
         save.stdout.close()
         if save.wait() != 0 or load.returncode != 0:
             raise RuntimeError(f"loading {images} into the private dockerd failed: {load.stderr!r}")
-
-
-@contextmanager
-def private_dockerd(
-    root: Path, resolv_conf: str | None = None, tmpfs_mb: int = 0
-) -> Iterator[PrivateDockerd]:
-    """A started private dockerd; stopped and removed (bridge, mounts, root) on exit."""
-    daemon = PrivateDockerd(root, resolv_conf, tmpfs_mb)
-    try:
-        daemon.start()
-        yield daemon
-    finally:
-        daemon.remove()
