@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from private_dockerd import DaemonDidNotStart, DnsRecorder, PrivateDockerd
 
 START_TIMEOUT_S = 60.0
 CLUSTER_DIR = Path(__file__).parent / "cluster"
@@ -173,3 +174,34 @@ def denv_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]
     """A real local server shared by the session's e2e tests."""
     with start_server(tmp_path_factory.mktemp("denv-state")) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def private_engine() -> Iterator[PrivateDockerd]:
+    """A dockerd of the session's own with the stand-in image, whose only upstream resolver is
+    its ``recorder`` (tests/private_dockerd.py). Point a server at it with ``DOCKER_HOST`` and a
+    state dir under its ``state_dir``. The shared daemon and its docker0 are left alone."""
+    if shutil.which("dockerd") is None:
+        pytest.fail("no dockerd binary to run a private daemon with: install it (make docker)")
+    shared_bridge = Path("/sys/class/net/docker0")
+    had_shared_bridge = shared_bridge.exists()
+    recorder = DnsRecorder()
+    # The data root on a tmpfs: removing the image's files from disk took 9 s.
+    daemon = PrivateDockerd(
+        Path("/tmp") / f"denv-dockerd-{os.getpid()}",
+        resolv_conf=f"nameserver {recorder.address}\n",
+        tmpfs_mb=1024,
+    )
+    daemon.recorder = recorder
+    try:
+        try:
+            daemon.start()
+        except DaemonDidNotStart as exc:
+            pytest.fail(f"a second dockerd did not start here (its log tail follows): {exc}")
+        daemon.load("denv-http-standin:latest")
+        yield daemon
+    finally:
+        daemon.remove()
+        recorder.close()
+    if had_shared_bridge and not shared_bridge.exists():
+        pytest.fail("the private dockerd removed the shared daemon's docker0 bridge")

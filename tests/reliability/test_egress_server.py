@@ -11,7 +11,8 @@ connect, and the outside host sees nothing. Positive controls: the host reaches 
 server on the gateway, the deny env reaches itself, and an allow env reaches the outside
 host. Every target is on this machine: tests never send traffic to an outside address.
 The outside host is not tried by name here: the server's envs use the host's resolvers,
-so a name lookup would leave the machine.
+so a name lookup would leave the machine. DNS out of deny envs is tested against a resolver
+of the test's own in tests/reliability/test_egress_dns.py.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import test_egress as probes
 from outside_host import OutsideHost, outside_host
 
 from denv.server.config import HOST_GUARD_CHECK_S
-from denv.server.net.policy import DENY_DNS, GUARD_COMMENT, host_lock, remove_host_guard
+from denv.server.net.policy import GUARD_COMMENT, host_lock, remove_host_guard
 
 pytestmark = pytest.mark.e2e
 
@@ -221,45 +222,3 @@ def test_a_removed_host_guard_is_restored_and_reported_in_health(
         f"the deny env then reached the host {len(found)} times",
     )
     assert not found
-
-
-# Runs in a container: looks up each name in argv[1], prints an address or the error.
-LOOKUP = r"""
-import json, socket, sys
-out = []
-for name in json.loads(sys.argv[1]):
-    try:
-        out.append(socket.gethostbyname(name))
-    except OSError as exc:
-        out.append("error: " + str(exc))
-print(json.dumps(out))
-"""
-
-
-def test_deny_env_has_no_resolver(
-    client: Any,
-    envs: dict[str, dict[str, Any]],
-    outside: OutsideHost,
-    request: pytest.FixtureRequest,
-) -> None:
-    deny = client.containers.get(container_of(envs["deny"]))
-    allow = client.containers.get(container_of(envs["allow"]))
-    # Read, not probed: deny containers forward names to nothing; allow ones keep the host's.
-    assert deny.attrs["HostConfig"]["Dns"] == DENY_DNS
-    assert not allow.attrs["HostConfig"]["Dns"]
-    own = deny.attrs["Config"]["Hostname"]
-    names = [outside.dns_name, outside.address, own]
-    before = len(outside.seen)
-    result = deny.exec_run(["python3", "-c", LOOKUP, json.dumps(names)])
-    assert result.exit_code == 0, result.output.decode(errors="replace")
-    found = json.loads(result.output)
-    seen = outside.wait_seen(before + 1, timeout=1.0)[before:]
-    report(
-        request,
-        f"egress deny DNS: resolver {DENY_DNS}; lookup of the outside host's name: "
-        f"{found[0]}; queries seen by the outside host: {len(seen)}",
-    )
-    assert found[0].startswith("error"), f"a deny env resolved {outside.dns_name}: {found[0]}"
-    assert not seen, f"the outside host saw traffic from a deny env: {seen}"
-    # Positive controls: literal addresses and the env's own names still work.
-    assert found[1] == outside.address and not found[2].startswith("error"), found

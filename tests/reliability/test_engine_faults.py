@@ -1,27 +1,23 @@
 """Faults in the engine: dying children are reported failed with their log tail, and a
 Docker daemon restart is survived.
 
-The daemon restart runs against a private dockerd of its own (own socket, data root and
-exec root and bridge, no iptables) that the server is pointed at with
-``DOCKER_HOST``: restarting the machine's shared dockerd would kill the containers of every
-other test and user (and of other helpers' servers sharing it). About 20 s, most of it
-loading the stand-in image into that daemon. Where no second dockerd can run (no binary,
-no privileges), the test fails with the daemon's log.
+The daemon restart runs against the session's private dockerd (``private_engine`` in
+tests/conftest.py: own socket, data root and exec root and bridge, no iptables) that the
+server is pointed at with ``DOCKER_HOST``: restarting the machine's shared dockerd would kill
+the containers of every other test and user (and of other helpers' servers sharing it).
+Where no second dockerd can run (no binary, no privileges), the test fails with the
+daemon's log.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from conftest import LocalDenv, start_server
+from private_dockerd import PrivateDockerd
 from reliability_helpers import (
     STANDIN,
     api,
@@ -85,104 +81,15 @@ def test_dying_children_are_failed_with_log_tail(
     assert_nothing_left(request, server.state_dir, "engine faults: after", quiet=True)
 
 
-class DaemonDidNotStart(RuntimeError):
-    pass
-
-
-class PrivateDockerd:
-    """A dockerd of this test's own, so restarting it disturbs nobody."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sock = root / "docker.sock"
-        self.host = f"unix://{self.sock}"
-        self.bridge = f"dvt{os.getpid() % 1_000_000}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        # A bridge of its own: a second dockerd given `--bridge=none` deletes the shared
-        # daemon's docker0 (seen here), which breaks every later `docker build` and run.
-        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True)
-        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
-        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 (the daemon keeps it)
-        self.proc = subprocess.Popen(
-            [
-                "dockerd",
-                "--host",
-                self.host,
-                "--data-root",
-                str(self.root / "data"),
-                "--exec-root",
-                str(self.root / "exec"),
-                "--pidfile",
-                str(self.root / "dockerd.pid"),
-                "--iptables=false",
-                "--ip-masq=false",
-                f"--bridge={self.bridge}",
-            ],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while not self.answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = (self.root / "dockerd.log").read_text(errors="replace")[-1500:]
-                raise DaemonDidNotStart(f"the private dockerd did not come up:\n{tail}")
-            time.sleep(0.2)
-
-    def answers(self) -> bool:
-        done = subprocess.run(
-            ["docker", "-H", self.host, "info"], capture_output=True, check=False, timeout=30
-        )
-        return done.returncode == 0
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
-
-    def docker(self, *args: str) -> str:
-        return subprocess.run(
-            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=True
-        ).stdout
-
-
 def test_docker_daemon_restart_is_survived(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    private_engine: PrivateDockerd,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if shutil.which("dockerd") is None:
-        pytest.fail("no dockerd binary to run a private daemon with: install it (make docker)")
-    shared_bridge = Path("/sys/class/net/docker0")
-    had_shared_bridge = shared_bridge.exists()
-
-    def shared_bridge_kept() -> None:
-        if had_shared_bridge and not shared_bridge.exists():
-            pytest.fail("the private dockerd removed the shared daemon's docker0 bridge")
-
-    request.addfinalizer(shared_bridge_kept)
-    daemon = PrivateDockerd(Path("/tmp") / f"denv-dockerd-{os.getpid()}")
+    daemon = private_engine
     try:
-        daemon.start()
-    except DaemonDidNotStart as exc:
-        daemon.stop()
-        shutil.rmtree(daemon.root, ignore_errors=True)
-        pytest.fail(f"a second dockerd did not start here (its log tail follows): {exc}")
-    try:
-        subprocess.run(
-            f"docker save {STANDIN} | docker -H {daemon.host} load",
-            shell=True,
-            check=True,
-            capture_output=True,
-        )
         monkeypatch.setenv("DOCKER_HOST", daemon.host)
-        with start_server(tmp_path / "state") as srv, api(srv) as c:
+        with start_server(daemon.state_dir / "faults") as srv, api(srv) as c:
             envs = [
                 ok(c.post("/v1/sandboxes", json={"image": STANDIN})),
                 ok(c.post("/v1/sandboxes", json={"image": STANDIN, "egress": "allow"})),
@@ -221,6 +128,5 @@ def test_docker_daemon_restart_is_survived(
         )
         assert not left_containers and not left_networks
     finally:
-        daemon.stop()
-        subprocess.run(["umount", "-R", str(daemon.root / "exec")], capture_output=True)
-        shutil.rmtree(daemon.root, ignore_errors=True)
+        if not daemon.answers():  # the session's other users get it back running
+            daemon.start()
