@@ -10,7 +10,7 @@
                [--max-creates-per-key 8] [--max-starting-per-key 16] [--max-waits-per-key 64]
                [--max-versions-per-key 10000] [--max-spares-per-key 16]
                [--max-ingress-per-key 256] [--ingress-read-timeout 600]
-               [--ws-idle-timeout 600] [--max-waits 128] [--max-leases-per-key 256]
+               [--ws-idle-timeout 600] [--max-waits 128] [--max-leases-per-key 1024]
                [--tls-cert PEM --tls-key PEM] [--insecure]
                [--allow-private-egress]
 

@@ -62,7 +62,10 @@ DEFAULT_INGRESS_READ_TIMEOUT_S = 600.0  # the longest an env may go silent mid-r
 # default too), so a live session is never idle; one whose client does not ping still gets
 # 10 minutes between two messages.
 DEFAULT_WS_IDLE_TIMEOUT_S = 600.0
-DEFAULT_MAX_LEASES_PER_KEY = 256  # open leases: one per client process (lifecycle/leases.py)
+# Open leases (lifecycle/leases.py): one per client (a Denv, or a DenvProvider and its forks).
+# Far above --max-envs-per-key, so that a client per env fits; it bounds a client that opens
+# leases in a loop (a row and a renewal every few seconds each).
+DEFAULT_MAX_LEASES_PER_KEY = 1024
 
 # Warm pools (booted spares for forks); the DEFAULT_* ones are `denv serve` flags.
 DEFAULT_WARM_MAX_SPARES = 32  # spares of all pools together, booting ones included

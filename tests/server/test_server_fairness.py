@@ -176,4 +176,4 @@ def test_negative_caps_are_refused() -> None:
     with pytest.raises(ValueError, match="--max-leases-per-key"):
         fairness.config_fields(serve_args("--max-leases-per-key", "-1"))
     fields = fairness.config_fields(serve_args("--ws-idle-timeout", "0"))
-    assert fields["ws_idle_timeout_s"] == 0 and fields["max_leases_per_key"] == 256
+    assert fields["ws_idle_timeout_s"] == 0 and fields["max_leases_per_key"] == 1024

@@ -88,7 +88,7 @@ def sync_detailed(
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
     leases `timeout_s` from its start to be renewed. An API key may hold
-    256 open leases (the local server's `--max-leases-per-key`; one per
+    1024 open leases (the local server's `--max-leases-per-key`; one per
     client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
@@ -131,7 +131,7 @@ def sync(
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
     leases `timeout_s` from its start to be renewed. An API key may hold
-    256 open leases (the local server's `--max-leases-per-key`; one per
+    1024 open leases (the local server's `--max-leases-per-key`; one per
     client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
@@ -169,7 +169,7 @@ async def asyncio_detailed(
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
     leases `timeout_s` from its start to be renewed. An API key may hold
-    256 open leases (the local server's `--max-leases-per-key`; one per
+    1024 open leases (the local server's `--max-leases-per-key`; one per
     client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
@@ -210,7 +210,7 @@ async def asyncio(
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
     leases `timeout_s` from its start to be renewed. An API key may hold
-    256 open leases (the local server's `--max-leases-per-key`; one per
+    1024 open leases (the local server's `--max-leases-per-key`; one per
     client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
