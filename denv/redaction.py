@@ -9,6 +9,11 @@ about and which requests used the same token, while 32 bits of a hash of a 192-b
 give nothing towards the token itself, and a ``:`` is never in a token, so the logged path
 cannot be replayed as a URL.
 
+The host form of an ingress URL (``http://<label>.localhost:7711/``, ``denv.ingress_host``)
+holds the token too, as a lowercase base32 label: a DEBUG log of a handshake shows it in
+the ``Host`` and ``Origin`` headers. A label that decodes to a token becomes the same
+``sha256:<8 hex>`` as that token's path form.
+
 The same pass hides what a DEBUG log of a handshake would show: the value of an
 ``Authorization``, ``Proxy-Authorization``, ``X-API-Key``, ``Cookie`` or ``Set-Cookie``
 header, a ``Bearer`` credential, a key-like query parameter (``?api_key=``, ``?token=``
@@ -16,6 +21,7 @@ header, a ``Bearer`` credential, a key-like query parameter (``?api_key=``, ``?t
 
     redact("GET /ingress/AbC.../ws?x=1")     # 'GET /ingress/sha256:1f0c9a2e/ws?x=1'
     redact("< authorization: Bearer dak_x")  # '< authorization: ***'
+    redact("< Host: vl7tfbbc...ywtcrmwf.localhost:7711")  # '< Host: sha256:1f0c9a2e.localhost:7711'
     handler.addFilter(RedactSecrets())       # every record through the handler
 """
 
@@ -27,6 +33,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from denv.ingress_host import token_of_label
+
 __all__ = ["HIDDEN", "RedactSecrets", "redact"]
 
 # Everything from "/ingress/" to the next path, query or fragment separator, space or
@@ -37,6 +45,9 @@ _REDACTED = re.compile(r"sha256:[0-9a-f]{8}")
 # no "." in it, so a Python file's name is never one.
 _SOURCE_FILE = re.compile(r"[A-Za-z_]\w*\.pyc?|__pycache__")
 _MARK = "/ingress/"
+# A host label (lowercase base32 of a token, 26 characters for 128 bits, 39 for the server's
+# 192) right before a dot; only one that decodes to a token is hidden (token_of_label).
+_HOST_LABEL = re.compile(r"(?i)(?<![\w-])([a-z2-7]{26,63})(?=\.)")
 HIDDEN = "***"
 _HEADER = re.compile(
     r"(?i)\b((?:proxy-)?authorization|x-api-key|(?:set-)?cookie)(\s*[:=]\s*)([^\r\n]+)"
@@ -56,6 +67,13 @@ def _digest_prefix(match: re.Match[str]) -> str:
     return f"{_MARK}sha256:{digest[:8]}"
 
 
+def _label_digest(match: re.Match[str]) -> str:
+    token = token_of_label(match.group(1))
+    if token is None:
+        return match.group(0)
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:8]
+
+
 def _header_value(match: re.Match[str]) -> str:
     if match.group(3) == HIDDEN:  # redacted already
         return match.group(0)
@@ -63,10 +81,13 @@ def _header_value(match: re.Match[str]) -> str:
 
 
 def redact(text: str) -> str:
-    """``text`` with each ``/ingress/<token>`` replaced by ``/ingress/sha256:<8 hex>``, and
-    credentials (header values, key-like query parameters, denv keys) by ``***``."""
+    """``text`` with each ``/ingress/<token>`` replaced by ``/ingress/sha256:<8 hex>`` (and
+    each host label of a token by ``sha256:<8 hex>``), and credentials (header values,
+    key-like query parameters, denv keys) by ``***``."""
     if _MARK in text:
         text = _INGRESS_TOKEN.sub(_digest_prefix, text)
+    if "." in text:
+        text = _HOST_LABEL.sub(_label_digest, text)
     if "dak_" in text:
         text = _API_KEY.sub("dak_" + HIDDEN, text)
     text = _HEADER.sub(_header_value, text)

@@ -193,7 +193,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(console_router)
-    mount_ingress(app, table, ctx.fair, config.ingress_read_timeout_s)
+    mount_ingress(app, table, ctx.fair, config.ingress_read_timeout_s, config.ws_idle_timeout_s)
     app.add_middleware(BoundedJson)  # inside RequestContext: its request id and 1 MiB cap
     app.add_middleware(RequestContext)
     # Outermost: a request to <label>.localhost is an env's, whatever its path (/v1/...).

@@ -10,6 +10,7 @@
                [--max-creates-per-key 8] [--max-starting-per-key 16] [--max-waits-per-key 64]
                [--max-versions-per-key 10000] [--max-spares-per-key 16]
                [--max-ingress-per-key 256] [--ingress-read-timeout 600]
+               [--ws-idle-timeout 600] [--max-waits 128] [--max-leases-per-key 1024]
                [--tls-cert PEM --tls-key PEM] [--insecure]
                [--allow-private-egress]
 
@@ -88,6 +89,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
 
     from denv.server.app import create_app
     from denv.server.auth import load_or_create_key_file, private_dir
+    from denv.server.ingress.pings import PingAwareProtocol
 
     try:
         config = config_from_args(args, cluster_package=make_node is not None)
@@ -140,6 +142,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
             log_config=None,
             access_log=False,
             lifespan="on",
+            ws=PingAwareProtocol,  # a client's pings keep its WebSocket through ingress open
             timeout_graceful_shutdown=5,
             ssl_certfile=args.tls_cert,
             ssl_keyfile=args.tls_key,

@@ -57,6 +57,15 @@ DEFAULT_MAX_VERSIONS_PER_KEY = 10000  # versions not deleted
 DEFAULT_MAX_SPARES_PER_KEY = 16  # warm spares the key's envs asked for, all pools together
 DEFAULT_MAX_INGRESS_PER_KEY = 256  # open ingress connections (HTTP requests, WebSockets)
 DEFAULT_INGRESS_READ_TIMEOUT_S = 600.0  # the longest an env may go silent mid-response
+# A WebSocket through ingress with no message either way and no ping from its client for
+# this long is closed (ingress/websocket.py). OpenEnv's clients ping every 20 s (websockets'
+# default too), so a live session is never idle; one whose client does not ping still gets
+# 10 minutes between two messages.
+DEFAULT_WS_IDLE_TIMEOUT_S = 600.0
+# Open leases (lifecycle/leases.py): one per client (a Denv, or a DenvProvider and its forks).
+# Far above --max-envs-per-key, so that a client per env fits; it bounds a client that opens
+# leases in a loop (a row and a renewal every few seconds each).
+DEFAULT_MAX_LEASES_PER_KEY = 1024
 
 # Warm pools (booted spares for forks); the DEFAULT_* ones are `denv serve` flags.
 DEFAULT_WARM_MAX_SPARES = 32  # spares of all pools together, booting ones included
@@ -106,6 +115,8 @@ class ServerConfig:
     max_spares_per_key: int = DEFAULT_MAX_SPARES_PER_KEY
     max_ingress_per_key: int = DEFAULT_MAX_INGRESS_PER_KEY
     ingress_read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S  # 0: none
+    ws_idle_timeout_s: float = DEFAULT_WS_IDLE_TIMEOUT_S  # 0: none
+    max_leases_per_key: int = DEFAULT_MAX_LEASES_PER_KEY
     lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S  # a lease opened without its own
     scheme: str = "http"  # "https" when `denv serve` has --tls-cert
 

@@ -35,6 +35,32 @@ class LeaseTable:
             ),
         )
 
+    def insert_capped(self, lease: LeaseRecord, cap: int) -> bool:
+        """Insert ``lease`` unless its owner holds ``cap`` open leases already (one statement:
+        two clients opening at once cannot both pass); False when refused. 0: no cap."""
+        if not cap:
+            self.insert(lease)
+            return True
+        sql = (
+            "INSERT INTO leases SELECT ?,?,?,?,?,?,? WHERE (SELECT COUNT(*) FROM leases "
+            "WHERE owner=? AND state='open' AND expires_at>=?) < ?"
+        )
+        values = (
+            lease.id,
+            lease.owner,
+            lease.timeout_s,
+            lease.expires_at,
+            lease.created_at,
+            lease.state,
+            lease.ended_at,
+        )
+        return self._run(sql, (*values, lease.owner, lease.created_at, cap)) > 0
+
+    def count_open(self, owner: str, at: float) -> int:
+        """The owner's leases open and not past their expiry at ``at``."""
+        q = "SELECT COUNT(*) FROM leases WHERE owner=? AND state='open' AND expires_at>=?"
+        return int(self._all(q, (owner, at))[0][0])
+
     def get(self, lease_id: str) -> LeaseRecord | None:
         rows = self._all("SELECT * FROM leases WHERE id=?", (lease_id,))
         if not rows:

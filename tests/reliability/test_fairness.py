@@ -4,9 +4,14 @@ One server with every cap at 1 (or a few): a second create while one is in fligh
 second env while one is starting, a second wait, a fork asking for more warm spares than
 allowed, a version past the limit, a second ingress connection: each is refused with 429
 (``rate_limited``, or ``quota_exceeded`` for what only a delete frees), a Retry-After
-header, and a message naming the ``denv serve`` flag; meanwhile another key is served. An
-env that goes silent mid-request is cut off by the ingress read timeout (502), not waited
-on. Nothing is left afterwards. The flood comparison is in test_flood.py.
+header, and a message naming the ``denv serve`` flag; meanwhile another key is served. The
+server's cap on open waits of all keys together (``--max-waits``) refuses another key's wait
+at once, while that key's other calls are answered (the wait pins no thread); a key's third
+lease is refused (``--max-leases-per-key``). An env that goes silent mid-request is cut off
+by the ingress read timeout (502), not waited on. A WebSocket through ingress that idles
+past ``--ws-idle-timeout`` is closed on both sides (1001, a reason naming the flag) and its
+ingress slot is freed, while a real OpenEnv client that pings stays connected past it.
+Nothing is left afterwards. The flood comparison is in test_flood.py.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import httpx
 import pytest
 from conftest import LocalDenv, start_server
 from reliability_helpers import (
+    ECHO,
     STANDIN,
     STANDIN_CMD,
     api,
@@ -31,6 +37,8 @@ from reliability_helpers import (
     report,
     standin,
 )
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 from denv.server.auth import create_api_key
 
@@ -56,7 +64,11 @@ CAPS = {
     "--max-ingress-per-key": "1",
     "--max-versions-per-key": "6",
     "--ingress-read-timeout": "2",
+    "--max-waits": "1",
+    "--max-leases-per-key": "2",
+    "--ws-idle-timeout": "2",
 }
+IDLE_S = float(CAPS["--ws-idle-timeout"])
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +128,32 @@ def test_each_cap_answers_429_with_retry_after(
         assert ok(out["res"], 200)["status"] == "healthy"
         checked.append("waits")
 
+        # a wait open (until its timeout): another key's wait is past the server's cap, and
+        # refused at once instead of taking a thread; that key's other calls are served
+        wait = {"until": "deleted", "timeout_s": 3}
+        thread, out = in_background(lambda: c.post(f"/v1/envs/{env['id']}/wait", json=wait))
+        body = refused(
+            other.post(f"/v1/envs/{env['id']}/wait", json=wait), "rate_limited", "--max-waits)"
+        )
+        assert body["details"]["limit"] == "server_waits", body
+        ok(other.get("/v1/envs"), 200)
+        thread.join()
+        assert ok(out["res"], 200)["status"] == "healthy"  # its timeout passed
+        checked.append("server waits")
+
+        # leases: a key's third open lease is refused; another key's is not; closing frees one
+        leases = [ok(c.post("/v1/leases", json={}))["id"] for _ in range(2)]
+        body = refused(c.post("/v1/leases", json={}), "quota_exceeded", "--max-leases-per-key")
+        assert body["details"] == {"limit": "leases", "max": 2, "retry_after_s": 30}, body
+        assert "close clients you no longer use" in body["message"]
+        other_lease = ok(other.post("/v1/leases", json={}))["id"]
+        assert other.delete(f"/v1/leases/{other_lease}").status_code == 204
+        assert c.delete(f"/v1/leases/{leases[0]}").status_code == 204
+        leases[0] = ok(c.post("/v1/leases", json={}))["id"]
+        for lease in leases:
+            assert c.delete(f"/v1/leases/{lease}").status_code == 204
+        checked.append("leases")
+
         # warm spares past the key's cap, refused before the fork's snapshot is made
         versions = len(ok(c.get("/v1/versions"), 200)["items"])
         res = c.post(f"/v1/envs/{env['id']}/fork", json={"warm": 2})
@@ -166,6 +204,47 @@ def test_each_cap_answers_429_with_retry_after(
         f"(--ingress-read-timeout {CAPS['--ingress-read-timeout']})",
     )
     assert_nothing_left(request, server.state_dir, "fairness: after", quiet=True)
+
+
+def test_an_idle_websocket_is_closed_and_a_pinging_openenv_client_is_not(
+    server: LocalDenv, request: pytest.FixtureRequest
+) -> None:
+    from openenv.core.generic_client import GenericEnvClient
+
+    with api(server, create_api_key(server.state_dir)) as c:  # the other test's versions cap
+        # one OpenEnv session at a time: the env's side of a WebSocket must be closed too
+        body = {"image": ECHO, "ports": [8000], "env": {"MAX_CONCURRENT_ENVS": "1"}}
+        url = ok(c.post("/v1/sandboxes", json=body))["endpoints"][0]["url"]
+        ws_url = "ws" + url.removeprefix("http") + "/ws"
+
+        # a client that neither sends nor pings (its library still answers the server's pings)
+        with ws_connect(ws_url, ping_interval=None, open_timeout=30) as idle:
+            opened = time.monotonic()
+            with pytest.raises(ConnectionClosed) as closed:
+                idle.recv(timeout=30)
+            idle_s = time.monotonic() - opened
+        rcvd = closed.value.rcvd
+        assert rcvd is not None and rcvd.code == 1001, closed.value
+        assert "--ws-idle-timeout" in rcvd.reason and "no message and no ping" in rcvd.reason
+        # the key's only ingress slot (--max-ingress-per-key 1) is free again
+        assert eventually_ok(f"{url}/health"), "the idle WebSocket's slot was not freed"
+
+        # a real OpenEnv session that pings: open past the idle timeout, then it steps on, in
+        # the env's one session (the idle socket's is gone)
+        client = GenericEnvClient(base_url=url, websocket_ping_interval_s=IDLE_S / 4)
+        with client.sync() as env:
+            env.reset()
+            time.sleep(IDLE_S * 1.5)
+            assert env.step({"message": "still here"}).observation["echoed_message"] == (
+                "still here"
+            )
+        delete_all(c)
+    report(
+        request,
+        f"ingress: an idle WebSocket closed after {idle_s:.1f} s (--ws-idle-timeout "
+        f"{IDLE_S:g}: 1001 {rcvd.reason!r}), its slot freed; an OpenEnv client pinging every "
+        f"{IDLE_S / 4:g} s kept its session for {IDLE_S * 1.5:g} s",
+    )
 
 
 def hold_ingress_connection(url: str) -> socket.socket:

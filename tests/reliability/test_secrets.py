@@ -3,9 +3,13 @@
 A server of its own runs with a key this test chose (``--api-key-file``), logging at DEBUG.
 Scenarios with that key and near misses of it (the key plus a character, the key under
 another auth scheme): envs that start, fail and crash, forks, ingress traffic, unknown
-ids, the facade's and the provider's exceptions, and the CLI. Then the key and every
-ingress token are searched for in the server's log files, every response body, every
-exception text and repr and the CLI's output: 0 occurrences.
+ids, the facade's and the provider's exceptions, and the CLI. Then the key, every ingress
+token and its host-form label are searched for in every file under the server's state
+directory (its logs, console, database with its WAL, server.json, layers: whatever the
+server wrote), every response body, every exception text and repr and the CLI's output: 0
+occurrences. Only two files are meant to hold a secret and are left out: ``api_key`` (the
+key, mode 0600) and ``ingress_key`` (the secret tokens are derived from, never a token);
+so are volume disk images (``*.img``: sparse files of 10 GiB holding only what envs wrote).
 
 The cassettes under tests/cassettes were recorded in other runs with other keys, so they
 are checked by shape instead: no ``dak_`` key, ``Bearer`` value, ingress token or other
@@ -17,10 +21,12 @@ raw recording holds the key and the tokens, the scrubbed one none of them.
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.util
 import os
 import re
 import secrets
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +38,10 @@ import httpx
 import pytest
 from conftest import LocalDenv, start_server
 from reliability_helpers import STANDIN, STANDIN_CMD, api, delete_all, ok, report, standin
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
+
+from denv.ingress_host import host_label
 
 pytestmark = pytest.mark.e2e
 
@@ -90,6 +100,16 @@ def test_known_key_and_tokens_appear_nowhere(
         seen(c.post("/v1/sandboxes", json={"image": "denv-secrets-missing:0"}))
         seen(c.post("/v1/sandboxes", json={"image": STANDIN, "command": STANDIN_CMD, "x": 1}))
         seen(c.get("/v1/envs/env_01M8KZZZZZZZZZZZZZZZZZZZZZ"))
+        # the host form: the token as a label in a WebSocket's Host header (logged at DEBUG;
+        # the stand-in speaks no WebSocket, so the proxy refuses it with 502)
+        label = host_label(tokens[0])
+        port = urlsplit(server.url).port
+        assert label is not None and port is not None
+        hosted = socket.create_connection(("127.0.0.1", port), timeout=30)
+        with pytest.raises(InvalidStatus) as refused:
+            ws_connect(f"ws://{label}.localhost:{port}/ws", sock=hosted, open_timeout=30)
+        assert refused.value.response.status_code == 502
+        texts.append(str(refused.value))
         for header in (f"Bearer {KEY}x", f"Basic {KEY}", KEY, f"Bearer  {KEY[:-1]}"):
             res = seen(httpx.get(f"{server.url}/v1/envs", headers={"Authorization": header}))
             assert res.status_code == 401, res.text
@@ -138,20 +158,53 @@ def test_known_key_and_tokens_appear_nowhere(
             texts += [done.stdout, done.stderr]
         delete_all(c)
 
-    logs = [p for p in server.state_dir.iterdir() if p.name.startswith(("server.l", "server.o"))]
-    log_text = "".join(p.read_text(errors="replace") for p in logs)
-    assert "listening at" in log_text  # the logs are really there
-    needles = [KEY, *tokens]
-    haystacks = {"logs": log_text, "outputs": "\n".join(texts)}
-    found = {where: sum(text.count(n) for n in needles) for where, text in haystacks.items()}
+    files = written_files(server.state_dir)
+    names = {p.name for p in files}
+    assert {"server.log", "server.out", "denv.db", "server.json"} <= names, names
+    log_text = (server.state_dir / "server.log").read_text()
+    assert "listening at" in log_text  # the logs are there, with the host form's header
+    shown = f"host: sha256:{hashlib.sha256(tokens[0].encode()).hexdigest()[:8]}.localhost"
+    assert shown in log_text.lower()
+    needles = [KEY, *tokens, *(host_label(t) or t for t in tokens)]
+    in_files = {
+        str(p.relative_to(server.state_dir)): n
+        for p in files
+        if (n := sum(p.read_bytes().count(x.encode()) for x in needles))
+    }
+    outputs = sum("\n".join(texts).count(n) for n in needles)
+    size = sum(p.stat().st_size for p in files)
     report(
         request,
-        f"secrets: the key and {len(tokens)} ingress tokens searched in {len(logs)} log files "
-        f"({len(log_text)} chars) and {len(texts)} responses/exceptions/CLI outputs: "
-        f"{sum(found.values())} occurrences",
+        f"secrets: the key, {len(tokens)} ingress tokens and their labels searched in "
+        f"{len(files)} files under the state dir ({size // 1024} KiB: "
+        f"{', '.join(sorted(str(p.relative_to(server.state_dir)) for p in files)[:12])}) "
+        f"and {len(texts)} responses/exceptions/CLI outputs: "
+        f"{sum(in_files.values()) + outputs} occurrences",
     )
     leaked = [t[:300] for t in texts if any(n in t for n in needles)]
-    assert found == {"logs": 0, "outputs": 0}, (found, leaked)
+    assert not in_files and outputs == 0, (in_files, leaked)
+
+
+# What holds a secret by design (the key; the ingress secret), and volume disk images.
+NOT_SCANNED = ("api_key", "ingress_key")
+
+
+def written_files(state_dir: Path) -> list[Path]:
+    """Every regular file under the server's state directory but those meant to hold a
+    secret, and volume disk images (their contents are what envs wrote)."""
+    out: list[Path] = []
+    for root, _, names in os.walk(state_dir):
+        for name in names:
+            path = Path(root) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            if path.parent == state_dir and name in NOT_SCANNED:
+                assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+                continue
+            if name.endswith(".img"):
+                continue
+            out.append(path)
+    return out
 
 
 def secrets_in_cassette(text: str, recorder: ModuleType) -> list[str]:

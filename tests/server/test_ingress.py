@@ -26,8 +26,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
+from denv.server.ingress.pings import PingAwareProtocol
 from denv.server.ingress.proxy import mount_ingress, new_token
 from denv.server.ingress.routes import IngressTable
+from denv.server.ingress.websocket import idle_reason
 from denv.server.ingress.wire import REDACT
 
 # ---------------------------------------------------------------------------- servers
@@ -36,12 +38,12 @@ from denv.server.ingress.wire import REDACT
 class ServerThread:
     """A uvicorn server on 127.0.0.1:<free port>, in a thread of this process."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, ws: Any = "auto") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws=ws)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -461,6 +463,36 @@ def test_websocket_client_close_code_reaches_upstream(rig: Rig) -> None:
         ws.close(4002, "client-bye")
     wait_for(lambda: key in rig.state.closes, "the upstream to see the close")
     assert rig.state.closes[key] == (4002, "client-bye")
+
+
+def test_an_idle_websocket_is_closed_on_both_sides_and_pings_keep_one_open() -> None:
+    # The proxy as denv serve runs it (the ping-aware protocol), with a short idle timeout.
+    idle_s = 0.6
+    state, table = UpstreamState(), IngressTable()
+    proxy = fastapi.FastAPI()
+    mount_ingress(proxy, table, ws_idle_timeout_s=idle_s)
+    with (
+        ServerThread(upstream_app(state)) as upstream,
+        ServerThread(proxy, ws=PingAwareProtocol) as front,
+    ):
+        token, key = new_token(), new_token()
+        table.register(token, "127.0.0.1", upstream.port)
+        url = f"ws://127.0.0.1:{front.port}/ingress/{token}/ws"
+        with (
+            ws_connect(f"{url}?id={key}", ping_interval=None) as idle,
+            pytest.raises(ConnectionClosed) as info,
+        ):
+            idle.recv(timeout=10)
+        assert info.value.rcvd is not None
+        expected = (1001, idle_reason(idle_s))
+        assert (info.value.rcvd.code, info.value.rcvd.reason) == expected
+        wait_for(lambda: key in state.closes, "the env's side to be closed")
+        assert state.closes[key] == expected
+        # pings alone keep a socket open past the timeout; a message after that goes through
+        with ws_connect(url, ping_interval=idle_s / 4) as pinging:
+            time.sleep(idle_s * 2.5)
+            pinging.send("still here")
+            assert pinging.recv(timeout=10) == "still here"
 
 
 def test_concurrent_clients_get_their_own_answers(rig: Rig) -> None:

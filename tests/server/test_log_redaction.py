@@ -6,9 +6,12 @@ log switched on, in front of the ingress proxy (``mount_ingress``, the server's 
 handlers) and a real upstream with HTTP and WebSocket routes (tests/server/test_ingress.py).
 Requests carry the token in their path and the API key in ``Authorization``, ``X-API-Key``
 and a query parameter; one makes the proxy fail unexpectedly, so the server's error log
-and a traceback hold the request's path. Then the file and the console are read: neither
-holds the token or the key, and the token's redacted form (``/ingress/sha256:<8 hex>``)
-is there on uvicorn's access and WebSocket lines and on the error's line.
+and a traceback hold the request's path; a WebSocket of the host form
+(``<label>.localhost``, ``HostIngress``) puts the token's label in its DEBUG-logged ``Host``
+header. Then the file and the console are read: neither holds the token, its label or the
+key, and the token's redacted form (``/ingress/sha256:<8 hex>``) is there on uvicorn's
+access and WebSocket lines and on the error's line (``sha256:<8 hex>.localhost`` in the
+host form's header).
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ import uvicorn
 from test_ingress import UpstreamState, upstream_app
 from websockets.sync.client import connect as ws_connect
 
+from denv.ingress_host import host_label
 from denv.redaction import RedactSecrets, redact
 from denv.server.cli import setup_logging
 from denv.server.errors import install_error_handlers
+from denv.server.ingress.hosts import HostIngress
 from denv.server.ingress.proxy import mount_ingress, new_token
 from denv.server.ingress.routes import IngressTable
 
@@ -101,7 +106,10 @@ def test_no_token_and_no_key_reach_server_log_or_console(
     front = fastapi.FastAPI()
     install_error_handlers(front)
     mount_ingress(front, table)
+    front.add_middleware(HostIngress, proxy=front.state.denv_ingress, bases={"localhost"})
     token, unknown, broken = new_token(), new_token(), new_token()
+    label = host_label(token)
+    assert label is not None
     credentials = {"Authorization": f"Bearer {KEY}", "X-API-Key": KEY}
     with ServeThread(upstream_app(UpstreamState())) as upstream, ServeThread(front) as srv:
         table.register(token, "127.0.0.1", upstream.port)
@@ -118,6 +126,10 @@ def test_no_token_and_no_key_reach_server_log_or_console(
         with ws_connect(f"ws://{base}/{token}/ws?id=1", additional_headers=credentials) as ws:
             ws.send("hello")
             assert ws.recv() == "hello"
+        hosted = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        with ws_connect(f"ws://{label}.localhost:{srv.port}/ws", sock=hosted) as ws:
+            ws.send("host form")
+            assert ws.recv() == "host form"
     for handler in logging.getLogger().handlers:
         handler.flush()
     log_text = (tmp_path / "server.log").read_text()
@@ -129,7 +141,8 @@ def test_no_token_and_no_key_reach_server_log_or_console(
         assert "Traceback" in text, where
         assert shown(unknown) in text, where
         assert "authorization: ***" in text.lower(), where  # the handshake, at DEBUG
-        leaked = [s for s in (token, unknown, broken, KEY, KEY[4:]) if s in text]
+        assert f"Host: {shown(token).removeprefix('/ingress/')}.localhost" in text, where
+        leaked = [s for s in (token, label, unknown, broken, KEY, KEY[4:]) if s in text]
         assert not leaked, (where, [line for line in text.splitlines() if "ingress" in line])
 
 
@@ -141,6 +154,13 @@ def test_redact_is_idempotent_and_keeps_what_is_no_secret() -> None:
     assert redact(once) == once
     assert redact(f"< Authorization: Bearer {KEY}") == "< Authorization: ***"
     assert redact(f"key {KEY} given") == "key dak_*** given"
+    label = host_label(token)
+    hosted = f"< Host: {label}.localhost:7711"
+    assert redact(hosted) == f"< Host: {shown(token).removeprefix('/ingress/')}.localhost:7711"
+    assert redact(redact(hosted)) == redact(hosted)
+    assert redact("a.b.example.com, denv.server.ingress.proxy") == (
+        "a.b.example.com, denv.server.ingress.proxy"
+    )
     assert redact("--max-envs-per-key 64; /v1/envs?limit=5") == (
         "--max-envs-per-key 64; /v1/envs?limit=5"
     )

@@ -171,3 +171,9 @@ def test_negative_caps_are_refused() -> None:
         fairness.config_fields(serve_args("--max-waits-per-key", "-1"))
     fields = fairness.config_fields(serve_args("--ingress-read-timeout", "0"))
     assert fields["ingress_read_timeout_s"] == 0
+    with pytest.raises(ValueError, match="--ws-idle-timeout"):
+        fairness.config_fields(serve_args("--ws-idle-timeout", "-1"))
+    with pytest.raises(ValueError, match="--max-leases-per-key"):
+        fairness.config_fields(serve_args("--max-leases-per-key", "-1"))
+    fields = fairness.config_fields(serve_args("--ws-idle-timeout", "0"))
+    assert fields["ws_idle_timeout_s"] == 0 and fields["max_leases_per_key"] == 1024

@@ -4,18 +4,24 @@
 "unrecognized arguments: --api-key KEY": the key on the terminal and in any log capturing
 it. Every subcommand is run here with key-like options it does not have (and with a key
 where a number belongs); its output never holds the key, names the option, and for a key
-option says where a key goes instead. Nothing reaches a server: parsing fails first.
+option says where a key goes instead. So is every sub-command (`cluster up|status|down`,
+`serve --cluster`). And every option a command has whose name says it takes a secret
+(`--api-key`, `--api-key-file`, `--tls-key`, `--store-credentials`, found by walking the
+parsers) is given a key next to another mistake, and for `serve` in place of its file: the
+key is never in the output. Nothing reaches a server: parsing or the options' checks fail
+first.
 """
 
 from __future__ import annotations
 
+import argparse
 import secrets
 from pathlib import Path
 
 import pytest
 
-from denv.cli import _SUBCOMMANDS, main
-from denv.cli_parser import KEY_ADVICE, unrecognized_message
+from denv.cli import _SUBCOMMANDS, _load, _subparser, build_parser, main
+from denv.cli_parser import KEY_ADVICE, CommandParser, is_secret_option, unrecognized_message
 from denv.server.cli import run as run_server
 
 KEY = "dak_" + secrets.token_urlsafe(32)
@@ -133,3 +139,96 @@ def test_the_message_counts_values_and_names_options_once() -> None:
     assert unrecognized_message(["--max-envs-per-key"]) == (
         "unrecognized argument: --max-envs-per-key"
     )
+
+
+def command_paths() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every command and sub-command of `denv` (`cluster up` ...) with its parser, arguments
+    added as `main` adds them; `serve --cluster` is the cluster's serve (`denv.cluster.serve`)."""
+    parser = build_parser()
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
+    def walk(sub: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        found[path] = sub
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, (*path, name))
+
+    for name, (target, _) in _SUBCOMMANDS.items():
+        sub = _subparser(parser, name)
+        _load(target).add_arguments(sub)  # type: ignore[attr-defined]
+        walk(sub, (name,))
+    cluster_serve = CommandParser(prog="denv serve", allow_abbrev=False)
+    _load("denv.cluster.serve").add_arguments(cluster_serve)  # type: ignore[attr-defined]
+    found[("serve", "--cluster")] = cluster_serve
+    return found
+
+
+PATHS = command_paths()
+# The options named like a secret that take a value, per command: (command path, option).
+SECRET_VALUED = sorted(
+    (path, option)
+    for path, sub in PATHS.items()
+    for action in sub._actions
+    if action.nargs != 0
+    for option in action.option_strings
+    if is_secret_option(option)
+)
+
+
+def test_every_command_and_its_secret_options_are_found() -> None:
+    assert {("cluster", "up"), ("cluster", "status"), ("cluster", "down")} <= set(SUB_COMMANDS)
+    assert ("serve", "--cluster") in SUB_COMMANDS
+    assert {
+        (("serve",), "--api-key-file"),
+        (("serve",), "--tls-key"),
+        (("export",), "--api-key"),
+    } <= set(SECRET_VALUED), SECRET_VALUED
+
+
+def leaf_args(path: tuple[str, ...]) -> list[str]:
+    """The command line of a command path, with what it needs besides."""
+    if path == ("serve", "--cluster"):
+        return ["serve", "--cluster", "nodes=1"]
+    return [*path, *VALID.get(path[0], [])] if len(path) == 1 else list(path)
+
+
+# Sub-commands (the commands themselves are checked above): `cluster up` ..., `serve --cluster`.
+SUB_COMMANDS = sorted(p for p, sub in PATHS.items() if len(p) > 1 and sub._subparsers is None)
+
+
+@pytest.mark.parametrize("path", SUB_COMMANDS, ids=lambda p: "-".join(p).replace("--", ""))
+@pytest.mark.parametrize("option", ["--api-key", "--auth-token"])
+def test_each_sub_command_hides_an_unknown_key_option(
+    path: tuple[str, ...], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, output = run([*leaf_args(path), option, KEY], capsys)
+    assert code == 2 and KEY not in output and KEY[4:] not in output, output
+    assert f"{option} and 1 value (not shown" in output and "--api-key-file PATH" in output
+
+
+@pytest.mark.parametrize(
+    ("path", "option"),
+    SECRET_VALUED,
+    ids=[f"{'-'.join(p).replace('--', '')}{o}" for p, o in SECRET_VALUED],
+)
+def test_the_value_of_a_secret_option_is_never_echoed(
+    path: tuple[str, ...], option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # with another argument wrong, and (for serve) the value itself wrong: a key where a
+    # path belongs
+    state = ["--state-dir", str(tmp_path)] if path[0] == "serve" else []
+    mistakes = [["--no-such-option"]] + ([["--port", "not-a-port"]] if state else [])
+    for extra in mistakes:
+        argv = [*leaf_args(path), *state, option, KEY, *extra]
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        output = "".join(capsys.readouterr())
+        assert code == 2, (argv, output)
+        assert KEY not in output and KEY[4:] not in output, (argv, output)
+    if path[0] == "serve":  # the value alone wrong: the command reads it, and says so
+        code = main([*leaf_args(path), *state, option, KEY])
+        output = "".join(capsys.readouterr())
+        assert code == 2 and KEY not in output and option in output, output

@@ -33,7 +33,7 @@ import fastapi
 import httpx
 from starlette.routing import Route, WebSocketRoute
 
-from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S
+from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S, DEFAULT_WS_IDLE_TIMEOUT_S
 from denv.server.errors import RETRY_AFTER_S
 from denv.server.ingress.routes import IngressTable
 from denv.server.ingress.websocket import proxy_websocket, reject_websocket
@@ -90,9 +90,11 @@ class IngressProxy:
         table: IngressTable,
         fair: Fairness | None = None,
         read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
+        ws_idle_timeout_s: float = DEFAULT_WS_IDLE_TIMEOUT_S,
     ) -> None:
         self.table = table
         self.fair = fair  # caps each key's open connections
+        self.ws_idle_timeout_s = ws_idle_timeout_s  # 0: none
         self._timeouts = {
             "timeout": {
                 "connect": CONNECT_TIMEOUT_S,
@@ -139,7 +141,9 @@ class IngressProxy:
             return
         try:
             if scope["type"] == "websocket":
-                await proxy_websocket(self.table.resolve, scope, receive, send)
+                await proxy_websocket(
+                    self.table.resolve, scope, receive, send, self.ws_idle_timeout_s
+                )
             else:
                 await self._http(scope, receive, send)
         finally:
@@ -314,6 +318,7 @@ def mount_ingress(
     table: IngressTable,
     fair: Fairness | None = None,
     read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
+    ws_idle_timeout_s: float = DEFAULT_WS_IDLE_TIMEOUT_S,
 ) -> None:
     """Add the ingress routes to ``app``: HTTP (every method) and WebSocket.
 
@@ -322,7 +327,7 @@ def mount_ingress(
     the OpenAPI schema. The pooled upstream connections close with the app's lifespan. An auth
     middleware must let ``/ingress/`` through: the token is the credential.
     """
-    proxy = IngressProxy(table, fair, read_timeout_s)
+    proxy = IngressProxy(table, fair, read_timeout_s, ws_idle_timeout_s)
     app.router.routes[0:0] = [
         Route("/ingress/{token}", proxy, include_in_schema=False),
         Route("/ingress/{token}/{path:path}", proxy, include_in_schema=False),

@@ -5,6 +5,11 @@ subprotocol it chose; a rejection is relayed with its status and body. Text and 
 frames are pumped both ways; when one side closes, the other is closed with the same code
 and reason (codes that cannot be sent on the wire are mapped: an abnormal end of the env's
 side becomes 1014 "bad gateway", of the client's side 1001 "going away").
+
+A WebSocket with no message either way and no ping from its client for ``idle_timeout_s``
+(``denv serve --ws-idle-timeout``) is closed on both sides with 1001 and a reason naming the
+flag, which frees its ingress slot. A client's ping counts (``ingress.pings``: that is what
+keepalive pings are for), so a live OpenEnv session, which pings every 20 s, is never cut.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
+from denv.server.ingress.pings import LastPing, last_ping
 from denv.server.ingress.wire import (
     NOT_FOUND_MESSAGE,
     Headers,
@@ -73,8 +79,35 @@ async def _reject_error(send: Send, scope: Scope, status: int, code: str, messag
     await _reject(send, scope, status, headers, body)
 
 
-async def proxy_websocket(resolve: Resolve, scope: Scope, receive: Receive, send: Send) -> None:
-    """Proxy one WebSocket connection to the env that the path's token names."""
+def idle_reason(idle_timeout_s: float) -> str:
+    """The close reason of a WebSocket cut for idling (at most 123 bytes on the wire)."""
+    return f"idle for {idle_timeout_s:g} s: no message and no ping (denv serve --ws-idle-timeout)"
+
+
+class _Activity:
+    """When a message last passed either way (the event loop's clock), and the client's
+    pings as the server saw them (None: a server that does not report them)."""
+
+    def __init__(self, pings: LastPing | None) -> None:
+        self.at = asyncio.get_running_loop().time()
+        self.pings = pings
+
+    def touch(self) -> None:
+        self.at = asyncio.get_running_loop().time()
+
+    def last(self) -> float:
+        return max(self.at, self.pings.at) if self.pings is not None else self.at
+
+
+async def proxy_websocket(
+    resolve: Resolve,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    idle_timeout_s: float = 0.0,
+) -> None:
+    """Proxy one WebSocket connection to the env that the path's token names; close it
+    after ``idle_timeout_s`` without a message or a client's ping (0: never)."""
     if (await receive())["type"] != "websocket.connect":
         return
     token, path = split_target(scope)
@@ -91,7 +124,7 @@ async def proxy_websocket(resolve: Resolve, scope: Scope, receive: Receive, send
     except Exception:
         await upstream.close(_GOING_AWAY)
         raise
-    await _pump(upstream, receive, send)
+    await _pump(upstream, receive, send, _Activity(last_ping(scope)), idle_timeout_s)
 
 
 async def _open_upstream(
@@ -136,22 +169,26 @@ async def _open_upstream(
         return None
 
 
-async def _client_to_upstream(receive: Receive, upstream: ClientConnection) -> tuple[int, str]:
+async def _client_to_upstream(
+    receive: Receive, upstream: ClientConnection, activity: _Activity
+) -> tuple[int, str]:
     """Forward the client's frames; return its close code and reason when it leaves."""
     while True:
         message = await receive()
         kind = message["type"]
         if kind == "websocket.receive":
+            activity.touch()
             text = message.get("text")
             await upstream.send(text if text is not None else message.get("bytes") or b"")
         elif kind == "websocket.disconnect":
             return int(message.get("code", 1000)), str(message.get("reason") or "")
 
 
-async def _upstream_to_client(upstream: ClientConnection, send: Send) -> None:
+async def _upstream_to_client(upstream: ClientConnection, send: Send, activity: _Activity) -> None:
     """Forward the env's frames until it closes."""
     try:
         async for data in upstream:
+            activity.touch()
             if isinstance(data, str):
                 await send({"type": "websocket.send", "text": data})
             else:
@@ -160,20 +197,40 @@ async def _upstream_to_client(upstream: ClientConnection, send: Send) -> None:
         pass
 
 
-async def _pump(upstream: ClientConnection, receive: Receive, send: Send) -> None:
-    inbound = asyncio.create_task(_client_to_upstream(receive, upstream))
-    outbound = asyncio.create_task(_upstream_to_client(upstream, send))
+async def _idle(activity: _Activity, idle_timeout_s: float) -> None:
+    """Return once nothing has passed for ``idle_timeout_s`` (never when it is 0)."""
+    if idle_timeout_s <= 0:
+        await asyncio.Event().wait()
+    loop = asyncio.get_running_loop()
+    while (left := activity.last() + idle_timeout_s - loop.time()) > 0:
+        await asyncio.sleep(left)
+
+
+async def _pump(
+    upstream: ClientConnection,
+    receive: Receive,
+    send: Send,
+    activity: _Activity,
+    idle_timeout_s: float,
+) -> None:
+    inbound = asyncio.create_task(_client_to_upstream(receive, upstream, activity))
+    outbound = asyncio.create_task(_upstream_to_client(upstream, send, activity))
+    idle = asyncio.create_task(_idle(activity, idle_timeout_s))
     client_close: tuple[int, str] | None = None
+    idled = False
     try:
-        await asyncio.wait({inbound, outbound}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({inbound, outbound, idle}, return_when=asyncio.FIRST_COMPLETED)
         if inbound.done() and not inbound.cancelled() and inbound.exception() is None:
             client_close = inbound.result()
+        idled = idle.done() and not idle.cancelled() and idle.exception() is None
     finally:
-        for task in (inbound, outbound):
+        for task in (inbound, outbound, idle):
             task.cancel()
-        results = await asyncio.gather(inbound, outbound, return_exceptions=True)
+        results = await asyncio.gather(inbound, outbound, idle, return_exceptions=True)
         _log_unexpected(results)
-        if client_close is not None:
+        if client_close is None and idled:
+            await _close_idle(upstream, send, idle_timeout_s)
+        elif client_close is not None:
             # The client left: close the env's side with the client's code.
             code, reason = client_close
             await upstream.close(_sendable(code, _GOING_AWAY), reason)
@@ -184,6 +241,15 @@ async def _pump(upstream: ClientConnection, receive: Receive, send: Send) -> Non
             reason = upstream.close_reason or ""
             with contextlib.suppress(OSError, RuntimeError):  # the client may be gone
                 await send({"type": "websocket.close", "code": code, "reason": reason})
+
+
+async def _close_idle(upstream: ClientConnection, send: Send, idle_timeout_s: float) -> None:
+    """Close both sides of an idle WebSocket: 1001, with a reason naming the flag."""
+    reason = idle_reason(idle_timeout_s)
+    log.info("ingress: closing a WebSocket %s", reason)
+    await upstream.close(_GOING_AWAY, reason)
+    with contextlib.suppress(OSError, RuntimeError):  # the client may be gone
+        await send({"type": "websocket.close", "code": _GOING_AWAY, "reason": reason})
 
 
 def _log_unexpected(results: Iterable[Any]) -> None:

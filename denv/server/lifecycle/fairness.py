@@ -39,11 +39,13 @@ from denv.server.config import (
     DEFAULT_INGRESS_READ_TIMEOUT_S,
     DEFAULT_MAX_CREATES_PER_KEY,
     DEFAULT_MAX_INGRESS_PER_KEY,
+    DEFAULT_MAX_LEASES_PER_KEY,
     DEFAULT_MAX_SPARES_PER_KEY,
     DEFAULT_MAX_STARTING_PER_KEY,
     DEFAULT_MAX_VERSIONS_PER_KEY,
     DEFAULT_MAX_WAITS,
     DEFAULT_MAX_WAITS_PER_KEY,
+    DEFAULT_WS_IDLE_TIMEOUT_S,
     ServerConfig,
 )
 from denv.server.errors import QUOTA_RETRY_AFTER_S, RETRY_AFTER_S, ApiError
@@ -190,6 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--max-versions-per-key", DEFAULT_MAX_VERSIONS_PER_KEY, "versions not deleted"),
         ("--max-spares-per-key", DEFAULT_MAX_SPARES_PER_KEY, "warm spares its envs ask for"),
         ("--max-ingress-per-key", DEFAULT_MAX_INGRESS_PER_KEY, "open ingress connections"),
+        ("--max-leases-per-key", DEFAULT_MAX_LEASES_PER_KEY, "open leases (one per client)"),
     ]
     parser.add_argument(
         "--max-waits",
@@ -216,6 +219,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds an env may send nothing in the middle of a response through ingress "
         "before the proxy gives up; 0: none (default %(default)g)",
     )
+    parser.add_argument(
+        "--ws-idle-timeout",
+        type=float,
+        default=DEFAULT_WS_IDLE_TIMEOUT_S,
+        metavar="S",
+        help="close a WebSocket through ingress after this many seconds with no message "
+        "either way and no ping from its client (OpenEnv's clients ping every 20 s); "
+        "0: none (default %(default)g)",
+    )
 
 
 def config_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -228,7 +240,9 @@ def config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "max_versions_per_key": args.max_versions_per_key,
         "max_spares_per_key": args.max_spares_per_key,
         "max_ingress_per_key": args.max_ingress_per_key,
+        "max_leases_per_key": args.max_leases_per_key,
         "ingress_read_timeout_s": args.ingress_read_timeout,
+        "ws_idle_timeout_s": args.ws_idle_timeout,
     }
     negative = [name for name, value in fields.items() if value < 0]
     if negative:

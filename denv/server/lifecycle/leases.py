@@ -37,6 +37,7 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError, not_found
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.fairness import over_quota
 from denv.server.records import EnvDeletion, EnvRecord, LeaseRecord, LeaseState
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,18 @@ def deletion_of(lease_id: str, state: LeaseState, timeout_s: float | None) -> En
     )
 
 
+def too_many_leases(held: int, cap: int) -> ApiError:
+    """429 ``quota_exceeded``: the key has as many open leases as the server allows."""
+    return over_quota(
+        "leases",
+        f"this API key has {held} open leases, the server's limit is {cap} "
+        "(--max-leases-per-key): each client (Denv, AsyncDenv, DenvProvider) holds one until "
+        "it closes or stops renewing it; close clients you no longer use (close(), or a "
+        "with block), or ask the operator to raise the limit",
+        cap,
+    )
+
+
 class Leases:
     """Every lease of one server. Each call blocks (routes run it on a thread)."""
 
@@ -97,7 +110,9 @@ class Leases:
             expires_at=t + timeout,
             created_at=t,
         )
-        self.ctx.store.leases.insert(lease)
+        cap = self.ctx.config.max_leases_per_key
+        if not self.ctx.store.leases.insert_capped(lease, cap):
+            raise too_many_leases(self.ctx.store.leases.count_open(owner, t), cap)
         return lease
 
     def get_owned(self, owner: str, lease_id: str) -> LeaseRecord:

@@ -51,6 +51,11 @@ def _parse_response(
 
         return response_422
 
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+        return response_429
+
     response_default = Error.from_dict(response.json())
 
     return response_default
@@ -82,7 +87,9 @@ def sync_detailed(
     holds, with the warm spares they asked for, within seconds; each
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
-    leases `timeout_s` from its start to be renewed.
+    leases `timeout_s` from its start to be renewed. An API key may hold
+    1024 open leases (the local server's `--max-leases-per-key`; one per
+    client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
         idempotency_key (str | Unset):
@@ -123,7 +130,9 @@ def sync(
     holds, with the warm spares they asked for, within seconds; each
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
-    leases `timeout_s` from its start to be renewed.
+    leases `timeout_s` from its start to be renewed. An API key may hold
+    1024 open leases (the local server's `--max-leases-per-key`; one per
+    client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
         idempotency_key (str | Unset):
@@ -159,7 +168,9 @@ async def asyncio_detailed(
     holds, with the warm spares they asked for, within seconds; each
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
-    leases `timeout_s` from its start to be renewed.
+    leases `timeout_s` from its start to be renewed. An API key may hold
+    1024 open leases (the local server's `--max-leases-per-key`; one per
+    client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
         idempotency_key (str | Unset):
@@ -198,7 +209,9 @@ async def asyncio(
     holds, with the warm spares they asked for, within seconds; each
     env's `deletion` says why. Closing the lease deletes them at once.
     `ttl_s` still bounds each env. A server that restarts gives open
-    leases `timeout_s` from its start to be renewed.
+    leases `timeout_s` from its start to be renewed. An API key may hold
+    1024 open leases (the local server's `--max-leases-per-key`; one per
+    client): past it 429 `quota_exceeded` naming the flag.
 
     Args:
         idempotency_key (str | Unset):
