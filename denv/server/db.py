@@ -149,8 +149,8 @@ class Store:
     def insert_version(self, v: VersionRecord) -> None:
         self._run(
             "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, services, "
-            "volumes, warm_fork, labels, created_at, deleted, parent_version_id, tools) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
+            "volumes, warm_fork, labels, created_at, deleted, parent_version_id, tools, origin, "
+            "size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
             version_row(v),
         )
         if v.project:
@@ -183,6 +183,81 @@ class Store:
 
     def mark_version_deleted(self, version_id: str) -> None:
         self._run("UPDATE versions SET deleted=1 WHERE id=?", (version_id,))
+
+    def mark_versions_deleted_if_unused(self, version_ids: list[str]) -> list[str]:
+        """Mark each of ``version_ids`` deleted unless an env not deleted or a version not
+        deleted still comes from it, checked in the same statement; the ids marked."""
+        done = []
+        sql = (
+            "UPDATE versions SET deleted=1 WHERE id=? AND deleted=0 "
+            "AND NOT EXISTS (SELECT 1 FROM envs WHERE version_id=? AND status!='deleted') "
+            "AND NOT EXISTS (SELECT 1 FROM versions c WHERE c.parent_version_id=? AND c.deleted=0)"
+        )
+        with self.transaction() as db:
+            for vid in version_ids:
+                if db.execute(sql, (vid, vid, vid)).rowcount:
+                    done.append(vid)
+        return done
+
+    def versions_in_use(self) -> set[str]:
+        """Versions an env not deleted runs."""
+        rows = self._all("SELECT DISTINCT version_id FROM envs WHERE status!='deleted'")
+        return {str(r[0]) for r in rows}
+
+    def version_parents(self) -> dict[str, str | None]:
+        """Every version not deleted -> the version it came from (None: a root)."""
+        rows = self._all("SELECT id, parent_version_id FROM versions WHERE deleted=0")
+        return {str(r[0]): r[1] for r in rows}
+
+    def seed_layers(self) -> set[str]:
+        """The layers kept as images' seeds (``Versions._seed``), which new versions reuse."""
+        rows = self._all("SELECT value FROM meta WHERE key LIKE 'seed:%' AND value != ''")
+        return {str(r[0]) for r in rows}
+
+    def implicit_versions(self, owner: str | None) -> list[tuple[str, str, str | None, str]]:
+        """(id, owner, parent_version_id, created_at) of the versions not deleted that a
+        sandbox or a fork made (of ``owner``'s, or everyone's)."""
+        sql = (
+            "SELECT id, owner, parent_version_id, created_at FROM versions "
+            "WHERE deleted=0 AND origin IN ('sandbox','fork')"
+        )
+        args: tuple[Any, ...] = ()
+        if owner is not None:
+            sql += " AND owner=?"
+            args = (owner,)
+        return [(r[0], r[1], r[2], r[3]) for r in self._all(sql, args)]
+
+    # layer sizes: recorded once, when a version first names a layer
+    def layer_sizes(self, layer_ids: Collection[str]) -> dict[str, int]:
+        """The recorded sizes of those of ``layer_ids`` that have one."""
+        out: dict[str, int] = {}
+        ids_ = list(layer_ids)
+        for i in range(0, len(ids_), 500):  # SQLite's bound on parameters
+            chunk = ids_[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            q = f"SELECT id, bytes FROM layer_sizes WHERE id IN ({marks})"
+            out.update((str(r[0]), int(r[1])) for r in self._all(q, tuple(chunk)))
+        return out
+
+    def record_layer_sizes(self, sizes: dict[str, int]) -> None:
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO layer_sizes VALUES (?, ?)", list(sizes.items())
+            )
+
+    def forget_layer_sizes(self, layer_ids: Collection[str]) -> None:
+        with self._lock:
+            self._db.executemany("DELETE FROM layer_sizes WHERE id=?", [(x,) for x in layer_ids])
+
+    def layer_bytes_of(self, owner: str) -> int:
+        """Bytes of the distinct layers that ``owner``'s versions (not deleted) name."""
+        rows = self._all(
+            "SELECT COALESCE(SUM(s.bytes), 0) FROM layer_sizes s WHERE s.id IN ("
+            "SELECT l.value FROM versions v, json_each(v.volumes) vol, "
+            "json_each(vol.value, '$.layers') l WHERE v.owner=? AND v.deleted=0)",
+            (owner,),
+        )
+        return int(rows[0][0])
 
     def version_in_use(self, version_id: str) -> bool:
         q = "SELECT 1 FROM envs WHERE version_id=? AND status!='deleted' LIMIT 1"
