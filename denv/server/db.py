@@ -8,6 +8,7 @@ the tables are made (and older databases upgraded) by ``db_schema``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -36,6 +37,18 @@ from denv.server.tokens import ref
 log = logging.getLogger(__name__)
 
 __all__ = ["EnvRecord", "Store", "VersionRecord", "iso", "now"]
+
+
+def _unref_layers(db: sqlite3.Connection, version_id: str) -> None:
+    """A version was marked deleted (in ``db``'s transaction): its owner counts each of its
+    layers once less, and no more those no other of its versions names."""
+    row = db.execute("SELECT owner, volumes FROM versions WHERE id=?", (version_id,)).fetchone()
+    layers = {x for vol in json.loads(row["volumes"]) for x in vol.get("layers", [])}
+    db.executemany(
+        "UPDATE owner_layers SET refs = refs - 1 WHERE owner=? AND layer=?",
+        [(row["owner"], x) for x in layers],
+    )
+    db.execute("DELETE FROM owner_layers WHERE owner=? AND refs <= 0", (row["owner"],))
 
 
 def now() -> datetime:
@@ -147,12 +160,20 @@ class Store:
 
     # versions
     def insert_version(self, v: VersionRecord) -> None:
-        self._run(
-            "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, services, "
-            "volumes, warm_fork, labels, created_at, deleted, parent_version_id, tools, origin, "
-            "size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
-            version_row(v),
-        )
+        """Record a version, and count each layer it names for its owner's disk."""
+        layers = {x for vol in v.volumes for x in vol.layers}
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, "
+                "services, volumes, warm_fork, labels, created_at, deleted, parent_version_id, "
+                "tools, origin, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
+                version_row(v),
+            )
+            db.executemany(
+                "INSERT INTO owner_layers VALUES (?, ?, 1) "
+                "ON CONFLICT (owner, layer) DO UPDATE SET refs = refs + 1",
+                [(v.owner, x) for x in layers],
+            )
         if v.project:
             self._run(
                 "INSERT OR IGNORE INTO projects VALUES (?,?,?)", (v.owner, v.project, v.created_at)
@@ -182,7 +203,11 @@ class Store:
         return [version_from_row(r) for r in self._all("SELECT * FROM versions WHERE deleted=0")]
 
     def mark_version_deleted(self, version_id: str) -> None:
-        self._run("UPDATE versions SET deleted=1 WHERE id=?", (version_id,))
+        with self.transaction() as db:
+            if db.execute(
+                "UPDATE versions SET deleted=1 WHERE id=? AND deleted=0", (version_id,)
+            ).rowcount:
+                _unref_layers(db, version_id)
 
     def mark_versions_deleted_if_unused(self, version_ids: list[str]) -> list[str]:
         """Mark each of ``version_ids`` deleted unless an env not deleted or a version not
@@ -196,6 +221,7 @@ class Store:
         with self.transaction() as db:
             for vid in version_ids:
                 if db.execute(sql, (vid, vid, vid)).rowcount:
+                    _unref_layers(db, vid)
                     done.append(vid)
         return done
 
@@ -250,11 +276,11 @@ class Store:
             self._db.executemany("DELETE FROM layer_sizes WHERE id=?", [(x,) for x in layer_ids])
 
     def layer_bytes_of(self, owner: str) -> int:
-        """Bytes of the distinct layers that ``owner``'s versions (not deleted) name."""
+        """Bytes of the distinct layers that ``owner``'s versions (not deleted) name: one
+        indexed read of the layers counted for it (``owner_layers``), not of its versions."""
         rows = self._all(
-            "SELECT COALESCE(SUM(s.bytes), 0) FROM layer_sizes s WHERE s.id IN ("
-            "SELECT l.value FROM versions v, json_each(v.volumes) vol, "
-            "json_each(vol.value, '$.layers') l WHERE v.owner=? AND v.deleted=0)",
+            "SELECT COALESCE(SUM(s.bytes), 0) FROM owner_layers o "
+            "JOIN layer_sizes s ON s.id = o.layer WHERE o.owner=?",
             (owner,),
         )
         return int(rows[0][0])

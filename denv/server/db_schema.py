@@ -38,6 +38,8 @@ CREATE TABLE IF NOT EXISTS leases (
   created_at REAL NOT NULL, state TEXT NOT NULL, ended_at REAL);
 CREATE INDEX IF NOT EXISTS leases_due ON leases (state, expires_at);
 CREATE TABLE IF NOT EXISTS layer_sizes (id TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS owner_layers (
+  owner TEXT NOT NULL, layer TEXT NOT NULL, refs INTEGER NOT NULL, PRIMARY KEY (owner, layer));
 CREATE TABLE IF NOT EXISTS idempotency (
   owner TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (owner, key));
@@ -52,6 +54,20 @@ def create_and_migrate(db: sqlite3.Connection) -> None:
     _digest_ingress_tokens(db)
     _add_lease_columns(db)
     _add_version_origin_columns(db)
+    _count_owner_layers(db)
+
+
+def _count_owner_layers(db: sqlite3.Connection) -> None:
+    """A database made before the disk budget gains, for each key, how many of its versions
+    name each layer (``owner_layers``, kept by ``Store`` from then on)."""
+    if db.execute("SELECT 1 FROM owner_layers LIMIT 1").fetchone():
+        return
+    db.execute(
+        "INSERT INTO owner_layers SELECT owner, layer, COUNT(*) FROM ("
+        "SELECT DISTINCT v.id, v.owner, l.value AS layer FROM versions v, "
+        "json_each(v.volumes) vol, json_each(vol.value, '$.layers') l WHERE v.deleted=0) "
+        "GROUP BY owner, layer"
+    )
 
 
 def _add_version_origin_columns(db: sqlite3.Connection) -> None:

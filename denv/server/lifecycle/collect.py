@@ -64,23 +64,22 @@ def expired(
     idle for ``grace_s``. Pure: the caller reads the database and keeps ``idle_since``.
     """
     children = Counter(p for p in parents.values() if p)
-    waiting = list(candidates)
+    by_id = {c.id: c for c in candidates}
     chosen: list[str] = []
     idle: dict[str, float] = {}
-    changed = True
-    while changed:
-        changed = False
-        for c in list(waiting):
-            if c.id in used or children[c.id] > 0:
-                continue
-            since = idle.setdefault(c.id, idle_since.get(c.id, now_s))
-            if now_s - since >= grace_s:
-                chosen.append(c.id)
-                waiting.remove(c)
-                idle.pop(c.id)
-                if c.parent_version_id:
-                    children[c.parent_version_id] -= 1
-                changed = True
+    ready = [c for c in by_id.values() if c.id not in used and children[c.id] == 0]
+    while ready:  # each candidate is looked at once, and its parent when it goes
+        c = ready.pop()
+        since = idle_since.get(c.id, now_s)
+        if now_s - since < grace_s:
+            idle[c.id] = since
+            continue
+        chosen.append(c.id)
+        parent = by_id.get(c.parent_version_id or "")
+        if parent is not None:
+            children[parent.id] -= 1
+            if children[parent.id] == 0 and parent.id not in used:
+                ready.append(parent)
     return chosen, idle
 
 
