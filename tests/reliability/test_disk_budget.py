@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,28 @@ def state(tmp_path: Path) -> Iterator[Path]:
     clean(tmp_path / "state")
 
 
+class Laps:
+    """Seconds each phase took, for the summary line (never asserted)."""
+
+    def __init__(self) -> None:
+        self.t = time.monotonic()
+        self.laps: list[str] = []
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps.append(f"{name} {now - self.t:.1f}s")
+        self.t = now
+
+
 def test_the_disk_budget_holds_and_gc_gives_the_disk_back(
     state: Path,
     request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    lap = Laps()
     with start_server(state, *BUDGET, cleanup=False) as srv, api(srv) as c:
+        lap("start")
         start = held(state)
         env = sandbox(c)
         forks: list[dict[str, Any]] = []
@@ -107,6 +123,7 @@ def test_the_disk_budget_holds_and_gc_gives_the_disk_back(
             forks.append(fork["version"])
             deleted(c.delete(f"/v1/envs/{env['id']}"))
             env = fork["envs"][0]
+        lap("loop")
         assert refused is not None, "the loop never reached the quota"
         error = refused.json()
         assert refused.status_code == 507 and error["code"] == "disk_quota_exceeded", error
@@ -144,6 +161,7 @@ def test_the_disk_budget_holds_and_gc_gives_the_disk_back(
         table = capsys.readouterr().out
         assert "SIZE" in table and f"{WRITE_MB}.0 MiB *" in table, table
 
+        lap("checks")
         # cleanup: delete the key's envs; denv gc frees every version the loop made
         deleted(c.delete(f"/v1/envs/{env['id']}"))
         assert main(["gc", "--json"]) == 0
@@ -152,6 +170,8 @@ def test_the_disk_budget_holds_and_gc_gives_the_disk_back(
         assert freed["bytes_freed"] >= len(forks) * WRITE_MB * MIB, freed
         assert ok(c.get("/v1/versions"), 200)["items"] == []
         end = held(state, but=theirs["id"])
+        lap("gc")
+    lap("stop")
     assert end <= start, (start, peak, end)
 
     # the floor: 100 GiB above what is free; the other key's env carries on
@@ -159,6 +179,7 @@ def test_the_disk_budget_holds_and_gc_gives_the_disk_back(
     free_mb = st.f_bavail * st.f_frsize // MIB
     floor = ["--min-free-disk", f"{free_mb + 100 * 1024}M"]
     with start_server(state, *BUDGET, *floor, cleanup=False) as srv, api(srv, other) as o:
+        lap("restart")
         res = o.post("/v1/sandboxes", json={"image": STANDIN, "command": STANDIN_CMD})
         low = res.json()
         assert res.status_code == 507 and low["code"] == "disk_low", low
@@ -170,10 +191,13 @@ def test_the_disk_budget_holds_and_gc_gives_the_disk_back(
         assert serves(theirs)
         write(theirs, 1, "below-the-floor")
         deleted(o.delete(f"/v1/envs/{theirs['id']}"))
+        lap("floor")
+    lap("stop")
     report(
         request,
         f"disk budget: {len(forks)} forks of {WRITE_MB} MiB fit in {QUOTA_MB} MiB, the next "
         f"was 507; gc freed {freed['versions_deleted']} versions, "
         f"{freed['bytes_freed'] / MIB:.1f} MiB; layers+volumes {start} -> {peak} -> {end} "
-        f"bytes; a floor above {free_mb} MiB free: 507 disk_low, the running env served",
+        f"bytes; a floor above {free_mb} MiB free: 507 disk_low, the running env served; "
+        + ", ".join(lap.laps),
     )
