@@ -2,7 +2,7 @@
 
 * the walk that measures a layer once, when its first version is recorded
   (``Volumes.layer_size``), for layers of 10, 1,000 and 10,000 files;
-* the per-key read every create, fork and snapshot makes (``Store.layer_bytes_of``), for a
+* the per-key read every create, fork and snapshot makes (``store.sizes.of_owner``), for a
   key of 10,000 versions in fork chains (8-deep stacks), against a key of none;
 * one collection's reads and selection (``Collector``) over those 10,000 versions.
 
@@ -75,9 +75,9 @@ def main() -> None:
                     origin="fork",
                 )
             )
-        store.record_layer_sizes(sizes)
-        out["key_layer_bytes_10000_versions_ms"] = median_ms(lambda: store.layer_bytes_of("busy"))
-        out["key_layer_bytes_no_versions_ms"] = median_ms(lambda: store.layer_bytes_of("idle"))
+        store.sizes.record(sizes)
+        out["key_layer_bytes_10000_versions_ms"] = median_ms(lambda: store.sizes.of_owner("busy"))
+        out["key_layer_bytes_no_versions_ms"] = median_ms(lambda: store.sizes.of_owner("idle"))
 
         def collection() -> None:
             candidates = [Candidate(*row) for row in store.implicit_versions(None)]

@@ -1,5 +1,6 @@
 """SQLite state (WAL): API keys, versions, envs, leases, ingress tokens, projects, idempotency
-records. The leases table's queries are ``db_leases``'s (``store.leases``).
+records. The leases table's queries are ``db_leases``'s (``store.leases``), the layer sizes'
+``db_disk``'s (``store.sizes``).
 
 One connection shared by all threads behind a lock held only for the SQL itself, never across a
 Docker call. Records are those of ``records``; their rows are converted in ``db_rows`` and
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from denv.server import ids
+from denv.server.db_disk import LayerSizes
 from denv.server.db_leases import LeaseTable
 from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
 from denv.server.db_schema import create_and_migrate
@@ -82,6 +84,7 @@ class Store:
         # Lease writes change no env or version: they wake no watcher (a renewal comes from
         # every client every few seconds); the deletes they cause do.
         self.leases = LeaseTable(self._all, self._run_quietly)
+        self.sizes = LayerSizes(self._all, self._run_quietly)  # the disk budget's
 
     def close(self) -> None:
         with self._lock:
@@ -252,38 +255,6 @@ class Store:
             sql += " AND owner=?"
             args = (owner,)
         return [(r[0], r[1], r[2], r[3]) for r in self._all(sql, args)]
-
-    # layer sizes: recorded once, when a version first names a layer
-    def layer_sizes(self, layer_ids: Collection[str]) -> dict[str, int]:
-        """The recorded sizes of those of ``layer_ids`` that have one."""
-        out: dict[str, int] = {}
-        ids_ = list(layer_ids)
-        for i in range(0, len(ids_), 500):  # SQLite's bound on parameters
-            chunk = ids_[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            q = f"SELECT id, bytes FROM layer_sizes WHERE id IN ({marks})"
-            out.update((str(r[0]), int(r[1])) for r in self._all(q, tuple(chunk)))
-        return out
-
-    def record_layer_sizes(self, sizes: dict[str, int]) -> None:
-        with self._lock:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO layer_sizes VALUES (?, ?)", list(sizes.items())
-            )
-
-    def forget_layer_sizes(self, layer_ids: Collection[str]) -> None:
-        with self._lock:
-            self._db.executemany("DELETE FROM layer_sizes WHERE id=?", [(x,) for x in layer_ids])
-
-    def layer_bytes_of(self, owner: str) -> int:
-        """Bytes of the distinct layers that ``owner``'s versions (not deleted) name: one
-        indexed read of the layers counted for it (``owner_layers``), not of its versions."""
-        rows = self._all(
-            "SELECT COALESCE(SUM(s.bytes), 0) FROM owner_layers o "
-            "JOIN layer_sizes s ON s.id = o.layer WHERE o.owner=?",
-            (owner,),
-        )
-        return int(rows[0][0])
 
     def version_in_use(self, version_id: str) -> bool:
         q = "SELECT 1 FROM envs WHERE version_id=? AND status!='deleted' LIMIT 1"

@@ -220,7 +220,7 @@ def test_the_collector_frees_expired_versions_and_only_their_own_layers(
     freed = collector.collect(None)
     assert (freed.versions, freed.layers, freed.bytes) == (2, 2, 120)
     assert {v.id for v in ctx.store.all_versions()} == {"ver_d", "ver_s"} - {snap.id}
-    assert ctx.store.layer_sizes(["lyr_a", "lyr_b", "lyr_c"]) == {}
+    assert ctx.store.sizes.get(["lyr_a", "lyr_b", "lyr_c"]) == {}
 
 
 def test_a_pinned_version_outlives_a_collection(

@@ -134,7 +134,7 @@ def volumes_bytes(ctx: Context, owner: str, stop_after: int) -> int:
 
 def key_bytes(ctx: Context, owner: str, stop_after: int = 2**62) -> int:
     """Disk ``owner`` holds: its versions' layers and its envs' volumes."""
-    layers = ctx.store.layer_bytes_of(owner)
+    layers = ctx.store.sizes.of_owner(owner)
     return layers + volumes_bytes(ctx, owner, max(0, stop_after - layers))
 
 

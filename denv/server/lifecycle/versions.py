@@ -89,11 +89,11 @@ class Versions:
         layers that ``parent``'s do not name (all of them for a root)."""
         store = self.ctx.store
         names = set(version_layers(rec))
-        sizes = store.layer_sizes(names)
+        sizes = store.sizes.get(names)
         missing = sorted(names - sizes.keys())
         if missing:  # each layer is walked once, here, when its first version is recorded
             made = dict(zip(missing, self.ctx.node.layer_sizes(missing), strict=True))
-            store.record_layer_sizes(made)
+            store.sizes.record(made)
             sizes.update(made)
         inherited = set(version_layers(parent)) if parent is not None else set()
         rec.size_bytes = sum(sizes[x] for x in names - inherited)
@@ -288,9 +288,9 @@ class Versions:
         gone = sorted(candidates - keep)
         if not gone:
             return 0, 0
-        sizes = store.layer_sizes(gone)
+        sizes = store.sizes.get(gone)
         self.ctx.node.delete_layers(gone)
-        store.forget_layer_sizes(gone)
+        store.sizes.forget(gone)
         return len(gone), sum(sizes.values())
 
 
