@@ -5,6 +5,8 @@ the options that set them."""
 from __future__ import annotations
 
 import argparse
+import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -262,3 +264,40 @@ def test_disk_sizes_read_as_people_write_them() -> None:
     assert (cfg.max_disk_per_key_mb, cfg.min_free_disk_mb, cfg.version_grace_s) == (1024, 0, 5)
     with pytest.raises(UsageError, match="--version-grace"):
         parse("--version-grace", "-1")
+
+
+def test_an_older_database_gains_origins_and_each_keys_layer_counts(tmp_path: Path) -> None:
+    path = tmp_path / "denv.db"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE versions (id TEXT PRIMARY KEY, owner TEXT NOT NULL, project TEXT, "
+        "parent_env_id TEXT, agent_service TEXT NOT NULL, services TEXT NOT NULL, "
+        "volumes TEXT NOT NULL, warm_fork INTEGER NOT NULL, labels TEXT NOT NULL, "
+        "created_at TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0, "
+        "parent_version_id TEXT, tools TEXT)"
+    )
+    vols = json.dumps([{"service": "agent", "path": "/work", "layers": ["lyr_b", "lyr_a"]}])
+    for vid, project, parent_env in (
+        ("ver_d", "p", None),
+        ("ver_s", None, None),
+        ("ver_k", None, "env_x"),
+    ):
+        old.execute(
+            "INSERT INTO versions VALUES (?,?,?,?,'agent','[]',?,0,'{}','t',0,NULL,NULL)",
+            (vid, "o", project, parent_env, vols),
+        )
+    old.commit()
+    old.close()
+    store = Store(path)
+    origins = {v.id: (v.origin, v.implicit, v.size_bytes) for v in store.all_versions()}
+    assert origins == {
+        "ver_d": ("deploy", False, 0),
+        "ver_s": ("sandbox", True, 0),
+        "ver_k": ("snapshot", False, 0),  # a fork's or a snapshot's: kept
+    }
+    store.sizes.record({"lyr_a": 5, "lyr_b": 7})
+    assert store.sizes.of_owner("o") == 12  # each layer once, though 3 versions name them
+    for vid in origins:
+        store.mark_version_deleted(vid)
+    assert store.sizes.of_owner("o") == 0
+    store.close()
