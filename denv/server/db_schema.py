@@ -72,15 +72,17 @@ def _count_owner_layers(db: sqlite3.Connection) -> None:
 
 def _add_version_origin_columns(db: sqlite3.Connection) -> None:
     """A database made before versions expired gains what made each and its size (0:
-    unknown). Versions with a project were deployed and those with neither a project nor a
-    parent env came from a sandbox; the rest read as snapshots (kept), since a fork's
-    version cannot be told from one."""
+    unknown). Versions without a parent env were deployed (with a project) or came from a
+    sandbox (without); the rest read as snapshots (kept), since a fork's version cannot be
+    told from one."""
     columns = {r[1] for r in db.execute("PRAGMA table_info(versions)")}
     if "origin" in columns:
         return
     db.execute("ALTER TABLE versions ADD COLUMN origin TEXT NOT NULL DEFAULT 'snapshot'")
     db.execute("ALTER TABLE versions ADD COLUMN size_bytes INTEGER NOT NULL DEFAULT 0")
-    db.execute("UPDATE versions SET origin='deploy' WHERE project IS NOT NULL")
+    db.execute(
+        "UPDATE versions SET origin='deploy' WHERE project IS NOT NULL AND parent_env_id IS NULL"
+    )
     db.execute(
         "UPDATE versions SET origin='sandbox' WHERE project IS NULL AND parent_env_id IS NULL"
     )
