@@ -15,7 +15,7 @@ from ._base import AsyncClientBase
 from ._client import Denv
 from ._lineage import lineage as lineage_plan
 from ._requests import EgressArg, StatusArg, UntilArg, WaitArg
-from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
+from .types import Collected, Env, Fork, Health, Project, Version, VersionDiff, WarmPool
 
 __all__ = ["AsyncDenv"]
 
@@ -242,6 +242,14 @@ class AsyncDenv(AsyncClientBase):
 
     async def delete_version(self, version_id: str) -> None:
         return await self._call(ops.delete_version(version_id))
+
+    async def gc(self) -> Collected:
+        """Delete this key's expired versions now: those a sandbox or a fork made that no env
+        and no child version has needed for the server's grace period. What was freed::
+
+            freed = denv.gc()   # Collected(versions_deleted=12, layers_deleted=12, ...)
+        """
+        return await self._call(ops.gc())
 
     async def lineage(self, id: str) -> list[Env | Version]:
         return await self._run(lineage_plan(id))

@@ -1,4 +1,4 @@
-"""`denv versions`, `denv snapshot ENV` and `denv diff A B`."""
+"""`denv versions`, `denv snapshot ENV`, `denv diff A B` and `denv gc`."""
 
 from __future__ import annotations
 
@@ -33,8 +33,13 @@ def _versions(denv: Denv, args: argparse.Namespace, out: Output) -> int:
         out.print("no versions")
         return 0
     table = Table(box=None, header_style="bold")
-    for name in ("VERSION", "PROJECT", "PARENT ENV", "PARENT VERSION", "IMAGES", "LAYERS", "AGE"):
-        table.add_column(name, no_wrap=name in {"VERSION", "PARENT ENV", "PARENT VERSION"})
+    columns = ("VERSION", "PROJECT", "PARENT ENV", "PARENT VERSION", "IMAGES", "LAYERS", "SIZE")
+    for name in (*columns, "AGE"):
+        table.add_column(
+            name,
+            no_wrap=name in {"VERSION", "PARENT ENV", "PARENT VERSION", "SIZE"},
+            justify="right" if name == "SIZE" else "left",
+        )
     table.add_column("LABELS")
     for v in versions:
         table.add_row(
@@ -44,11 +49,27 @@ def _versions(denv: Denv, args: argparse.Namespace, out: Output) -> int:
             v.parent_version_id or "-",
             escape(" ".join(s.image for s in v.services)),
             str(v.layer_depth),
+            size_text(v.size_bytes) + ("" if not v.implicit else " *"),
             age(v.created_at),
             escape(labels_text(v.labels)),
         )
     out.print(table)
+    if any(v.implicit for v in versions):
+        out.print(
+            "* made by a sandbox or a fork: deleted once no env and no child version needs "
+            "it (keep one with `denv snapshot`)"
+        )
     return 0
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads them: 812 B, 4.0 KiB, 1.2 GiB."""
+    value, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 VERSIONS = Command(_add_versions, _versions)
@@ -121,3 +142,25 @@ def _diff(denv: Denv, args: argparse.Namespace, out: Output) -> int:
 
 
 DIFF = Command(_add_diff, _diff)
+
+
+# -- denv gc
+
+
+def _add_gc(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _gc(denv: Denv, args: argparse.Namespace, out: Output) -> int:
+    freed = denv.gc()
+    if out.as_json:
+        out.json(freed.to_dict())
+    else:
+        out.print(
+            f"deleted {freed.versions_deleted} expired version(s) and "
+            f"{freed.layers_deleted} layer(s): {size_text(freed.bytes_freed)} freed"
+        )
+    return 0
+
+
+GC = Command(_add_gc, _gc)

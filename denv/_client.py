@@ -13,7 +13,7 @@ from . import _operations as ops
 from ._base import ClientBase
 from ._lineage import lineage as lineage_plan
 from ._requests import EgressArg, StatusArg, UntilArg, WaitArg
-from .types import Env, Fork, Health, Project, Version, VersionDiff, WarmPool
+from .types import Collected, Env, Fork, Health, Project, Version, VersionDiff, WarmPool
 
 __all__ = ["Denv"]
 
@@ -291,6 +291,14 @@ class Denv(ClientBase):
     def delete_version(self, version_id: str) -> None:
         """Delete a version and the layers only it used; `Conflict` while envs run from it."""
         return self._call(ops.delete_version(version_id))
+
+    def gc(self) -> Collected:
+        """Delete this key's expired versions now: those a sandbox or a fork made that no env
+        and no child version has needed for the server's grace period. What was freed::
+
+            freed = denv.gc()   # Collected(versions_deleted=12, layers_deleted=12, ...)
+        """
+        return self._call(ops.gc())
 
     def lineage(self, id: str) -> list[Env | Version]:
         """The chain from an env or a version to its root, nearest first.

@@ -16,6 +16,7 @@ from .errors import (
     APIStatusError,
     Conflict,
     ConnectionFailed,
+    InsufficientStorage,
     InvalidRequest,
     LeaseExpired,
     NotFound,
@@ -49,6 +50,7 @@ _BY_STATUS: dict[int, type[APIStatusError]] = {
     409: Conflict,
     422: InvalidRequest,
     429: RateLimited,
+    507: InsufficientStorage,
 }
 
 

@@ -30,6 +30,7 @@ from denv_api_client.api.leases import renew_lease as renew_lease_op
 from denv_api_client.api.projects import deploy_project as deploy_project_op
 from denv_api_client.api.projects import list_projects as list_projects_op
 from denv_api_client.api.sandboxes import create_sandbox as create_sandbox_op
+from denv_api_client.api.versions import collect_versions as collect_versions_op
 from denv_api_client.api.versions import create_envs_from_version as envs_from_version_op
 from denv_api_client.api.versions import delete_version as delete_version_op
 from denv_api_client.api.versions import diff_versions as diff_versions_op
@@ -64,7 +65,7 @@ from ._requests import (
     opt,
     wait_body,
 )
-from .types import Env, Fork, Health, Lease, Project, Version, VersionDiff, WarmPool
+from .types import Collected, Env, Fork, Health, Lease, Project, Version, VersionDiff, WarmPool
 
 ForkKind = Literal["volume", "live", "auto"]
 LiveArg = bool | Literal["auto"]
@@ -331,6 +332,11 @@ def list_versions(project: str | None) -> Listing[Version]:
 
 def delete_version(version_id: str) -> Call[None]:
     return Call(delete_version_op, unwrap_empty, (version_id,))
+
+
+def gc() -> Call[Collected]:
+    # Collecting twice frees nothing more: safe to retry.
+    return Call(collect_versions_op, _value(Collected.from_api), idempotent=True)
 
 
 def diff(version_a: str, version_b: str) -> Call[VersionDiff]:

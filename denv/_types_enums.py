@@ -123,6 +123,8 @@ class ErrorCode(enum.StrEnum):
     """The machine code of an error answer (`DenvError.code`)."""
 
     CONFLICT = "conflict"
+    DISK_LOW = "disk_low"
+    DISK_QUOTA_EXCEEDED = "disk_quota_exceeded"
     ENGINE_UNAVAILABLE = "engine_unavailable"
     ENV_NOT_RUNNING = "env_not_running"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"

@@ -68,6 +68,10 @@ class Version(Record):
     #: Where its /work layers are kept: "node" (only where they were made), "uploading",
     #: "durable" (in object storage: it forks on any node) or "lost"; None from older servers.
     storage: str | None = None
+    #: Bytes of disk its layers add to its parent version's (all of them for a root).
+    size_bytes: int = 0
+    #: Made by a sandbox or a fork: deleted once no env and no child version needs it.
+    implicit: bool = False
 
     @classmethod
     def from_api(cls, m: api.Version) -> Version:
@@ -84,6 +88,25 @@ class Version(Record):
             created_at=m.created_at,
             tools=list(m.tools) if isinstance(m.tools, list) else None,
             storage=m.storage.value if isinstance(m.storage, enum.Enum) else None,
+            size_bytes=m.size_bytes if isinstance(m.size_bytes, int) else 0,
+            implicit=m.implicit if isinstance(m.implicit, bool) else False,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Collected(Record):
+    """What `Denv.gc` freed: expired versions deleted, their layers, and bytes of disk."""
+
+    versions_deleted: int
+    layers_deleted: int
+    bytes_freed: int
+
+    @classmethod
+    def from_api(cls, m: api.GcResult) -> Collected:
+        return cls(
+            versions_deleted=m.versions_deleted,
+            layers_deleted=m.layers_deleted,
+            bytes_freed=m.bytes_freed,
         )
 
 

@@ -31,6 +31,10 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "print (or --browser: open) an env's web page URL (/web/), or the console's",
     ),
     "diff": ("denv._cli_versions:DIFF", "the files that changed between two versions"),
+    "gc": (
+        "denv._cli_versions:GC",
+        "delete expired versions (made by sandboxes and forks, no longer needed) now",
+    ),
     "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
     "stop": (
         "denv._stop_cli",

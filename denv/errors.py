@@ -43,6 +43,7 @@ __all__ = [
     "DenvError",
     "EnvReadyTimeout",
     "EnvStartError",
+    "InsufficientStorage",
     "InvalidRequest",
     "LeaseExpired",
     "LocalServerError",
@@ -157,6 +158,13 @@ class RateLimited(APIStatusError):
     def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after_s = retry_after_s
+
+
+class InsufficientStorage(APIStatusError):
+    """507: the request would add disk past a budget: this key's disk quota
+    (`disk_quota_exceeded`: delete envs and versions, or `Denv.gc()` for expired ones) or the
+    server's floor of free disk (`disk_low`). Running envs are not touched; retrying helps
+    only once disk is freed."""
 
 
 class ServerError(APIStatusError):

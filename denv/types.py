@@ -33,9 +33,10 @@ from ._types_enums import (
 )
 from ._types_env import Endpoint, Env, EnvDeletion, EnvError, EnvService
 from ._types_server import Health, HostGuard, Lease, Project, WarmPool
-from ._types_version import FileChange, Fork, Version, VersionDiff, VersionService
+from ._types_version import Collected, FileChange, Fork, Version, VersionDiff, VersionService
 
 __all__ = [
+    "Collected",
     "DeletionReason",
     "Egress",
     "EgressAllowlist",

@@ -84,6 +84,12 @@ class RemoteNode:
     def delete_layers(self, layer_ids: list[str]) -> None:
         self._call(LONG_TIMEOUT_S, "delete_layers", layer_ids)
 
+    def layer_sizes(self, layer_ids: list[str]) -> list[int]:
+        return cast(list[int], self._call(LONG_TIMEOUT_S, "layer_sizes", layer_ids))
+
+    def free_disk_bytes(self) -> int:
+        return cast(int, self._call(CALL_TIMEOUT_S, "free_disk_bytes"))
+
     def drop_partial_layers(self) -> None:
         self._call(LONG_TIMEOUT_S, "drop_partial_layers")
 

@@ -33,6 +33,7 @@ from denv.server.errors import install_error_handlers
 from denv.server.ingress.hosts import HostIngress
 from denv.server.ingress.proxy import mount_ingress
 from denv.server.ingress.routes import IngressTable
+from denv.server.lifecycle.collect import collect_forever
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.leases import end_due_forever
 from denv.server.lifecycle.reconcile import reap_forever
@@ -173,6 +174,11 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
             log.exception("the egress rules of running envs were not taken back")
         reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
         leases = asyncio.create_task(end_due_forever(service.leases, LEASE_CHECK_S))
+        collector = asyncio.create_task(
+            collect_forever(service.collector, config.gc_interval_s)
+            if config.gc_interval_s > 0
+            else asyncio.sleep(0)
+        )
         watch = asyncio.create_task(
             guard.forever(HOST_GUARD_CHECK_S) if not clustered else asyncio.sleep(0)
         )
@@ -183,6 +189,7 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
         finally:
             reaper.cancel()
             leases.cancel()
+            collector.cancel()
             watch.cancel()
             await asyncio.to_thread(service.shutdown)
             _remove_server_json(config)

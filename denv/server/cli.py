@@ -2,6 +2,8 @@
 
     denv serve [--host 127.0.0.1] [--port 7711] [--state-dir DIR] [--api-key-file PATH]
                [--max-envs-per-key 64] [--max-volume-mb 10240]
+               [--max-disk-per-key 50G] [--min-free-disk 2G]
+               [--version-grace 600] [--gc-interval 60]
                [--env-memory MIB] [--env-pids N] [--env-cpus N] [--env-cap-add CAP]
                [--allow-image PATTERN ...] [--pull-credentials]
                [--warm-max-spares 32] [--warm-max-memory MIB]

@@ -19,6 +19,12 @@ DEFAULT_PORT = 7711
 DEFAULT_MAX_ENVS_PER_KEY = 64
 DEFAULT_MAX_VOLUME_MB = 10240  # what a volume may have changed when it is snapshotted; 0: none
 
+# Disk (lifecycle/disk.py, lifecycle/collect.py); each is a `denv serve` flag, 0: none.
+DEFAULT_MAX_DISK_PER_KEY_MB = 50 * 1024  # a key's version layers and env volumes together
+DEFAULT_MIN_FREE_DISK_MB = 2048  # creates that add disk stop while less than this is free
+DEFAULT_VERSION_GRACE_S = 600.0  # a sandbox's or fork's version outlives its last use so long
+DEFAULT_GC_INTERVAL_S = 60.0  # how often the server collects expired versions on its own
+
 MAX_COUNT = 32  # envs per fork / create-from-version request
 MAX_BODY_BYTES = 1024 * 1024
 # Every JSON body of the API is checked against these before it is parsed (json_limits):
@@ -104,6 +110,10 @@ class ServerConfig:
     # may name them (`denv serve --allow-private-egress`); refused by default
     allow_private_egress: bool = False
     max_volume_mb: int = DEFAULT_MAX_VOLUME_MB
+    max_disk_per_key_mb: int = DEFAULT_MAX_DISK_PER_KEY_MB
+    min_free_disk_mb: int = DEFAULT_MIN_FREE_DISK_MB
+    version_grace_s: float = DEFAULT_VERSION_GRACE_S
+    gc_interval_s: float = DEFAULT_GC_INTERVAL_S  # 0: only on demand (POST /v1/gc)
     limits: Limits = DEFAULT_LIMITS  # every container of every env (spares too)
     allow_images: tuple[str, ...] = ()  # --allow-image patterns (images.py); (): every image
     pull_credentials: bool = False  # pull with the operator's registry credentials

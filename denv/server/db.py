@@ -1,5 +1,6 @@
 """SQLite state (WAL): API keys, versions, envs, leases, ingress tokens, projects, idempotency
-records. The leases table's queries are ``db_leases``'s (``store.leases``).
+records. The leases table's queries are ``db_leases``'s (``store.leases``), the layer sizes'
+``db_disk``'s (``store.sizes``).
 
 One connection shared by all threads behind a lock held only for the SQL itself, never across a
 Docker call. Records are those of ``records``; their rows are converted in ``db_rows`` and
@@ -8,6 +9,7 @@ the tables are made (and older databases upgraded) by ``db_schema``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from denv.server import ids
+from denv.server.db_disk import LayerSizes
 from denv.server.db_leases import LeaseTable
 from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
 from denv.server.db_schema import create_and_migrate
@@ -36,6 +39,18 @@ from denv.server.tokens import ref
 log = logging.getLogger(__name__)
 
 __all__ = ["EnvRecord", "Store", "VersionRecord", "iso", "now"]
+
+
+def _unref_layers(db: sqlite3.Connection, version_id: str) -> None:
+    """A version was marked deleted (in ``db``'s transaction): its owner counts each of its
+    layers once less, and no more those no other of its versions names."""
+    row = db.execute("SELECT owner, volumes FROM versions WHERE id=?", (version_id,)).fetchone()
+    layers = {x for vol in json.loads(row["volumes"]) for x in vol.get("layers", [])}
+    db.executemany(
+        "UPDATE owner_layers SET refs = refs - 1 WHERE owner=? AND layer=?",
+        [(row["owner"], x) for x in layers],
+    )
+    db.execute("DELETE FROM owner_layers WHERE owner=? AND refs <= 0", (row["owner"],))
 
 
 def now() -> datetime:
@@ -69,6 +84,7 @@ class Store:
         # Lease writes change no env or version: they wake no watcher (a renewal comes from
         # every client every few seconds); the deletes they cause do.
         self.leases = LeaseTable(self._all, self._run_quietly)
+        self.sizes = LayerSizes(self._all, self._run_quietly)  # the disk budget's
 
     def close(self) -> None:
         with self._lock:
@@ -147,12 +163,20 @@ class Store:
 
     # versions
     def insert_version(self, v: VersionRecord) -> None:
-        self._run(
-            "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, services, "
-            "volumes, warm_fork, labels, created_at, deleted, parent_version_id, tools) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
-            version_row(v),
-        )
+        """Record a version, and count each layer it names for its owner's disk."""
+        layers = {x for vol in v.volumes for x in vol.layers}
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO versions (id, owner, project, parent_env_id, agent_service, "
+                "services, volumes, warm_fork, labels, created_at, deleted, parent_version_id, "
+                "tools, origin, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
+                version_row(v),
+            )
+            db.executemany(
+                "INSERT INTO owner_layers VALUES (?, ?, 1) "
+                "ON CONFLICT (owner, layer) DO UPDATE SET refs = refs + 1",
+                [(v.owner, x) for x in layers],
+            )
         if v.project:
             self._run(
                 "INSERT OR IGNORE INTO projects VALUES (?,?,?)", (v.owner, v.project, v.created_at)
@@ -182,7 +206,55 @@ class Store:
         return [version_from_row(r) for r in self._all("SELECT * FROM versions WHERE deleted=0")]
 
     def mark_version_deleted(self, version_id: str) -> None:
-        self._run("UPDATE versions SET deleted=1 WHERE id=?", (version_id,))
+        with self.transaction() as db:
+            if db.execute(
+                "UPDATE versions SET deleted=1 WHERE id=? AND deleted=0", (version_id,)
+            ).rowcount:
+                _unref_layers(db, version_id)
+
+    def mark_versions_deleted_if_unused(self, version_ids: list[str]) -> list[str]:
+        """Mark each of ``version_ids`` deleted unless an env not deleted or a version not
+        deleted still comes from it, checked in the same statement; the ids marked."""
+        done = []
+        sql = (
+            "UPDATE versions SET deleted=1 WHERE id=? AND deleted=0 "
+            "AND NOT EXISTS (SELECT 1 FROM envs WHERE version_id=? AND status!='deleted') "
+            "AND NOT EXISTS (SELECT 1 FROM versions c WHERE c.parent_version_id=? AND c.deleted=0)"
+        )
+        with self.transaction() as db:
+            for vid in version_ids:
+                if db.execute(sql, (vid, vid, vid)).rowcount:
+                    _unref_layers(db, vid)
+                    done.append(vid)
+        return done
+
+    def versions_in_use(self) -> set[str]:
+        """Versions an env not deleted runs."""
+        rows = self._all("SELECT DISTINCT version_id FROM envs WHERE status!='deleted'")
+        return {str(r[0]) for r in rows}
+
+    def version_parents(self) -> dict[str, str | None]:
+        """Every version not deleted -> the version it came from (None: a root)."""
+        rows = self._all("SELECT id, parent_version_id FROM versions WHERE deleted=0")
+        return {str(r[0]): r[1] for r in rows}
+
+    def seed_layers(self) -> set[str]:
+        """The layers kept as images' seeds (``Versions._seed``), which new versions reuse."""
+        rows = self._all("SELECT value FROM meta WHERE key LIKE 'seed:%' AND value != ''")
+        return {str(r[0]) for r in rows}
+
+    def implicit_versions(self, owner: str | None) -> list[tuple[str, str, str | None, str]]:
+        """(id, owner, parent_version_id, created_at) of the versions not deleted that a
+        sandbox or a fork made (of ``owner``'s, or everyone's)."""
+        sql = (
+            "SELECT id, owner, parent_version_id, created_at FROM versions "
+            "WHERE deleted=0 AND origin IN ('sandbox','fork')"
+        )
+        args: tuple[Any, ...] = ()
+        if owner is not None:
+            sql += " AND owner=?"
+            args = (owner,)
+        return [(r[0], r[1], r[2], r[3]) for r in self._all(sql, args)]
 
     def version_in_use(self, version_id: str) -> bool:
         q = "SELECT 1 FROM envs WHERE version_id=? AND status!='deleted' LIMIT 1"

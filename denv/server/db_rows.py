@@ -27,7 +27,7 @@ from denv.server.records import (
 
 def version_row(v: VersionRecord) -> tuple[Any, ...]:
     """The values of ``insert_version``'s columns (id ... created_at, parent_version_id,
-    tools; ``deleted`` is written as 0 by the statement)."""
+    tools, origin, size_bytes; ``deleted`` is written as 0 by the statement)."""
     return (
         v.id,
         v.owner,
@@ -41,6 +41,8 @@ def version_row(v: VersionRecord) -> tuple[Any, ...]:
         v.created_at,
         v.parent_version_id,
         None if v.tools is None else json.dumps(v.tools),
+        v.origin,
+        v.size_bytes,
     )
 
 
@@ -59,6 +61,8 @@ def version_from_row(r: sqlite3.Row) -> VersionRecord:
         deleted=bool(r["deleted"]),
         parent_version_id=r["parent_version_id"],
         tools=None if r["tools"] is None else json.loads(r["tools"]),
+        origin=r["origin"],
+        size_bytes=int(r["size_bytes"]),
     )
 
 

@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS leases (
   id TEXT PRIMARY KEY, owner TEXT NOT NULL, timeout_s REAL NOT NULL, expires_at REAL NOT NULL,
   created_at REAL NOT NULL, state TEXT NOT NULL, ended_at REAL);
 CREATE INDEX IF NOT EXISTS leases_due ON leases (state, expires_at);
+CREATE TABLE IF NOT EXISTS layer_sizes (id TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS owner_layers (
+  owner TEXT NOT NULL, layer TEXT NOT NULL, refs INTEGER NOT NULL, PRIMARY KEY (owner, layer));
 CREATE TABLE IF NOT EXISTS idempotency (
   owner TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (owner, key));
@@ -50,6 +53,39 @@ def create_and_migrate(db: sqlite3.Connection) -> None:
     _add_tools_column(db)
     _digest_ingress_tokens(db)
     _add_lease_columns(db)
+    _add_version_origin_columns(db)
+    _count_owner_layers(db)
+
+
+def _count_owner_layers(db: sqlite3.Connection) -> None:
+    """A database made before the disk budget gains, for each key, how many of its versions
+    name each layer (``owner_layers``, kept by ``Store`` from then on)."""
+    if db.execute("SELECT 1 FROM owner_layers LIMIT 1").fetchone():
+        return
+    db.execute(
+        "INSERT INTO owner_layers SELECT owner, layer, COUNT(*) FROM ("
+        "SELECT DISTINCT v.id, v.owner, l.value AS layer FROM versions v, "
+        "json_each(v.volumes) vol, json_each(vol.value, '$.layers') l WHERE v.deleted=0) "
+        "GROUP BY owner, layer"
+    )
+
+
+def _add_version_origin_columns(db: sqlite3.Connection) -> None:
+    """A database made before versions expired gains what made each and its size (0:
+    unknown). Versions without a parent env were deployed (with a project) or came from a
+    sandbox (without); the rest read as snapshots (kept), since a fork's version cannot be
+    told from one."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(versions)")}
+    if "origin" in columns:
+        return
+    db.execute("ALTER TABLE versions ADD COLUMN origin TEXT NOT NULL DEFAULT 'snapshot'")
+    db.execute("ALTER TABLE versions ADD COLUMN size_bytes INTEGER NOT NULL DEFAULT 0")
+    db.execute(
+        "UPDATE versions SET origin='deploy' WHERE project IS NOT NULL AND parent_env_id IS NULL"
+    )
+    db.execute(
+        "UPDATE versions SET origin='sandbox' WHERE project IS NULL AND parent_env_id IS NULL"
+    )
 
 
 def _add_lease_columns(db: sqlite3.Connection) -> None:

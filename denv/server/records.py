@@ -188,6 +188,12 @@ class EnvError(Record):
     log_tail: list[str] = []
 
 
+# What made a version: POST /v1/sandboxes, a fork, POST .../snapshot, a deploy. Older
+# databases' versions with a parent env read as snapshots (kept: a fork's could not be told).
+VersionOrigin = Literal["sandbox", "fork", "snapshot", "deploy"]
+IMPLICIT_ORIGINS = frozenset({"sandbox", "fork"})
+
+
 @dataclass
 class VersionRecord:
     id: str
@@ -203,6 +209,13 @@ class VersionRecord:
     deleted: bool = False
     parent_version_id: str | None = None  # the version its parent env ran (a snapshot's)
     tools: list[str] | None = None  # the MCP tools it declares (x-denv.tools); snapshots keep them
+    origin: VersionOrigin = "snapshot"  # what made it; sandbox and fork versions expire
+    size_bytes: int = 0  # disk its layers add to its parent version's (all its layers: a root's)
+
+    @property
+    def implicit(self) -> bool:
+        """Made by a sandbox or a fork, not asked for: collected once nothing needs it."""
+        return self.origin in IMPLICIT_ORIGINS
 
     def service(self, name: str) -> ServiceSpec:
         return next(s for s in self.services if s.name == name)

@@ -33,7 +33,7 @@ from denv.server.config import (
     MIN_LEASE_TIMEOUT_S,
     ServerConfig,
 )
-from denv.server.lifecycle import fairness
+from denv.server.lifecycle import disk, fairness
 from denv.server.net.subnets import parse_pool
 from denv.server.node.cluster import options as clusteropts
 from denv.server.records import Limits
@@ -244,6 +244,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the URL clients reach this server at, when it is not the address it listens "
         "on (a proxy, a load balancer, a Kubernetes Service): ingress URLs start with it",
     )
+    disk.add_arguments(parser)
     fairness.add_arguments(parser)
     tls.add_arguments(parser)
     clusteropts.add_arguments(parser)
@@ -278,6 +279,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         raise UsageError(problem)
     try:
         fair = fairness.config_fields(args)
+        budget = disk.config_fields(args)
         cluster = clusteropts.settings(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -340,5 +342,6 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         scheme="https" if args.tls_cert else "http",
         base_url=args.public_url,
         **fair,
+        **budget,
         allow_private_egress=args.allow_private_egress,
     )

@@ -117,6 +117,12 @@ class FakeNode:
     def delete_layers(self, layer_ids: list[str]) -> None:
         pass
 
+    def layer_sizes(self, layer_ids: list[str]) -> list[int]:
+        return [0 for _ in layer_ids]
+
+    def free_disk_bytes(self) -> int:
+        return 2**40
+
     def drop_partial_layers(self) -> None:
         pass
 

@@ -39,6 +39,7 @@ VALID: dict[str, list[str]] = {
     "tree": ["env_x"],
     "open": ["env_x"],
     "diff": ["ver_a", "ver_b"],
+    "gc": [],
     "serve": [],
     "stop": [],
     "cluster": ["status"],

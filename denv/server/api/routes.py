@@ -185,6 +185,11 @@ async def delete_version(s: Dep, owner: Owner, version_id: str) -> Response:
     return Response(status_code=204)
 
 
+@router.post("/v1/gc")
+async def collect_versions(s: Dep, owner: Owner) -> dict[str, Any]:
+    return await asyncio.to_thread(s.gc, owner)
+
+
 @router.get("/v1/versions/{version_id}/diff")
 async def diff_versions(
     s: Dep,

@@ -85,6 +85,12 @@ class DockerNode:
         self.volumes.delete_layers(set(layer_ids))
         self.layers.forget(layer_ids)
 
+    def layer_sizes(self, layer_ids: list[str]) -> list[int]:
+        return [self.volumes.layer_size(x) for x in layer_ids]
+
+    def free_disk_bytes(self) -> int:
+        return self.volumes.free_bytes()
+
     def drop_partial_layers(self) -> None:
         self.volumes.clean_tmp()
         self.layers.drop_partial()

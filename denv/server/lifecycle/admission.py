@@ -1,10 +1,10 @@
 """Admission: everything that can refuse a request, in one place, before anything is written.
 
 A create, fork, snapshot or deploy asks here first: the count per request, the key's env
-quota, its starting and spare caps (fairness), its versions cap, the egress it asked for
-(parsed once, an allowlist resolved once) and whether the host guard lets it out, the
-operator's image allowlist, and whether the image can run live. Only then does the
-lifecycle record a version or an env, so a refused request leaves nothing behind.
+quota, its starting and spare caps (fairness), its versions cap, its disk budget (``disk``),
+the egress it asked for (parsed once, an allowlist resolved once) and whether the host
+guard lets it out, the operator's image allowlist, and whether the image can run live. Only
+then does the lifecycle record a version or an env, so a refused request leaves nothing behind.
 
 Two checks run again when envs are recorded (``Envs.create``), under the quota lock that
 makes "count, then insert" one step: the env quota and the starting cap. They are the same
@@ -20,6 +20,7 @@ from __future__ import annotations
 from denv.server.config import MAX_COUNT
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
+from denv.server.lifecycle.disk import check_disk
 from denv.server.lifecycle.fairness import over_quota, throttled
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import check_volume_sizes
@@ -176,7 +177,7 @@ class Admission:
         resolved = self.egress(egress, rec.egress)
         if parent is not None:  # the children's caps, before the snapshot is made
             self.fair(owner, pool_of(parent, resolved, env), count, warm)
-        check_volume_sizes(self.ctx, rec)
+        check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))
         return resolved
 
     def live_fork(
@@ -202,6 +203,7 @@ class Admission:
             )
         if env:
             raise refuse_live("a live child keeps its parent's process environment (env)")
+        check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))  # what it captures
         return parent
 
     def live_start(
@@ -228,6 +230,10 @@ class Admission:
         return egress, live
 
     def snapshot(self, owner: str, rec: EnvRecord) -> None:
-        """A snapshot of ``rec``: the versions cap and its volumes' sizes."""
+        """A snapshot of ``rec``: the versions cap, its volumes' sizes and the disk budget."""
         self.version(owner)
-        check_volume_sizes(self.ctx, rec)
+        check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))
+
+    def disk(self, owner: str) -> None:
+        """A create or deploy: 507 past the key's disk quota or below the server's floor."""
+        check_disk(self.ctx, owner)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from denv.server.config import START_WORKERS, ServerConfig
 from denv.server.db import Store
 from denv.server.lifecycle.fairness import Fairness
+from denv.server.lifecycle.pins import Pins
 from denv.server.node.seam import Node
 from denv.server.tokens import IngressKeys
 
@@ -53,6 +54,7 @@ class Context:
     )
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     fair: Fairness = field(init=False)  # what each API key holds at once
+    pins: Pins = field(default_factory=Pins)  # versions requests in flight start envs from
 
     def __post_init__(self) -> None:
         self.fair = Fairness(self.config)

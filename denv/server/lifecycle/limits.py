@@ -5,7 +5,7 @@ blocks, because that is what a snapshot copies into a layer. Writes past ``--max
 fail inside the env (each volume's changes live on a filesystem of that size, ``volfs``);
 the check at snapshot (or fork) covers a server run with that option larger than before.
 
-    check_volume_sizes(ctx, env_record)   # 422 limit_exceeded past --max-volume-mb
+    adding = check_volume_sizes(ctx, env_record)   # 422 limit_exceeded past --max-volume-mb
     service_limits(compose_service, config.limits)   # a service's own, within the server's
 """
 
@@ -18,16 +18,16 @@ from denv.server.lifecycle.context import Context
 from denv.server.records import EnvRecord, Limits, ServiceLimits, volume_slots
 
 
-def check_volume_sizes(ctx: Context, env: EnvRecord) -> None:
-    """422 ``limit_exceeded`` when a volume of ``env`` holds more changes than allowed."""
+def check_volume_sizes(ctx: Context, env: EnvRecord) -> int:
+    """422 ``limit_exceeded`` when a volume of ``env`` holds more changes than allowed;
+    else the bytes of changes its volumes hold (what a snapshot of it copies)."""
     limit_mb = ctx.config.max_volume_mb
-    if limit_mb <= 0:
-        return
+    stop_after = limit_mb * MIB if limit_mb > 0 else 2**62
     version = ctx.store.get_version(env.version_id)
     slots = volume_slots(version.volumes) if version else []
-    used = ctx.node.changed_bytes(env.id, slots, limit_mb * MIB) if slots else []
+    used = ctx.node.changed_bytes(env.id, slots, stop_after) if slots else []
     for slot, size in zip(slots, used, strict=True):
-        if size > limit_mb * MIB:
+        if limit_mb > 0 and size > limit_mb * MIB:
             raise ApiError(
                 422,
                 "limit_exceeded",
@@ -36,6 +36,7 @@ def check_volume_sizes(ctx: Context, env: EnvRecord) -> None:
                 "from it first (or run denv serve with a larger --max-volume-mb)",
                 {"path": slot.path, "service": slot.service, "limit_mb": limit_mb},
             )
+    return sum(used)
 
 
 def service_limits(svc: ComposeService, server: Limits) -> ServiceLimits | None:

@@ -67,7 +67,7 @@ class LiveForks:
             except live.LiveError as exc:
                 status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
-            version = self.versions.child(rec, parent_version, stacks, {})
+            version = self.versions.child(rec, parent_version, stacks, {}, "fork")
             records = self._records(owner, rec, version, opts, children, procs)
         log.info(
             "live fork %s into %d: %s, total %.1f ms",

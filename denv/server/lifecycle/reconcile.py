@@ -54,7 +54,9 @@ def reconcile(ctx: Context, envs: Envs) -> None:
     for token, env_id, host, port in store.ingress_routes():
         if env_id in owners:
             ctx.ingress.register(token, host, port, owners[env_id])
-    node.delete_layers(sorted(node.layer_ids() - referenced_layers(store)))
+    unused = sorted(node.layer_ids() - referenced_layers(store))
+    node.delete_layers(unused)
+    store.sizes.forget(unused)
     for rec in store.live_envs():  # warm pools live in memory: ask for them again
         warm = rec.spec.warm
         failed = rec.status == EnvStatus.FAILED

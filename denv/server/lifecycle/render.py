@@ -96,4 +96,6 @@ def version_json(rec: VersionRecord, storage: str | None = None) -> dict[str, An
         "created_at": rec.created_at,
         "tools": rec.tools,
         "storage": storage,
+        "size_bytes": rec.size_bytes,
+        "implicit": rec.implicit,
     }

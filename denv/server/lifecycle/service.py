@@ -18,6 +18,7 @@ from typing import Any
 from denv.server import ids
 from denv.server.db import iso, now
 from denv.server.errors import ApiError, invalid, not_found
+from denv.server.lifecycle.collect import Collector
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.leases import Leases
@@ -60,6 +61,7 @@ class Service:
         self.versions = Versions(ctx)
         self.live = LiveForks(ctx, self.versions)
         self.leases = Leases(ctx, self.envs)
+        self.collector = Collector(ctx, self.versions)
         self.admit = self.envs.admit  # everything that can refuse, before anything is written
 
     # the server's life
@@ -185,24 +187,26 @@ class Service:
         self.admit.count(owner, count)
         self.admit.version(owner)
         self.admit.image(body.image, "image")
+        self.admit.disk(owner)
         lease_id = self.leases.holding(owner, body.lease_id)
         planned, facts = self.versions.implicit(owner, body)  # one image look, no record
         egress, live = self.admit.sandbox(owner, planned, facts, body)
-        version = self.versions.add(planned)
-        recs = self.envs.create(
-            owner,
-            version,
-            count,
-            egress=egress,
-            env={},
-            labels=body.labels,
-            lease_id=lease_id,
-            ttl_s=body.ttl_s,
-            wait_timeout_s=body.wait_timeout_s,
-            warm=body.warm,
-            use_spares=True,
-            live_env=live,
-        )
+        with self.ctx.pins.hold(owner):  # the version is needed once its envs are recorded
+            version = self.versions.add(planned)
+            recs = self.envs.create(
+                owner,
+                version,
+                count,
+                egress=egress,
+                env={},
+                labels=body.labels,
+                lease_id=lease_id,
+                ttl_s=body.ttl_s,
+                wait_timeout_s=body.wait_timeout_s,
+                warm=body.warm,
+                use_spares=True,
+                live_env=live,
+            )
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
         if live and body.count is None:
             self._refuse_unsupported_live(owner, body.image, envs[0], version.id)
@@ -229,7 +233,7 @@ class Service:
     def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
         rec = self.owned_env(owner, env_id)
         self.admit.snapshot(owner, rec)
-        return self.version_view(self.versions.snapshot(rec, labels))
+        return self.version_view(self.versions.snapshot(rec, labels, "snapshot"))
 
     def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
         """One snapshot of the env, ``opts.count`` children started from it."""
@@ -244,7 +248,8 @@ class Service:
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             try:
                 copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
-                version, children = self.live.fork(owner, rec, copied, opts)
+                with self.ctx.pins.hold(owner):
+                    version, children = self.live.fork(owner, rec, copied, opts)
             except ApiError as exc:
                 # auto: live where the env allows it. A server running threads of its own
                 # (the gate saw them before any child existed) or a child's own egress or
@@ -261,9 +266,10 @@ class Service:
         parent = self.ctx.store.get_version(rec.version_id)
         egress = self.admit.fork(owner, rec, parent, opts.egress, opts.env, opts.count, opts.warm)
         t0 = time.perf_counter()
-        version = self.versions.snapshot(rec, {})
-        t1 = time.perf_counter()
-        recs = self._start_from(owner, version, opts, egress)
+        with self.ctx.pins.hold(owner):  # the fork's version, until its children are recorded
+            version = self.versions.snapshot(rec, {}, "fork")
+            t1 = time.perf_counter()
+            recs = self._start_from(owner, version, opts, egress)
         t2 = time.perf_counter()
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -281,9 +287,14 @@ class Service:
         version = self.versions.get_owned(owner, version_id)
         self.leases.holding(owner, opts.lease_id)
         self.admit.count(owner, opts.count)
+        self.admit.disk(owner)
         live = self.admit.live_start(f"version {version.id}", version, opts.live, opts.warm)
         egress = self.admit.egress(opts.egress, self._version_egress(version))
-        recs = self._start_from(owner, version, opts, egress, live)
+        with self.ctx.pins.hold(owner, version.id):
+            # Looked up again under the pin: an expired version the collector deleted
+            # meanwhile is 404; once pinned, it stays until the envs are recorded.
+            version = self.versions.get_owned(owner, version.id)
+            recs = self._start_from(owner, version, opts, egress, live)
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         if live and len(envs) == 1:
             self._refuse_unsupported_live(owner, f"version {version.id}", envs[0])
@@ -320,6 +331,7 @@ class Service:
 
     def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
         self.admit.version(owner)
+        self.admit.disk(owner)
         return self.version_view(self.versions.deploy(owner, name, compose, labels))
 
     # versions and projects
@@ -335,6 +347,15 @@ class Service:
 
     def delete_version(self, owner: str, version_id: str) -> None:
         self.versions.delete(owner, version_id)
+
+    def gc(self, owner: str) -> dict[str, Any]:
+        """``POST /v1/gc``: delete the key's expired versions now (``collect``)."""
+        freed = self.collector.collect(owner)
+        return {
+            "versions_deleted": freed.versions,
+            "layers_deleted": freed.layers,
+            "bytes_freed": freed.bytes,
+        }
 
     def diff_versions(self, owner: str, base_id: str, version_id: str) -> dict[str, Any]:
         """``GET /v1/versions/{id}/diff?base=``: the files that differ, from the layers."""

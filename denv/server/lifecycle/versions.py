@@ -18,6 +18,7 @@ from denv.server.lifecycle.compose import ComposeSpec, parse_compose
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import service_limits
+from denv.server.lifecycle.render import version_layers
 from denv.server.lifecycle.requests import SandboxCreate
 from denv.server.node.seam import ImageFacts
 from denv.server.records import (
@@ -25,6 +26,7 @@ from denv.server.records import (
     EnvRecord,
     EnvStatus,
     ServiceSpec,
+    VersionOrigin,
     VersionRecord,
     Volume,
     volume_slots,
@@ -77,11 +79,25 @@ class Versions:
         )
         vols = self._volumes(SANDBOX_SERVICE, image_id, paths)
         warm_fork = body.warm_fork or _warm_image(facts)
-        return self._new(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {}), facts
+        made = self._new(owner, None, None, SANDBOX_SERVICE, [svc], vols, warm_fork, {})
+        made.origin = "sandbox"
+        return made, facts
 
-    def add(self, rec: VersionRecord) -> VersionRecord:
-        """Record a version made by ``implicit`` once its request is admitted."""
-        self.ctx.store.insert_version(rec)
+    def add(self, rec: VersionRecord, parent: VersionRecord | None = None) -> VersionRecord:
+        """Record a version (one made by ``implicit`` once its request is admitted), with the
+        size of each layer it names that has none yet, and its own size: the bytes of its
+        layers that ``parent``'s do not name (all of them for a root)."""
+        store = self.ctx.store
+        names = set(version_layers(rec))
+        sizes = store.sizes.get(names)
+        missing = sorted(names - sizes.keys())
+        if missing:  # each layer is walked once, here, when its first version is recorded
+            made = dict(zip(missing, self.ctx.node.layer_sizes(missing), strict=True))
+            store.sizes.record(made)
+            sizes.update(made)
+        inherited = set(version_layers(parent)) if parent is not None else set()
+        rec.size_bytes = sum(sizes[x] for x in names - inherited)
+        store.insert_version(rec)
         return rec
 
     def deploy(
@@ -125,10 +141,12 @@ class Versions:
             vols += self._volumes(s.name, image_id, paths)
         # undeclared: warm when every image declares it
         warm_fork = spec.fork == "warm" if spec.fork is not None else all(warm_images)
-        return self.add(self._new(
+        made = self._new(
             owner, project, None, spec.agent_service, services, vols, warm_fork, labels,
             tools=spec.tools,
-        ))  # fmt: skip
+        )  # fmt: skip
+        made.origin = "deploy"
+        return self.add(made)
 
     def _new(
         self,
@@ -159,8 +177,11 @@ class Versions:
         )
         return rec
 
-    def snapshot(self, env: EnvRecord, labels: dict[str, str]) -> VersionRecord:
-        """Pause the env, turn each volume's upper dir into a layer, resume; a new version."""
+    def snapshot(
+        self, env: EnvRecord, labels: dict[str, str], origin: VersionOrigin
+    ) -> VersionRecord:
+        """Pause the env, turn each volume's upper dir into a layer, resume; a new version
+        (``origin`` "snapshot" is kept, "fork" expires once its children are gone)."""
         ctx = self.ctx
         parent = ctx.store.get_version(env.version_id)
         if parent is None:
@@ -177,7 +198,7 @@ class Versions:
                 )
             containers = list(current.runtime.containers.values())
             stacks = ctx.node.snapshot(env.id, containers, volume_slots(parent.volumes))
-        return self.child(env, parent, stacks, labels)
+        return self.child(env, parent, stacks, labels, origin)
 
     def child(
         self,
@@ -185,6 +206,7 @@ class Versions:
         parent: VersionRecord,
         stacks: list[list[str]],
         labels: dict[str, str],
+        origin: VersionOrigin,
     ) -> VersionRecord:
         """Record the version a snapshot or a fork of ``env`` made: its parent version with
         each volume's layers as ``stacks`` (newest first); the one way both kinds of fork
@@ -193,20 +215,20 @@ class Versions:
             vol.model_copy(update={"layers": layers})
             for vol, layers in zip(parent.volumes, stacks, strict=True)
         ]
-        return self.add(
-            self._new(
-                env.owner,
-                parent.project,
-                env.id,
-                parent.agent_service,
-                parent.services,
-                volumes,
-                parent.warm_fork,
-                labels,
-                parent.id,
-                parent.tools,
-            )
+        made = self._new(
+            env.owner,
+            parent.project,
+            env.id,
+            parent.agent_service,
+            parent.services,
+            volumes,
+            parent.warm_fork,
+            labels,
+            parent.id,
+            parent.tools,
         )
+        made.origin = origin
+        return self.add(made, parent)
 
     def get_owned(self, owner: str, version_id: str) -> VersionRecord:
         rec = self.ctx.store.get_version(version_id) if ids.is_id(version_id, "ver") else None
@@ -257,8 +279,19 @@ class Versions:
             "truncated": truncated,
         }
 
-    def collect_layers(self, candidates: set[str]) -> None:
-        self.ctx.node.delete_layers(sorted(candidates - referenced_layers(self.ctx.store)))
+    def collect_layers(self, candidates: set[str], keep_seeds: bool = False) -> tuple[int, int]:
+        """Delete those of ``candidates`` no version names (nor, with ``keep_seeds``, an
+        image's seed, which a sandbox being created may be about to name); (layers, bytes)
+        deleted, from their recorded sizes."""
+        store = self.ctx.store
+        keep = referenced_layers(store) | (store.seed_layers() if keep_seeds else set())
+        gone = sorted(candidates - keep)
+        if not gone:
+            return 0, 0
+        sizes = store.sizes.get(gone)
+        self.ctx.node.delete_layers(gone)
+        store.sizes.forget(gone)
+        return len(gone), sum(sizes.values())
 
 
 def referenced_layers(store: Store) -> set[str]:

@@ -30,7 +30,7 @@ The calls, by what they serve::
     owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
     room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
-    layer_ids() / delete_layers([layer])
+    layer_ids() / delete_layers([layer]) / layer_sizes([layer]) / free_disk_bytes()
     layer_digest / read_layer / write_layer / upload_layer / fetch_layer
                                          layers between nodes and object storage (layerpack)
 """
@@ -151,6 +151,16 @@ class Node(Protocol):
     def layer_ids(self) -> set[str]: ...
 
     def delete_layers(self, layer_ids: list[str]) -> None: ...
+
+    def layer_sizes(self, layer_ids: list[str]) -> list[int]:
+        """Bytes of disk each layer holds (0 for one not here); counted by walking its files,
+        so the lifecycle asks once per layer and records the answer."""
+        ...
+
+    def free_disk_bytes(self) -> int:
+        """Bytes free to the server on the disk its layers and volumes live on (a
+        cluster: the fullest node's)."""
+        ...
 
     def drop_partial_layers(self) -> None:
         """Remove half-made layers of a server that died mid-snapshot."""

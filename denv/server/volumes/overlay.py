@@ -229,6 +229,17 @@ class Volumes:
             if layer_id != EMPTY_LAYER and layer_id.startswith("lyr_"):
                 shutil.rmtree(self.layer_path(layer_id), ignore_errors=True)
 
+    def layer_size(self, layer_id: str) -> int:
+        """Bytes of disk a layer's files use (0: not here, or the shared empty layer)."""
+        if not layer_id.startswith("lyr_") or "/" in layer_id:
+            return 0
+        return disk_usage(self.layer_path(layer_id), stop_after=2**62)
+
+    def free_bytes(self) -> int:
+        """Bytes free to unprivileged writers on the disk of the layers dir."""
+        st = os.statvfs(self.layers_dir)
+        return st.f_bavail * st.f_frsize
+
     def layer_ids(self) -> set[str]:
         return {p.name for p in self.layers_dir.iterdir() if p.name.startswith("lyr_")}
 

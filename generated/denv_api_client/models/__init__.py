@@ -25,6 +25,7 @@ from .error_details_type_0 import ErrorDetailsType0
 from .file_change import FileChange
 from .file_change_change import FileChangeChange
 from .fork import Fork
+from .gc_result import GcResult
 from .health import Health
 from .health_status import HealthStatus
 from .host_guard import HostGuard
@@ -76,6 +77,7 @@ __all__ = (
     "FileChange",
     "FileChangeChange",
     "Fork",
+    "GcResult",
     "Health",
     "HealthStatus",
     "HostGuard",

@@ -3,6 +3,8 @@ from enum import StrEnum
 
 class ErrorCode(StrEnum):
     CONFLICT = "conflict"
+    DISK_LOW = "disk_low"
+    DISK_QUOTA_EXCEEDED = "disk_quota_exceeded"
     ENGINE_UNAVAILABLE = "engine_unavailable"
     ENV_NOT_RUNNING = "env_not_running"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"

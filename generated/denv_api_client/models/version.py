@@ -47,6 +47,14 @@ class Version:
             forks on any node even after its own node is gone; `lost`: its
             node was lost before the upload finished, and forks of it fail.
             Null from servers older than this field.
+        size_bytes (int | Unset): Bytes of disk its layers add to its parent version's (all of its
+            layers for a root): what it costs the key's disk quota, shared
+            with any version made from it. 0 from servers older than this
+            field, for versions they made.
+        implicit (bool | Unset): Made by a sandbox or a fork rather than asked for: deleted once no
+            env and no child version needs it, after the server's grace
+            period (`--version-grace`). Snapshots and deployed versions are
+            kept until deleted. Absent from servers older than this field.
     """
 
     id: str
@@ -61,6 +69,8 @@ class Version:
     created_at: datetime.datetime
     tools: list[str] | None | Unset = UNSET
     storage: None | Unset | VersionStorageType0 = UNSET
+    size_bytes: int | Unset = UNSET
+    implicit: bool | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +117,10 @@ class Version:
         else:
             storage = self.storage
 
+        size_bytes = self.size_bytes
+
+        implicit = self.implicit
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -127,6 +141,10 @@ class Version:
             field_dict["tools"] = tools
         if storage is not UNSET:
             field_dict["storage"] = storage
+        if size_bytes is not UNSET:
+            field_dict["size_bytes"] = size_bytes
+        if implicit is not UNSET:
+            field_dict["implicit"] = implicit
 
         return field_dict
 
@@ -210,6 +228,10 @@ class Version:
 
         storage = _parse_storage(d.pop("storage", UNSET))
 
+        size_bytes = d.pop("size_bytes", UNSET)
+
+        implicit = d.pop("implicit", UNSET)
+
         version = cls(
             id=id,
             project=project,
@@ -223,6 +245,8 @@ class Version:
             created_at=created_at,
             tools=tools,
             storage=storage,
+            size_bytes=size_bytes,
+            implicit=implicit,
         )
 
         version.additional_properties = d

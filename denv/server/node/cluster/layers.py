@@ -229,6 +229,29 @@ class Layers(Placement):
             out |= ids
         return out
 
+    def layer_sizes(self, layer_ids: list[str]) -> list[int]:
+        """Each layer's size on the first live node holding it (0: only in storage)."""
+        out = []
+        for layer in layer_ids:
+            size = 0
+            for name in self._holders(layer, exclude=""):
+                try:
+                    size = self._call(name, lambda n: n.layer_sizes([layer]))[0]  # noqa: B023
+                    break
+                except NodeLost:
+                    continue
+            out.append(size)
+        return out
+
+    def free_disk_bytes(self) -> int:
+        free = []
+        for name in self.live_members():
+            try:
+                free.append(self._call(name, lambda n: n.free_disk_bytes()))
+            except NodeLost:
+                continue
+        return min(free, default=0)
+
     def delete_layers(self, layer_ids: list[str]) -> None:
         for name in self.live_members():
             try:

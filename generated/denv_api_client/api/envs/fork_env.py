@@ -70,6 +70,11 @@ def _parse_response(
 
         return response_429
 
+    if response.status_code == 507:
+        response_507 = Error.from_dict(response.json())
+
+        return response_507
+
     response_default = Error.from_dict(response.json())
 
     return response_default

@@ -82,6 +82,11 @@ def _parse_response(
 
         return response_503
 
+    if response.status_code == 507:
+        response_507 = Error.from_dict(response.json())
+
+        return response_507
+
     response_default = Error.from_dict(response.json())
 
     return response_default
