@@ -176,6 +176,7 @@ class Zygotes:
         with self._lock:
             keep = not self._closed and key not in self._zygotes
             if keep:
+                zygote.last_used = time.monotonic()  # idle from now, not from its boot
                 self._zygotes[key] = zygote
         if not keep:
             self._delete(zygote, "the server is stopping")
