@@ -83,7 +83,7 @@ def draws(provider: DenvProvider) -> dict[str, float]:
 
 
 def test_a_live_start_copies_the_keys_zygote(server: LocalDenv) -> None:
-    first, root = start(server)
+    first, _ = start(server)
     started = [first]
     try:
         with Denv(server.url, server.key) as denv:
