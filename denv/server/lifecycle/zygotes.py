@@ -77,6 +77,7 @@ class Zygotes:
         self._lock = threading.Lock()
         self._zygotes: dict[Key, Zygote] = {}
         self._booting: set[Key] = set()
+        self._not_live: set[Key] = set()  # configurations whose server cannot be copied
         self._boots = ThreadPoolExecutor(2, thread_name_prefix="denv-zygote")
         self._closed = False
 
@@ -120,7 +121,7 @@ class Zygotes:
             return
         key = self.key(owner, version, egress)
         with self._lock:
-            if key in self._zygotes or key in self._booting:
+            if key in self._zygotes or key in self._booting or key in self._not_live:
                 return
             self._booting.add(key)
         try:
@@ -134,8 +135,12 @@ class Zygotes:
     ) -> None:
         try:
             first = self.envs.wait(env_id, READY | FINAL, ZYGOTE_BOOT_TIMEOUT_S)
-            if first.runtime.live is None or first.status not in READY:
-                return  # not live (or failed): a copy could not stand for it
+            if first.status not in READY:
+                return  # failed or deleted: the next create tries again
+            if first.runtime.live is None:  # auto, and its server cannot be copied
+                with self._lock:
+                    self._not_live.add(key)
+                return
             if not self._fits():
                 log.info("zygote: no room for a zygote of %s (the warm limits)", key[1])
                 return
