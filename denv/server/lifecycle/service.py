@@ -61,7 +61,7 @@ class Service:
         self.versions = Versions(ctx)
         self.live = LiveForks(ctx, self.versions)
         self.leases = Leases(ctx, self.envs)
-        self.zygotes = Zygotes(ctx, self.envs, self.versions)
+        self.zygotes = Zygotes(ctx, self.envs, self.versions, self.live)
         self.admit = self.envs.admit  # everything that can refuse, before anything is written
 
     # the server's life
@@ -226,12 +226,7 @@ class Service:
         body: SandboxCreate,
         lease_id: str | None,
     ) -> dict[str, Any] | None:
-        """A live create answered by copies of the key's zygote of this configuration (the
-        answer to return), or None: no zygote, or its copy failed (then it is deleted, and
-        the create boots)."""
-        zygote = self.zygotes.take(owner, planned, egress)
-        if zygote is None:
-            return None
+        """A live create answered by copies of the key's zygote (the answer), or None."""
         opts = EnvsCreate(
             count=body.count or 1,
             labels=body.labels,
@@ -239,19 +234,11 @@ class Service:
             ttl_s=body.ttl_s,
             wait_timeout_s=body.wait_timeout_s,
         )
-        try:
-            _, recs = self.live.from_zygote(owner, zygote, planned, opts)
-        except ApiError as exc:
-            log.warning("create from zygote %s failed (%s); booting", zygote.id, exc.message)
-            self.zygotes.drop(owner, planned, egress, exc.message)
+        recs = self.zygotes.copy(owner, planned, egress, opts, single=body.count is None)
+        if recs is None:
             return None
-        if body.count is None and recs[0].status == EnvStatus.FAILED:
-            why = recs[0].error.message if recs[0].error else "failed"
-            self.envs.delete(recs[0].id)
-            self.versions.delete(owner, recs[0].version_id)
-            self.zygotes.drop(owner, planned, egress, f"its copy failed: {why}")
-            return None
-        states = {cid: "running" for cid in zygote.runtime.containers.values()}
+        # The copies run in the zygote's container, which ran them a moment ago.
+        states = {cid: "running" for r in recs for cid in r.runtime.containers.values()}
         views = [self.env_view(r, states) for r in recs]
         return views[0] if body.count is None else {"envs": views}
 

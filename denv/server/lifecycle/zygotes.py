@@ -17,8 +17,8 @@ is kept within the warm pools' limits (``--warm-max-spares`` counts zygotes besi
 left by a server that stopped is deleted by the next one). Deleting a zygote ends its
 process only: its copies run in its container, which stays until the last of them is gone.
 
-    zygotes = Zygotes(ctx, envs, versions)
-    rec = zygotes.take(owner, planned, egress)         # a ready zygote's record, or None
+    zygotes = Zygotes(ctx, envs, versions, live_forks)
+    recs = zygotes.copy(owner, planned, egress, opts, single=True)  # or None: boot
     zygotes.leave_behind(owner, version, egress, env_id)  # after a create that booted
 """
 
@@ -34,12 +34,22 @@ from dataclasses import dataclass, field, replace
 from denv.server import ids
 from denv.server.config import MIB, WARM_MEMORY_GUESS
 from denv.server.db import iso, now
+from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.live_forks import LiveForks
+from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.spares import pool_of
 from denv.server.lifecycle.versions import Versions
 from denv.server.lifecycle.warm import mem_available
-from denv.server.records import FINAL, READY, EnvDeletion, EnvRecord, VersionRecord
+from denv.server.records import (
+    FINAL,
+    READY,
+    EnvDeletion,
+    EnvRecord,
+    EnvStatus,
+    VersionRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +80,11 @@ Key = tuple[str, str]  # (owner, the warm pool key of its configuration)
 class Zygotes:
     """The zygotes of one server. Thread-safe; no Docker call is made under its lock."""
 
-    def __init__(self, ctx: Context, envs: Envs, versions: Versions) -> None:
+    def __init__(self, ctx: Context, envs: Envs, versions: Versions, live: LiveForks) -> None:
         self.ctx = ctx
         self.envs = envs
         self.versions = versions
+        self.live = live
         self._lock = threading.Lock()
         self._zygotes: dict[Key, Zygote] = {}
         self._booting: set[Key] = set()
@@ -106,6 +117,31 @@ class Zygotes:
             self.drop(owner, version, egress, "its server process ended")
             return None
         return rec
+
+    def copy(
+        self, owner: str, planned: VersionRecord, egress: str, opts: EnvsCreate, single: bool
+    ) -> list[EnvRecord] | None:
+        """``opts.count`` new envs copied from ``owner``'s zygote of this configuration
+        (``planned``: the create's implicit version, recorded here), or None: no zygote, or
+        its copy failed (the zygote is then deleted, and the create boots). ``single``: one
+        env asked for without ``count``, which boots rather than answer failed."""
+        zygote = self.take(owner, planned, egress)
+        if zygote is None:
+            return None
+        try:
+            _, recs = self.live.from_zygote(owner, zygote, planned, opts)
+        except ApiError as exc:
+            log.warning("zygote: copying %s failed (%s); booting", zygote.id, exc.message)
+            self.drop(owner, planned, egress, exc.message)
+            return None
+        if single and recs[0].status == EnvStatus.FAILED:
+            why = recs[0].error.message if recs[0].error else "failed"
+            self.envs.delete(recs[0].id)
+            with contextlib.suppress(ApiError):  # its version goes with it
+                self.versions.delete(owner, recs[0].version_id)
+            self.drop(owner, planned, egress, f"its copy failed: {why}")
+            return None
+        return recs
 
     def drop(self, owner: str, version: VersionRecord, egress: str, why: str) -> None:
         """Delete the zygote of this configuration (a copy of it failed: boot the next)."""
