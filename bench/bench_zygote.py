@@ -5,7 +5,8 @@
   main run's server has them off so its other parts keep their meaning): a copy of the key's
   zygote (`DenvProvider()`'s default, live auto, once the first start left the zygote), a
   warm spare (`DenvProvider(fork="volume", warm_fork=True)`, spares kept by a holder env
-  with `warm=n`, refilled between rounds) and a boot (`fork="volume"`, no spares). Rounds
+  with `warm=n`, refilled between rounds) and a boot (`fork="volume"` and an env var of its
+  own, so no spare or zygote has its configuration). Rounds
   alternate the kinds; each env is deleted outside the timing. Then ``sustained``: zygote
   starts (to `reset()` answered) one after another for S seconds, each env deleted in the
   background: starts per second.
@@ -38,11 +39,13 @@ def _provider(server: Server, **options: Any) -> DenvProvider:
     return DenvProvider(server=server.url, api_key=server.api_key, ttl_s=3600, **options)
 
 
-def _start_once(server: Server, image: str, **options: Any) -> tuple[float, str, DenvProvider]:
+def _start_once(
+    server: Server, image: str, env_vars: dict[str, str] | None = None, **options: Any
+) -> tuple[float, str, DenvProvider]:
     """Seconds from start_container to reset() answered; the env's start; its provider."""
     provider = _provider(server, **options)
     t0 = time.perf_counter()
-    url = provider.start_container(image)
+    url = provider.start_container(image, env_vars=env_vars)
     provider.wait_for_ready(url)
     client: Any = GenericEnvClient(base_url=url, provider=provider).sync()
     client.reset()
@@ -120,7 +123,9 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
                 if kind == "warm":
                     holder.wait_warm(timeout_s=600)
                 b.settle(max_s=60)
-                elapsed, start, _ = _start_once(server, b.image, **kinds[kind])
+                # A boot's env var of its own: no pool's spare (nor zygote) has its configuration.
+                own = {"DENV_BENCH_BOOT": str(i)} if kind == "boot" else None
+                elapsed, start, _ = _start_once(server, b.image, own, **kinds[kind])
                 runs[kind].append(elapsed)
                 starts[kind].append(start)
         sustained = _sustained(server, b.image, float(b.profile.live_sustained_s))
