@@ -34,7 +34,8 @@ def _zygote_ready(state: Path) -> bool:
 
 
 def main() -> None:
-    state = Path(tempfile.mkdtemp(prefix="denv-p6-")) / "state"
+    parent = Path(tempfile.mkdtemp(prefix="denv-p6-"))
+    state = parent / "state"
     with start_server(state, "--zygotes") as srv:
         first = DenvProvider(server=srv.url, api_key=srv.key)
         root: Any = GenericEnvClient.from_docker_image(IMAGE, provider=first).sync()
@@ -69,6 +70,7 @@ def main() -> None:
             )
             client.close()
         root.close()
+    parent.rmdir()  # start_server removed the state dir
 
 
 if __name__ == "__main__":
