@@ -31,6 +31,7 @@ from . import (
     bench_start,
     bench_trainer,
     bench_upload,
+    bench_zygote,
     report,
 )
 from .harness import IMAGE, Bench, start_server, write_json
@@ -130,6 +131,7 @@ BENCHMARKS: dict[str, Runner] = {
     "live": bench_live.run,
     "live_tree": bench_live.run_tree,
     "upload": bench_upload.run,
+    "zygote": bench_zygote.run,
 }
 
 

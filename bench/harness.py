@@ -178,6 +178,9 @@ def start_server(state_dir: Path, extra_args: tuple[str, ...] = ()) -> Server:
             *("--max-creates-per-key", "0", "--max-starting-per-key", "0"),
             *("--max-waits-per-key", "0", "--max-spares-per-key", "0"),
             *("--log-level", "WARNING"),
+            # Zygotes only where a part asks (bench_zygote): the others measure boots and
+            # spares, which a zygote would answer instead after an image's first live start.
+            "--no-zygotes",
             *extra_args,
         ],
         stdout=out,

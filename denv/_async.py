@@ -189,6 +189,7 @@ class AsyncDenv(AsyncClientBase):
         wait_timeout_s: float | None = None,
         warm: int = 0,
         kind: ops.ForkKind = "auto",
+        reseed: bool = True,
     ) -> Fork:
         return await self._call(
             ops.fork(
@@ -202,6 +203,7 @@ class AsyncDenv(AsyncClientBase):
                 wait_timeout_s=wait_timeout_s,
                 warm=warm,
                 kind=kind,
+                reseed=reseed,
             )
         )
 

@@ -224,12 +224,16 @@ class Denv(ClientBase):
         wait_timeout_s: float | None = None,
         warm: int = 0,
         kind: ops.ForkKind = "auto",
+        reseed: bool = True,
     ) -> Fork:
         """Snapshot the env once and start `count` children from it: `.version`, `.envs`.
 
         `kind="live"` (an env created with `live=True`) copies its running server process,
         memory and sessions included, into each child in milliseconds; `"auto"` (the
-        default) is live where the env allows it, else volume.
+        default) is live where the env allows it, else volume. A live child draws fresh
+        entropy for Python's `random` and NumPy's global generator (`reseed=True`, the
+        default, as a volume fork's rebooted server does); `reseed=False` keeps the
+        parent's state of both, so the child draws what the parent would have drawn next.
 
         >>> fork = denv.fork(env.id, count=8)
         >>> [child.status for child in fork.envs]
@@ -246,6 +250,7 @@ class Denv(ClientBase):
                 wait_timeout_s=wait_timeout_s,
                 warm=warm,
                 kind=kind,
+                reseed=reseed,
             )
         )
 

@@ -279,10 +279,13 @@ def fork(
     wait_timeout_s: float | None,
     warm: int,
     kind: ForkKind = "auto",
+    reseed: bool = True,
 ) -> Call[Fork]:
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
     if kind != "volume":  # sent only when asked: older servers know no `kind`
         body.kind = EnvsCreateKind(kind)
+    if not reseed:  # sent only when asked, as `kind`
+        body.reseed = False
     return Call(
         fork_env_op,
         _value(Fork.from_api),

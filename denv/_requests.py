@@ -111,4 +111,5 @@ def envs_create(
         warm=warm,
         kind=UNSET,  # a fork's kind is set by the fork call, and sent only when not volume
         live=UNSET,  # envs from a version: set by that call, and sent only when asked
+        reseed=UNSET,  # a live fork's: sent only when False (the server's default is True)
     )

@@ -28,6 +28,7 @@ class StartMode(enum.StrEnum):
     COLD = "cold"
     WARM = "warm"
     LIVE = "live"  # a live fork: a copy of the parent's running server process
+    ZYGOTE = "zygote"  # a new env copied from the key's idle booted root of its image
 
 
 class Egress(enum.StrEnum):

@@ -149,7 +149,19 @@ def start_server(state_dir: Path, *extra: str, cleanup: bool = True) -> Iterator
     state_dir.mkdir(parents=True, exist_ok=True)
     log = open(state_dir / "server.out", "ab")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "denv.server", "--port", "0", "--state-dir", str(state_dir), *extra],
+        # Zygotes (a second boot behind the first live create of each image) are off unless
+        # a test asks for them (`--zygotes` in `extra`, which wins: the last flag counts).
+        [
+            sys.executable,
+            "-m",
+            "denv.server",
+            "--port",
+            "0",
+            "--state-dir",
+            str(state_dir),
+            "--no-zygotes",
+            *extra,
+        ],
         stdout=log,
         stderr=log,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -140,7 +140,7 @@ def adopt(binding: Binding, env: Env, what: str, *, awaited: bool) -> Plan[str]:
 
 
 def fork(
-    binding: Binding, count: int, kind: ForkKind | None, *, awaited: bool
+    binding: Binding, count: int, kind: ForkKind | None, *, awaited: bool, reseed: bool = True
 ) -> Plan[list[Binding]]:
     """`DenvProvider.fork(count)`: one snapshot, `count` children ready, all or none."""
     if not 1 <= count <= MAX_FORK_COUNT:
@@ -166,6 +166,7 @@ def fork(
         wait_timeout_s=config.timeout_s,
         warm=config.warm,
         kind=config.fork_kind(kind),
+        reseed=reseed,
     )
     logger.info("forked env %s into %d (version %s)", env_id, count, result.version.id)
     children: list[Binding] = []

@@ -249,12 +249,14 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     # -- fork ------------------------------------------------------------------------------------
 
     @overload
-    def fork(self, *, kind: ForkKind | None = None) -> DenvProvider: ...
+    def fork(self, *, kind: ForkKind | None = None, reseed: bool = True) -> DenvProvider: ...
     @overload
-    def fork(self, n: int, *, kind: ForkKind | None = None) -> list[DenvProvider]: ...
+    def fork(
+        self, n: int, *, kind: ForkKind | None = None, reseed: bool = True
+    ) -> list[DenvProvider]: ...
 
     def fork(
-        self, n: int | None = None, *, kind: ForkKind | None = None
+        self, n: int | None = None, *, kind: ForkKind | None = None, reseed: bool = True
     ) -> DenvProvider | list[DenvProvider]:
         """Snapshot this env once and start children from it, ready (health and WebSocket).
 
@@ -263,10 +265,14 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         the child's volumes hold the parent's state at the snapshot and its server
         restarts; with a live fork (what `"auto"`, the default, does for an env whose
         server can be copied) the child is a copy of the running server, OpenEnv sessions
-        included.
+        included. A live child draws fresh entropy for Python's `random` and NumPy's
+        global generator (`reseed=True`, the default: as a volume child's rebooted server);
+        `reseed=False` keeps the parent's state of both (the child draws what the parent
+        would have drawn next). Generators the env holds itself are copied either way.
         Nothing is left behind when any child fails: all of them are deleted.
         """
-        plan = _operations.fork(self._binding, 1 if n is None else n, kind, awaited=False)
+        count = 1 if n is None else n
+        plan = _operations.fork(self._binding, count, kind, awaited=False, reseed=reseed)
         children = [DenvProvider._bound(child) for child in run(plan, self._binding)]
         return children[0] if n is None else children
 
@@ -332,18 +338,23 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
         await _async.run(_waits.ready(self._binding, base_url, timeout_s), self._binding)
 
     @overload
-    async def fork_async(self, *, kind: ForkKind | None = None) -> DenvProvider: ...
+    async def fork_async(
+        self, *, kind: ForkKind | None = None, reseed: bool = True
+    ) -> DenvProvider: ...
     @overload
-    async def fork_async(self, n: int, *, kind: ForkKind | None = None) -> list[DenvProvider]: ...
+    async def fork_async(
+        self, n: int, *, kind: ForkKind | None = None, reseed: bool = True
+    ) -> list[DenvProvider]: ...
 
     async def fork_async(
-        self, n: int | None = None, *, kind: ForkKind | None = None
+        self, n: int | None = None, *, kind: ForkKind | None = None, reseed: bool = True
     ) -> DenvProvider | list[DenvProvider]:
         """`fork`, awaited: one snapshot, `n` children ready, all deleted if any fails.
 
         >>> branches = await root.provider.fork_async(8)
         """
-        plan = _operations.fork(self._binding, 1 if n is None else n, kind, awaited=True)
+        count = 1 if n is None else n
+        plan = _operations.fork(self._binding, count, kind, awaited=True, reseed=reseed)
         children = [DenvProvider._bound(child) for child in await _async.run(plan, self._binding)]
         return children[0] if n is None else children
 

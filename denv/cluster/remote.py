@@ -155,8 +155,10 @@ class RemoteNode:
         parent: LiveProc,
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
+        reseed: bool = True,
     ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
-        result = self._call(LONG_TIMEOUT_S, "live_fork", parent_env, parent, volumes, children)
+        args = (parent_env, parent, volumes, children, reseed)
+        result = self._call(LONG_TIMEOUT_S, "live_fork", *args)
         return cast(tuple[list[list[str]], list[LiveProc | str], dict[str, float]], result)
 
     def live_alive(self, proc: LiveProc) -> bool:

@@ -172,7 +172,9 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
                 await asyncio.to_thread(engine.adopt_egress)
         except Exception:
             log.exception("the egress rules of running envs were not taken back")
-        reaper = asyncio.create_task(reap_forever(ctx, service.envs, REAPER_INTERVAL_S))
+        reaper = asyncio.create_task(
+            reap_forever(ctx, service.envs, REAPER_INTERVAL_S, service.zygotes.reap)
+        )
         leases = asyncio.create_task(end_due_forever(service.leases, LEASE_CHECK_S))
         collector = asyncio.create_task(
             collect_forever(service.collector, config.gc_interval_s)

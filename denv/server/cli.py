@@ -7,7 +7,7 @@
                [--env-memory MIB] [--env-pids N] [--env-cpus N] [--env-cap-add CAP]
                [--allow-image PATTERN ...] [--pull-credentials]
                [--warm-max-spares 32] [--warm-max-memory MIB]
-               [--warm-min-free-memory 1024] [--warm-idle-minutes 10]
+               [--warm-min-free-memory 1024] [--warm-idle-minutes 10] [--no-zygotes]
                [--subnet-pool 10.213.0.0/16] [--subnet-size 27]
                [--max-creates-per-key 8] [--max-starting-per-key 16] [--max-waits-per-key 64]
                [--max-versions-per-key 10000] [--max-spares-per-key 16]

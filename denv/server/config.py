@@ -104,6 +104,9 @@ class ServerConfig:
     warm_max_memory_mb: int = DEFAULT_WARM_MAX_MEMORY_MB
     warm_min_free_mb: int = DEFAULT_WARM_MIN_FREE_MB
     warm_idle_s: float = DEFAULT_WARM_IDLE_S
+    # one idle live root per (key, configuration) that creates clone (lifecycle/zygotes.py);
+    # within the warm limits above
+    zygotes: bool = True
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
     # egress allow envs may reach the host, link-local and private networks, and allowlists

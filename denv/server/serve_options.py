@@ -216,6 +216,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reap a warm pool nobody took a spare from for this long (default %(default)g)",
     )
     parser.add_argument(
+        "--zygotes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep one idle, booted live root per API key and image configuration, and "
+        "answer live creates with a copy of it (reaped like a warm pool, within the warm "
+        "limits; default on)",
+    )
+    parser.add_argument(
         "--lease-timeout",
         type=float,
         default=DEFAULT_LEASE_TIMEOUT_S,
@@ -336,6 +344,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         warm_max_memory_mb=args.warm_max_memory,
         warm_min_free_mb=args.warm_min_free_memory,
         warm_idle_s=args.warm_idle_minutes * 60,
+        zygotes=args.zygotes,
         lease_timeout_s=args.lease_timeout,
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,

@@ -194,6 +194,7 @@ class ChildSpec:
     port: int
     work: list[tuple[str, str]]  # (slot inside the container, the volume's path)
     kids: str  # where its own children's slots appear: bound on /.denv/work in the child
+    reseed: bool = True  # fresh entropy for random and NumPy's global generator
 
 
 def fork(
@@ -217,7 +218,10 @@ def fork(
     t0 = time.perf_counter()
     if not alive(parent):
         raise LiveError("env_not_running", "the env's server process has ended")
-    specs = [{"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids} for c in children]
+    specs = [
+        {"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids, "reseed": c.reseed}
+        for c in children
+    ]
     with (
         _connect(ctl_path(parent.pid), timeout_s) as sock,
         ThreadPoolExecutor(max(1, min(len(children), 8)) + 1, "denv-live-plumb") as pool,

@@ -248,6 +248,7 @@ class DockerNode:
         parent: LiveProc,
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
+        reseed: bool = True,
     ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
         """Gate the parent, capture its volumes' changes into layers, mount each child's
         volumes in the group's slot dir, fork, plumb: (each volume's new stack, each child's
@@ -288,6 +289,7 @@ class DockerNode:
                 port,
                 [(f"{live.WORK_DIR}/{env_id}/work-{s.n}", s.path) for s in volumes],
                 f"{live.WORK_DIR}/{env_id}/kids",
+                reseed,
             )
             for env_id, port in children
         ]

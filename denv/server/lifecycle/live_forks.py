@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -54,23 +56,61 @@ class LiveForks:
         self, owner: str, rec: EnvRecord, parent_version: VersionRecord, opts: EnvsCreate
     ) -> tuple[VersionRecord, list[EnvRecord]]:
         """The fork's version and its children's records (admitted by ``Admission.live_fork``)."""
+        return self._copy(
+            owner,
+            rec,
+            parent_version,
+            opts,
+            lambda stacks: self.versions.child(rec, parent_version, stacks, {}, "fork"),
+        )
+
+    def from_zygote(
+        self, owner: str, zygote: EnvRecord, planned: VersionRecord, opts: EnvsCreate
+    ) -> tuple[VersionRecord, list[EnvRecord]]:
+        """``opts.count`` new envs of ``owner`` copied from a zygote (``zygotes``): fresh
+        envs of ``planned`` (the create's implicit version, recorded here with the zygote's
+        /work as its volumes' layers), no parent, ``start: zygote``, fresh entropy."""
+        zversion = self.ctx.store.get_version(zygote.version_id)
+        if zversion is None:
+            raise ApiError(409, "conflict", f"the version of zygote {zygote.id} is gone")
+
+        def record(stacks: list[list[str]]) -> VersionRecord:
+            volumes = [
+                vol.model_copy(update={"layers": layers})
+                for vol, layers in zip(planned.volumes, stacks, strict=True)
+            ]
+            return self.versions.add(replace(planned, volumes=volumes))
+
+        return self._copy(owner, zygote, zversion, opts, record, fresh=True)
+
+    def _copy(
+        self,
+        owner: str,
+        rec: EnvRecord,
+        parent_version: VersionRecord,
+        opts: EnvsCreate,
+        version_of: Callable[[list[list[str]]], VersionRecord],
+        fresh: bool = False,
+    ) -> tuple[VersionRecord, list[EnvRecord]]:
         ctx = self.ctx
         proc = rec.runtime.live
         assert proc is not None
         slots = volume_slots(parent_version.volumes)
         t0 = time.perf_counter()
+        reseed = True if fresh else opts.reseed
         with self._ports[hash(proc.group) % PORT_LOCKS]:
             new_ids, ports = self._new_ids(opts.count), self._free_ports(proc, opts.count)
             children = list(zip(new_ids, ports, strict=True))
             try:
-                stacks, procs, timings = ctx.node.live_fork(rec.id, proc, slots, children)
+                stacks, procs, timings = ctx.node.live_fork(rec.id, proc, slots, children, reseed)
             except live.LiveError as exc:
                 status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
-            version = self.versions.child(rec, parent_version, stacks, {}, "fork")
-            records = self._records(owner, rec, version, opts, children, procs)
+            version = version_of(stacks)
+            records = self._records(owner, rec, version, opts, children, procs, fresh)
         log.info(
-            "live fork %s into %d: %s, total %.1f ms",
+            "live %s %s into %d: %s, total %.1f ms",
+            "copy of zygote" if fresh else "fork",
             rec.id,
             len(records),
             ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
@@ -104,7 +144,9 @@ class LiveForks:
         opts: EnvsCreate,
         children: list[tuple[str, int]],
         procs: list[Any],
+        fresh: bool,
     ) -> list[EnvRecord]:
+        """The children's records; ``fresh``: new envs copied from a zygote (no parent)."""
         ctx = self.ctx
         created = now()
         records: list[EnvRecord] = []
@@ -120,14 +162,14 @@ class LiveForks:
                     id=env_id,
                     owner=owner,
                     version_id=version.id,
-                    parent_id=parent.id,
+                    parent_id=None if fresh else parent.id,
                     project=parent.project,
                     agent_service=parent.agent_service,
                     egress=parent.egress,
                     labels=dict(opts.labels),
                     lease_id=opts.lease_id,
                     status=EnvStatus.HEALTHY if ok else EnvStatus.FAILED,
-                    start="live",
+                    start="zygote" if fresh else "live",
                     created_at=iso(created),
                     expires_at=iso(created + timedelta(seconds=opts.ttl_s)),
                     error=None if ok else EnvError(code="start_failed", message=str(proc)),

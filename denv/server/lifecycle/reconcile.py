@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from denv.server.config import IDEMPOTENCY_TTL_S
 from denv.server.db import iso, now
@@ -87,9 +88,11 @@ def fail_lost(ctx: Context, envs: Envs) -> int:
     return sum(envs.lose(env_id, why) for env_id, why in ctx.node.lost().items())
 
 
-async def reap_forever(ctx: Context, envs: Envs, interval_s: float) -> None:
-    """Delete envs whose TTL passed; drop expired idempotency records; tend warm pools;
-    fail the envs of lost nodes."""
+async def reap_forever(
+    ctx: Context, envs: Envs, interval_s: float, *tend: Callable[[], None]
+) -> None:
+    """Delete envs whose TTL passed; drop expired idempotency records; tend warm pools
+    (and run ``tend``: the zygotes' reaper); fail the envs of lost nodes."""
     while True:
         await asyncio.sleep(interval_s)
         try:
@@ -101,5 +104,7 @@ async def reap_forever(ctx: Context, envs: Envs, interval_s: float) -> None:
                 await asyncio.to_thread(envs.delete, env_id, why)
             await asyncio.to_thread(ctx.store.expire_idempotent, time.time() - IDEMPOTENCY_TTL_S)
             await asyncio.to_thread(envs.warm.reap)
+            for job in tend:
+                await asyncio.to_thread(job)
         except Exception:
             log.exception("reaper pass failed")

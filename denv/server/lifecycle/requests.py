@@ -98,6 +98,7 @@ class EnvsCreate(_Body):
     wait_timeout_s: WaitTimeout = 120.0
     warm: Warm = 0
     kind: Literal["volume", "live", "auto"] = "volume"  # fork only
+    reseed: bool = True  # a live fork only: fresh entropy for each child's global generators
     live: LiveStart = False  # create from a version only
 
 

@@ -27,6 +27,7 @@ from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
 from denv.server.lifecycle.requests import EnvsCreate, LiveStart, SandboxCreate, WaitFor
 from denv.server.lifecycle.versions import Versions
+from denv.server.lifecycle.zygotes import Zygotes
 from denv.server.records import (
     ALL,
     FINAL,
@@ -62,16 +63,19 @@ class Service:
         self.live = LiveForks(ctx, self.versions)
         self.leases = Leases(ctx, self.envs)
         self.collector = Collector(ctx, self.versions)
+        self.zygotes = Zygotes(ctx, self.envs, self.versions, self.live)
         self.admit = self.envs.admit  # everything that can refuse, before anything is written
 
     # the server's life
     def reconcile(self) -> None:
+        self.zygotes.delete_stored()
         reconcile(self.ctx, self.envs)
         self.leases.restart_grace()
 
     def shutdown(self) -> None:
         """Stop boots in flight and remove every warm spare (clean server exit)."""
         self.ctx.stopping.set()
+        self.zygotes.shutdown()  # their processes first: their containers may hold envs
         self.ctx.node.stop()
         self.ctx.pool.shutdown(wait=False, cancel_futures=True)
         self.envs.warm.shutdown()
@@ -192,6 +196,10 @@ class Service:
         planned, facts = self.versions.implicit(owner, body)  # one image look, no record
         egress, live = self.admit.sandbox(owner, planned, facts, body)
         with self.ctx.pins.hold(owner):  # the version is needed once its envs are recorded
+            if live:
+                copied = self._from_zygote(owner, planned, egress, body, lease_id)
+                if copied is not None:
+                    return copied
             version = self.versions.add(planned)
             recs = self.envs.create(
                 owner,
@@ -207,10 +215,36 @@ class Service:
                 use_spares=True,
                 live_env=live,
             )
+        if live:  # the first live create of this configuration boots; the next ones copy
+            self.zygotes.leave_behind(owner, version, egress, recs[0].id)
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
         if live and body.count is None:
             self._refuse_unsupported_live(owner, body.image, envs[0], version.id)
         return envs[0] if body.count is None else {"envs": envs}
+
+    def _from_zygote(
+        self,
+        owner: str,
+        planned: VersionRecord,
+        egress: str,
+        body: SandboxCreate,
+        lease_id: str | None,
+    ) -> dict[str, Any] | None:
+        """A live create answered by copies of the key's zygote (the answer), or None."""
+        opts = EnvsCreate(
+            count=body.count or 1,
+            labels=body.labels,
+            lease_id=lease_id,
+            ttl_s=body.ttl_s,
+            wait_timeout_s=body.wait_timeout_s,
+        )
+        recs = self.zygotes.copy(owner, planned, egress, opts, single=body.count is None)
+        if recs is None:
+            return None
+        # The copies run in the zygote's container, which ran them a moment ago.
+        states = {cid: "running" for r in recs for cid in r.runtime.containers.values()}
+        views = [self.env_view(r, states) for r in recs]
+        return views[0] if body.count is None else {"envs": views}
 
     def _refuse_unsupported_live(
         self, owner: str, what: str, env: dict[str, Any], implicit_version: str | None = None

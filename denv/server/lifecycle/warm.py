@@ -223,6 +223,13 @@ class WarmPools:
             log.info("warm: reaping %d spare(s): the envs that asked for them are gone", len(gone))
         self._destroy_later(gone)
 
+    def usage(self) -> tuple[int, int]:
+        """Spares of every pool (booting ones included) and their memory in bytes: what
+        zygotes count beside them against the same limits."""
+        with self._lock:
+            count = sum(len(p.idle) + len(p.unclaimed()) for p in self._pools.values())
+            return count, self._spare_memory()
+
     # background upkeep
     def reap(self) -> None:
         """Drop idle pools and dead spares, and refill (the reaper calls this)."""

@@ -239,9 +239,12 @@ class Node(Protocol):
         parent: LiveProc,
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
+        reseed: bool = True,
     ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
         """Copy the parent's process into each (env id, port): each volume's new stack,
-        each child's process or why it failed, timings (ms)."""
+        each child's process or why it failed, timings (ms). ``reseed``: each child draws
+        fresh entropy for Python's ``random`` and NumPy's global generator; else it keeps
+        the parent's state of both."""
         ...
 
     def live_alive(self, proc: LiveProc) -> bool: ...

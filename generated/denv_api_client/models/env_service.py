@@ -22,9 +22,12 @@ class EnvService:
         image_digest (str): The image's id (`sha256:...`), which pins it.
         status (EnvServiceStatus):
         start (StartMode | Unset): How the env's agent service was started: `cold` (a boot), `warm` (a
-            booted spare took the env's volumes) or `live` (a live fork: a copy of
+            booted spare took the env's volumes), `live` (a live fork: a copy of
             the parent's running server process, memory included; see
-            `POST /v1/envs/{env_id}/fork` with `kind: live`).
+            `POST /v1/envs/{env_id}/fork` with `kind: live`) or `zygote` (a new
+            env of a live create, copied from the API key's idle booted server of
+            the same image and options, which never served a session: a fresh
+            server, fresh entropy, no parent).
     """
 
     name: str

@@ -33,6 +33,14 @@ class EnvsCreate:
             `live_unsupported` otherwise, naming the reason). `auto` is live
             where the env allows it, else volume.
              Default: EnvsCreateKind.VOLUME.
+        reseed (bool | Unset): Live fork only: each child draws fresh entropy for the server
+            process's global generators (Python's `random`, NumPy's global
+            `np.random`), as a newly started server would (default). `false`
+            keeps the parent's state of both, so a child draws what the
+            parent would have drawn next. Generators the env holds itself
+            (`random.Random(seed)`, `np.random.default_rng(seed)`) are copied
+            either way.
+             Default: True.
         live (bool | LiveAuto | Unset): Create from a version only (a fork's `kind` says how it forks; 422
             there): start each env's agent ready for live forks, as
             `SandboxCreate.live` does: `true` refuses a server that cannot be
@@ -58,6 +66,7 @@ class EnvsCreate:
     """
 
     kind: EnvsCreateKind | Unset = EnvsCreateKind.VOLUME
+    reseed: bool | Unset = True
     live: bool | LiveAuto | Unset = False
     count: int | Unset = 1
     egress: Egress | EgressAllowlist | None | Unset = UNSET
@@ -75,6 +84,8 @@ class EnvsCreate:
         kind: str | Unset = UNSET
         if not isinstance(self.kind, Unset):
             kind = self.kind.value
+
+        reseed = self.reseed
 
         live: bool | str | Unset
         if isinstance(self.live, Unset):
@@ -125,6 +136,8 @@ class EnvsCreate:
         field_dict.update({})
         if kind is not UNSET:
             field_dict["kind"] = kind
+        if reseed is not UNSET:
+            field_dict["reseed"] = reseed
         if live is not UNSET:
             field_dict["live"] = live
         if count is not UNSET:
@@ -161,6 +174,8 @@ class EnvsCreate:
             kind = UNSET
         else:
             kind = EnvsCreateKind(_kind)
+
+        reseed = d.pop("reseed", UNSET)
 
         def _parse_live(data: object) -> bool | LiveAuto | Unset:
             if isinstance(data, Unset):
@@ -242,6 +257,7 @@ class EnvsCreate:
 
         envs_create = cls(
             kind=kind,
+            reseed=reseed,
             live=live,
             count=count,
             egress=egress,

@@ -5,6 +5,7 @@ class StartMode(StrEnum):
     COLD = "cold"
     LIVE = "live"
     WARM = "warm"
+    ZYGOTE = "zygote"
 
     def __str__(self) -> str:
         return str(self.value)

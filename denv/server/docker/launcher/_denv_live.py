@@ -44,8 +44,8 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
     true}``; or
     ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
     closed until ``fork``/``ungate`` on the same connection, or the connection ends.
-``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir}],
-"hold": bool}``
+``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir,
+"reseed": bool}], "hold": bool}``
     fork once per child at the gated point, reopen the gate (unless ``hold``: then it stays
     closed until ``ungate``, so the node can capture /work meanwhile), answer ``{"ok": true,
     "failed": {env: why}}``. Each child binds ``/.denv/ctl/<env>.sock`` at once and waits
@@ -505,6 +505,9 @@ class Live:
         # copy the whole heap page by page. The parent unfreezes its own after the fork.
         gc.freeze()
         t0 = time.perf_counter()
+        # CPython's at-fork hook reseeds ``random`` in every child: a child that keeps the
+        # parent's random state gets this copy back.
+        kept = random_state() if not all(c.get("reseed", True) for c in children) else None
         failed: dict[str, str] = {}
         mine: dict[str, Any] | None = None
         try:
@@ -523,6 +526,7 @@ class Live:
                 gc.unfreeze()
         if mine is not None:
             try:
+                reseed_or_keep(bool(mine.get("reseed", True)), kept)
                 self._child(mine, writer)
             except BaseException:
                 traceback.print_exc()
@@ -648,6 +652,35 @@ class Live:
             await self.server.serve(sockets=[sock])
         finally:
             os._exit(0)
+
+
+def random_state() -> Any:
+    """The state of Python's global ``random`` (None when the server never imported it)."""
+    rnd = sys.modules.get("random")
+    return rnd.getstate() if rnd is not None else None
+
+
+def reseed_or_keep(reseed: bool, kept: Any) -> None:
+    """In a new child: fresh entropy for the global generators, or the parent's state.
+
+    ``reseed``: Python's ``random`` (which CPython's at-fork hook has reseeded already) and
+    NumPy's legacy global ``RandomState`` (``np.random.*``) draw from ``os.urandom``, as in a
+    newly started server. Else ``random`` gets the parent's state back (``kept``) and NumPy's
+    stays as copied: the child draws what the parent would have drawn next. Generators the
+    env holds itself (``random.Random(seed)``, ``np.random.default_rng(seed)``) are copied
+    either way; ``uuid4`` and ``secrets`` read ``os.urandom`` on each call.
+    """
+    rnd = sys.modules.get("random")
+    if not reseed:
+        if rnd is not None and kept is not None:
+            rnd.setstate(kept)
+        return
+    if rnd is not None:
+        rnd.seed()
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        with contextlib.suppress(Exception):  # a NumPy without the legacy global generator
+            np_random.seed()
 
 
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)

@@ -232,6 +232,7 @@ class Routing(Layers):
         parent: LiveProc,
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
+        reseed: bool = True,
     ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
         name = self._env_member(parent.group)
         if name is None:
@@ -239,7 +240,9 @@ class Routing(Layers):
         with self._lock:
             for child, _ in children:
                 self._env[child] = name
-        result = self._call(name, lambda n: n.live_fork(parent_env, parent, volumes, children))
+        result = self._call(
+            name, lambda n: n.live_fork(parent_env, parent, volumes, children, reseed)
+        )
         self._made(name, _new_layers(result[0], volumes))
         return result
 

@@ -1,0 +1,153 @@
+"""End to end: zygotes (issue 24, item 3). A live create of an image the key has started
+before is answered by a copy of an idle booted server of that image (its zygote): a fresh
+env (own id, no parent, ``start: zygote``, a new OpenEnv session) with fresh entropy.
+
+One server of its own (zygotes on, idle reaping after 6 s) and one image configuration: the
+echo env's app with a ``/draws`` route that returns a draw of Python's ``random`` and one of
+NumPy's global generator, started by a shell command (no image to build). Its first start
+boots and leaves the zygote behind; the rest copy it. The zygote is found in the server's
+store (owner ``zygote:<key>``), as a client never can.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import LocalDenv, instance_id, leftovers, start_server
+from denv.openenv import DenvProvider
+from openenv.core import GenericEnvClient
+from provider_helpers import ECHO_IMAGE, message, state_of
+
+from denv import Denv
+from denv.server.auth import create_api_key
+
+pytestmark = pytest.mark.e2e
+
+IDLE_MINUTES = 0.1  # the zygote is reaped after 6 s without a copy (the reaper runs every 5 s)
+APP = """
+import random
+import numpy as np
+from echo_env.app import app
+
+@app.get("/draws")
+def draws():
+    return {"random": random.random(), "numpy": float(np.random.random())}
+"""
+COMMAND = [
+    "sh",
+    "-c",
+    f"cat > /app/draws_app.py <<'EOF'\n{APP}\nEOF\n"
+    "exec uvicorn draws_app:app --host 0.0.0.0 --port 8000",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    state = tmp_path_factory.mktemp("denv-zygotes")
+    with start_server(state, "--zygotes", "--warm-idle-minutes", str(IDLE_MINUTES)) as srv:
+        yield srv
+
+
+def zygotes(server: LocalDenv) -> list[tuple[str, str, str]]:
+    """(id, owner, status) of every zygote record the server holds, deleted ones too."""
+    with sqlite3.connect(server.state_dir / "denv.db") as con:
+        rows = con.execute(
+            "SELECT id, owner, status FROM envs WHERE owner LIKE 'zygote:%' ORDER BY id"
+        ).fetchall()
+    return [(str(a), str(b), str(c)) for a, b, c in rows]
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return found
+
+
+def start(server: LocalDenv) -> tuple[DenvProvider, Any]:
+    provider = DenvProvider(server=server.url, api_key=server.key)
+    client = GenericEnvClient.from_docker_image(ECHO_IMAGE, provider=provider, cmd=COMMAND)
+    return provider, client.sync()
+
+
+def draws(provider: DenvProvider) -> dict[str, float]:
+    out: dict[str, float] = httpx.get(f"{provider.base_url}/draws", timeout=10).json()
+    return out
+
+
+def test_a_live_start_copies_the_keys_zygote(server: LocalDenv) -> None:
+    first, _ = start(server)
+    started = [first]
+    try:
+        with Denv(server.url, server.key) as denv:
+            assert str(denv.get_env(first.env_id or "").start) == "cold"
+            # The first start left a zygote behind: one booted root, never handed out.
+            ready = wait_for(
+                "the zygote", lambda: [z for z in zygotes(server) if z[2] == "healthy"]
+            )
+            assert len(ready) == 1
+            zygote_id, owner, _ = ready[0]
+            assert owner.startswith("zygote:")
+
+            children = [start(server) for _ in range(2)]
+            started += [p for p, _ in children]
+            ids = [p.env_id or "" for p, _ in children]
+            envs = [denv.get_env(i) for i in ids]
+            assert [str(e.start) for e in envs] == ["zygote", "zygote"]
+            assert len({first.env_id, *ids, zygote_id}) == 4
+            assert all(e.parent_id is None for e in envs)
+            assert len({e.version_id for e in envs}) == 2  # each its own, as a new env's
+            for (_, client), env in zip(children, envs, strict=True):
+                # A fresh server's session: no episode before its reset.
+                assert state_of(client)["step_count"] == 0
+                client.reset()
+                client.step(message("hello"))
+                assert state_of(client)["step_count"] == 1
+                assert env.endpoints[0].url.startswith(server.url)
+            # Fresh entropy in each copy: neither generator repeats the other copy's draws.
+            a, b = (draws(p) for p, _ in children)
+            assert a["random"] != b["random"] and a["numpy"] != b["numpy"]
+
+            # The zygote is no env of the key: not listed, not gettable.
+            listed = {e.id for e in denv.list_envs()}
+            assert zygote_id not in listed and set(ids) <= listed
+
+            # Another key never gets this key's zygote: its start boots.
+            other = Denv(server.url, create_api_key(server.state_dir))
+            with other:
+                env = other.create_sandbox(ECHO_IMAGE, command=COMMAND, live="auto", wait="none")
+                assert str(env.start) == "cold"
+                other.delete_env(env.id)
+
+            # A live fork keeps the parent's random state with reseed=False: both children
+            # draw what the parent would have drawn next; by default each draws afresh.
+            kept = first.fork(2, kind="live", reseed=False)
+            fresh = first.fork(2, kind="live")
+            started += kept + fresh
+            k1, k2 = (draws(p) for p in kept)
+            assert k1 == k2
+            f1, f2 = (draws(p) for p in fresh)
+            assert f1["random"] != f2["random"] and f1["numpy"] != f2["numpy"]
+    finally:
+        for p in started:
+            p.stop_container()
+
+    # Unused, the zygote is reaped (its container with it: no env of the group is left).
+    wait_for("the zygote reaped", lambda: all(z[2] == "deleted" for z in zygotes(server)), 30)
+    assert zygotes(server)
+    inst = instance_id(server.state_dir)
+    wait_for("no container left", lambda: not leftovers(server.state_dir)["containers"], 30)
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=denv.instance={inst}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split() == []
