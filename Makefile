@@ -30,7 +30,8 @@ harbor-venv:
 -include mk/trl.mk
 
 ## The fork demo: the echo env on denv, a prefix, 8 branches stepped differently, cleaned up.
-demo: $(VENV_STAMP) docker images
+## It builds only the image it runs (the echo env); the README's snippets need no other.
+demo: $(VENV_STAMP) docker image-echo
 	$(PY) examples/fork_demo.py
 
 ## The provider plumbing with a stand-in image (python -m http.server): start, ready, stop.
