@@ -92,7 +92,9 @@ def step(
         "step": name,
         "seconds": seconds,
         "exit": code,
-        "progress": [ln for ln in err.splitlines() if ln.startswith("denv: ")],
+        "progress": [
+            ln for ln in err.splitlines() if ln.startswith("denv: ") or "denv.progress" in ln
+        ],
         "envs_left": envs_of_key(cmd[0], env),
         "containers_left": len(left["containers"]),
     }
