@@ -30,8 +30,16 @@ harbor-venv:
 -include mk/trl.mk
 
 ## The fork demo: the echo env on denv, a prefix, 8 branches stepped differently, cleaned up.
-demo: $(VENV_STAMP) docker images
+## It builds only the image it runs (the echo env); the README's snippets need no other.
+demo: $(VENV_STAMP) docker image-echo
 	$(PY) examples/fork_demo.py
+
+## A newcomer's first hour, measured: a fresh clone, the demo and each README block as a script
+## against a local server started for it, time and leftovers in bench/results/first-hour.json.
+## Reuses the venv and the echo image (says so in the results); stops what it started.
+.PHONY: first-hour
+first-hour: $(VENV_STAMP) docker image-echo
+	$(PY) scripts/first_hour.py
 
 ## The provider plumbing with a stand-in image (python -m http.server): start, ready, stop.
 e2e-frameworks: $(VENV_STAMP) docker image-standin

@@ -36,6 +36,7 @@ from ._config import ENV_API_KEY, ENV_SERVER
 from ._errors import cannot_reach
 from ._http import proxy_for, tls_verify
 from .errors import DenvConfigError, LocalServerError
+from .progress import say
 
 __all__ = [
     "ENV_API_KEY",
@@ -123,6 +124,12 @@ def ensure_local_server(state_dir: PathArg = None, timeout_s: float = 60.0) -> L
         found = read_local_server(root)
         if found is not None:
             return found
+        say(
+            "starting the local denv server (first use; state in %s, its log in server.out "
+            "there) ...",
+            root,
+        )
+        started = time.monotonic()
         with open(root / "server.out", "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "denv.server", "--port", "0", "--state-dir", str(root)],
@@ -135,6 +142,12 @@ def ensure_local_server(state_dir: PathArg = None, timeout_s: float = 60.0) -> L
         while time.monotonic() < deadline:
             found = read_local_server(root)
             if found is not None:
+                say(
+                    "the local denv server is up at %s after %.1fs; it keeps running for "
+                    "the next script (stop it: denv stop)",
+                    found.url,
+                    time.monotonic() - started,
+                )
                 return found
             if proc.poll() is not None:
                 break

@@ -22,6 +22,7 @@ from denv.errors import (
     WarmPoolStalled,
     WarmPoolTimeout,
 )
+from denv.progress import SLOW_S, say
 
 from ._plan import Get, Plan, Sleep, WebSocket, api
 from ._readiness import WebSocketProbe
@@ -89,9 +90,12 @@ def ready(binding: Binding, base_url: str, timeout_s: float | None) -> Plan[None
 def until_healthy(env_id: str, origin: str, timeout: float, deadline: float) -> Plan[None]:
     """Long-poll the server until the env is healthy; raise when it fails or time is up."""
     status = "not checked"
+    first = True
     while True:
         remaining = deadline - time.monotonic()
-        poll_s = min(remaining, MAX_WAIT_S)
+        # The first poll is short, so that a slow boot (an image's first, a busy machine)
+        # says what is awaited instead of waiting silently.
+        poll_s = min(remaining, SLOW_S if first else MAX_WAIT_S)
         if poll_s > 0:
             env: Env = yield api("wait_env", env_id, until="healthy", timeout_s=round(poll_s, 3))
             status = str(env.status)
@@ -99,6 +103,16 @@ def until_healthy(env_id: str, origin: str, timeout: float, deadline: float) -> 
                 raise (yield from start_error(env, origin))
             if status in ("healthy", "running"):  # running: no health check was asked for
                 return
+            if first and poll_s < remaining:
+                say(
+                    "waiting for env %s (%s) to boot and answer its health check (up to "
+                    "%.0fs more) ...",
+                    env_id,
+                    origin,
+                    remaining - poll_s,
+                )
+                first = False
+                continue
         # The server's answer decides, not the local clock: a wait that covered all the
         # time left and still saw the env starting means the time is up.
         if poll_s >= remaining:
@@ -208,6 +222,18 @@ def wait_warm_pool(
     `DenvProvider.wait_warm`."""
     deadline = time.monotonic() + timeout_s
     seen: tuple[str, int, int] | None = None
+    if progress is None:
+
+        def progress(pool: WarmPool) -> None:
+            if str(pool.state) != "none":
+                say(
+                    "warm pool of env %s: %d/%d spares ready, %d booting",
+                    env_id,
+                    pool.ready,
+                    pool.target,
+                    pool.booting,
+                )
+
     while True:
         pool = denv.warm_pool(env_id)
         state = str(pool.state)
