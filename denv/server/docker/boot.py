@@ -24,6 +24,7 @@ import httpx
 from denv.server.config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, WARM_CPU_SHARES
 from denv.server.docker import cgroups, live
 from denv.server.docker.engine import Engine
+from denv.server.docker.engine_queue import EngineQueue
 from denv.server.errors import ApiError
 from denv.server.node.egress import egress_hosts
 from denv.server.node.egress import parse as parse_egress
@@ -105,12 +106,19 @@ class Guard:
 
 
 def bring_up(
-    engine: Engine, volumes: Volumes, guard: Guard, limits: Limits, spec: BootSpec
+    engine: Engine,
+    volumes: Volumes,
+    guard: Guard,
+    limits: Limits,
+    spec: BootSpec,
+    queue: EngineQueue,
+    cgroup_parent: str | None = None,
 ) -> Booted:
     """Network, volumes and started containers, and the agent's address.
 
     ``limits``: the server's, with a service's own in their place (``Limits.of``); the same
-    for cold starts and spares.
+    for cold starts and spares. Each Docker call that makes something waits for its turn in
+    ``queue`` (as ``spec.owner``); the containers run under ``cgroup_parent`` (the key's).
     """
     env_id = spec.env_id
     deadline = time.monotonic() + spec.timeout_s
@@ -119,13 +127,15 @@ def bring_up(
     policy = parse_egress(spec.egress)
     try:
         with guard.step(env_id):
-            network = engine.networks.create(env_id, spec.egress)
+            with queue.slot(spec.owner):
+                network = engine.networks.create(env_id, spec.egress)
             binds: dict[str, list[tuple[str, str]]] = {}
             for slot in spec.volumes:
-                if spec.late_mount:
-                    mnt = volumes.prepare(env_id, slot.service, slot.n)
-                else:
-                    mnt = volumes.mount(env_id, slot.service, slot.n, slot.layers)
+                with queue.slot(spec.owner):  # a filesystem and mounts: disk and kernel time
+                    if spec.late_mount:
+                        mnt = volumes.prepare(env_id, slot.service, slot.n)
+                    else:
+                        mnt = volumes.mount(env_id, slot.service, slot.n, slot.layers)
                 binds.setdefault(slot.service, []).append((str(mnt), slot.path))
         by_name = {s.name: s for s in spec.services}
         for svc in spec.services:  # in start order: dependencies first
@@ -140,30 +150,33 @@ def bring_up(
                     argv = engine.image_command(svc.image_digest, svc.command)
                     command = live.launcher_command(argv)
                     live_dir, live_env = str(volumes.live_dir(env_id)), {"DENV_ENV_ID": env_id}
-                cid = engine.create_container(
-                    env_id,
-                    svc.name,
-                    svc.image_digest,
-                    command,
-                    {
-                        **(live.DEFAULT_ENV if live_dir else {}),
-                        **svc.env,
-                        **(spec.env if agent else {}),
-                        **live_env,
-                    },
-                    svc.ports,
-                    binds.get(svc.name, []),
-                    network,
-                    publish=agent and spec.egress == "allow",
-                    extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
-                    cpu_shares=guard.cpu_shares(spec),
-                    limits=limits.of(svc.limits),
-                    deny=not policy.resolver,
-                    extra_hosts=egress_hosts(policy),
-                    live_dir=live_dir,
-                )
+                with queue.slot(spec.owner):
+                    cid = engine.create_container(
+                        env_id,
+                        svc.name,
+                        svc.image_digest,
+                        command,
+                        {
+                            **(live.DEFAULT_ENV if live_dir else {}),
+                            **svc.env,
+                            **(spec.env if agent else {}),
+                            **live_env,
+                        },
+                        svc.ports,
+                        binds.get(svc.name, []),
+                        network,
+                        publish=agent and spec.egress == "allow",
+                        extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
+                        cpu_shares=guard.cpu_shares(spec),
+                        limits=limits.of(svc.limits),
+                        deny=not policy.resolver,
+                        extra_hosts=egress_hosts(policy),
+                        live_dir=live_dir,
+                        cgroup_parent=cgroup_parent,
+                    )
                 made[svc.name] = cid
-                engine.start(cid)
+                with queue.slot(spec.owner):
+                    engine.start(cid)
         with guard.step(env_id):
             ip, host_ports = _address(engine, spec, network, made[spec.agent])
     except BootFailed as exc:
