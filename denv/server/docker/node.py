@@ -106,18 +106,23 @@ class DockerNode:
 
     def _key_parent(self, owner: str) -> str | None:
         """The key's cgroup (``cgroups.key_parent``) where Docker's driver is cgroupfs."""
+        return cgroups.key_parent(self.engine.instance_id, owner) if self._key_groups() else None
+
+    def _key_groups(self) -> bool:
+        """Whether keys get groups here: Docker's cgroup driver is cgroupfs (asked once)."""
         if self._cgroupfs is None:
             self._cgroupfs = self.engine.cgroup_driver() == "cgroupfs"
-        return cgroups.key_parent(self.engine.instance_id, owner) if self._cgroupfs else None
+        return self._cgroupfs
 
     def _forget_owner(self, env_id: str) -> None:
         """The env is gone: remove the groups of keys with no env left on this node. Under
         the lock that ``bring_up`` registers under, so a group a boot is about to use stays
         (a group still holding a container, e.g. of an env from before a restart, stays too:
         rmdir refuses it)."""
+        groups = self._key_groups()  # also for an env from before a restart: no boot asked
         with self._owners_lock:
             self._owners.pop(env_id, None)
-            if self._cgroupfs:
+            if groups:
                 busy = {
                     cgroups.key_parent(self.engine.instance_id, o) for o in self._owners.values()
                 }
