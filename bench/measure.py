@@ -106,6 +106,9 @@ def _cgroup_dirs(controller: str, cid: str) -> Iterator[Path]:
     yield base / controller / "system.slice" / f"docker-{cid}.scope"  # v1, systemd driver
     yield base / "system.slice" / f"docker-{cid}.scope"  # v2, systemd driver
     yield base / "docker" / cid  # v2, cgroupfs driver
+    # in an API key's group (denv.server.docker.cgroups.key_parent), v1 and v2
+    yield from base.glob(f"{controller}/denv-*/{cid}")
+    yield from base.glob(f"denv-*/{cid}")
 
 
 def _stat_file(path: Path) -> dict[str, int]:

@@ -11,6 +11,7 @@ A second API key for the same server: ``denv.server.auth.create_api_key(state_di
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -68,8 +69,10 @@ def leftovers(state_dir: Path, *, pool_ok: bool = True) -> dict[str, list[str]]:
     An emptied volume filesystem in the server's pool (``volfs/pool``) is not a leftover
     while the server runs (``pool_ok``); one that still holds files is."""
     inst = instance_id(state_dir)
-    found: dict[str, list[str]] = {"containers": [], "networks": [], "mounts": []}
+    found: dict[str, list[str]] = {"containers": [], "networks": [], "mounts": [], "cgroups": []}
     if inst:
+        # the CPU groups of its API keys (denv.server.docker.cgroups.key_parent)
+        found["cgroups"] = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/denv-{inst}-*"))
         label = f"label=denv.instance={inst}"
         for kind, cmd in (("containers", ["ps", "-aq"]), ("networks", ["network", "ls", "-q"])):
             out = subprocess.run(
@@ -96,6 +99,9 @@ def clean(state_dir: Path) -> None:
         subprocess.run(["docker", "rm", "-f", *left["containers"]], capture_output=True)
     if left["networks"]:
         subprocess.run(["docker", "network", "rm", *left["networks"]], capture_output=True)
+    for group in leftovers(state_dir, pool_ok=False)["cgroups"]:
+        with contextlib.suppress(OSError):
+            Path(group).rmdir()
     for _ in range(10):
         mounts = leftovers(state_dir, pool_ok=False)["mounts"]
         if not mounts:

@@ -76,7 +76,8 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
 
 def memory_limit_mib(group: str) -> int:
     cid = docker.from_env().containers.list(filters={"label": f"denv.env={group}"})[0].id
-    raw = Path(f"/sys/fs/cgroup/memory/docker/{cid}/memory.limit_in_bytes").read_text()
+    # in Docker's default parent or in the group of the env's API key (cgroups.key_parent)
+    raw = next(Path("/sys/fs/cgroup/memory").glob(f"*/{cid}/memory.limit_in_bytes")).read_text()
     return int(raw) >> 20
 
 

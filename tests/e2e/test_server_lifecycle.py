@@ -104,7 +104,12 @@ def test_sandbox_fork_versions_and_cleanup(server: LocalDenv) -> None:
             assert c.get(f"/v1/envs/{env['id']}").json()["status"] == "deleted"
         assert c.delete(f"/v1/versions/{ver['id']}").status_code == 204
         assert c.get(f"/v1/versions/{ver['id']}").status_code == 404
-    assert leftovers(server.state_dir) == {"containers": [], "networks": [], "mounts": []}
+    assert leftovers(server.state_dir) == {
+        "containers": [],
+        "networks": [],
+        "mounts": [],
+        "cgroups": [],
+    }
 
 
 def test_deny_env_through_ingress_and_fork(server: LocalDenv) -> None:
@@ -199,7 +204,7 @@ def test_restart_keeps_envs(tmp_path: Path) -> None:
         assert url_of(got).startswith(srv.url)
         assert read(got, "keep.txt") == "kept"
         assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
-        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": [], "cgroups": []}
 
 
 def test_reconcile_marks_lost_and_removes_orphans(tmp_path: Path) -> None:
@@ -211,7 +216,7 @@ def test_reconcile_marks_lost_and_removes_orphans(tmp_path: Path) -> None:
     with start_server(state) as srv, api(srv) as c:
         got = c.get(f"/v1/envs/{env['id']}").json()
         assert got["status"] == "failed" and got["error"]["code"] == "lost"
-        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": [], "cgroups": []}
         assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
 
 

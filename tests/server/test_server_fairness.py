@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from denv.server.config import (
     MAX_JSON_VALUES,
     ServerConfig,
 )
+from denv.server.docker.engine_queue import EngineQueue
 from denv.server.errors import ApiError
 from denv.server.lifecycle import fairness
 from denv.server.lifecycle.fairness import Fairness
@@ -177,3 +179,41 @@ def test_negative_caps_are_refused() -> None:
         fairness.config_fields(serve_args("--max-leases-per-key", "-1"))
     fields = fairness.config_fields(serve_args("--ws-idle-timeout", "0"))
     assert fields["ws_idle_timeout_s"] == 0 and fields["max_leases_per_key"] == 1024
+
+
+def test_the_engine_queue_serves_the_key_with_fewer_calls_in_flight_first() -> None:
+    queue = EngineQueue(1)  # one slot, and one more for a key with nothing in flight
+    order: list[str] = []
+    release = {name: threading.Event() for name in ("a1", "a2", "b1", "b2")}
+
+    def call(name: str) -> None:
+        with queue.slot(name[0]):
+            order.append(name)
+            release[name].wait(10)
+
+    def queued(n: int, ran: list[str]) -> None:  # until n calls wait and ``ran`` have run
+        for _ in range(500):
+            with queue._cond:
+                if len(queue._waiting) == n and order == ran:
+                    return
+            time.sleep(0.01)
+        raise AssertionError(f"not {n} waiting after {ran}: {order}")
+
+    threads = {name: threading.Thread(target=call, args=(name,)) for name in release}
+    threads["a1"].start()
+    queued(0, ["a1"])
+    threads["b1"].start()  # the slot is taken, but b has nothing in flight: it goes at once
+    queued(0, ["a1", "b1"])
+    threads["b2"].start()  # b has a call in flight now: it waits
+    queued(1, ["a1", "b1"])
+    threads["a2"].start()
+    queued(2, ["a1", "b1"])
+    release["a1"].set()  # a has nothing in flight: its call goes before b's older one
+    queued(1, ["a1", "b1", "a2"])
+    release["b1"].set()
+    queued(0, ["a1", "b1", "a2", "b2"])
+    for event in release.values():
+        event.set()
+    for t in threads.values():
+        t.join(10)
+    assert queue.in_flight("a") == queue.in_flight("b") == 0

@@ -161,8 +161,12 @@ class Engine(DockerApi):
         deny: bool = False,
         extra_hosts: dict[str, str] | None = None,
         live_dir: str | None = None,
+        cgroup_parent: str | None = None,
     ) -> str:
         """Create (not start) a service's container; ``binds`` are (host mnt, container path).
+
+        ``cgroup_parent``: the cgroup it runs under (its API key's group,
+        ``cgroups.key_parent``); None: Docker's default.
 
         ``live_dir``: the agent of a ``live`` env: the launcher's mounts, its control tmpfs and
         the capability its pid 1 drops for good (``live.container_settings``).
@@ -204,6 +208,7 @@ class Engine(DockerApi):
                 security_opt=SECURITY_OPT,
                 dns=DENY_DNS if deny else None,
                 extra_hosts=extra_hosts or None,
+                cgroup_parent=cgroup_parent,
                 **limit_options(limits or Limits()),
             )
             net = self.api.create_networking_config(
@@ -269,6 +274,11 @@ class Engine(DockerApi):
                     return False
                 raise
         return True
+
+    def cgroup_driver(self) -> str:
+        """``cgroupfs`` or ``systemd``: how Docker names the cgroups of containers."""
+        with engine_errors():
+            return str(self.api.info().get("CgroupDriver") or "")
 
     def update_cpu_shares(self, cid: str, shares: int) -> None:
         with engine_errors(), suppress(docker.errors.APIError):

@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
 from denv.server.docker import boot, cgroups, live, live_apart
 from denv.server.docker.engine import Engine, container_name
+from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
@@ -37,6 +39,10 @@ class DockerNode:
         self._limits = limits or Limits()
         self.guard = boot.Guard()  # the env locks boots share with teardown and snapshots
         self.layers = LayerTransfer(volumes)
+        self.queue = EngineQueue()  # Docker calls that make or remove: the quietest key first
+        self._owners: dict[str, str] = {}  # env id -> the API key it was booted for
+        self._owners_lock = threading.Lock()
+        self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
@@ -97,7 +103,36 @@ class DockerNode:
 
     # one env
     def bring_up(self, spec: BootSpec) -> Booted:
-        return boot.bring_up(self.engine, self.volumes, self.guard, self._limits, spec)
+        with self._owners_lock:
+            self._owners[spec.env_id] = spec.owner
+        parent = self._key_parent(spec.owner)
+        return boot.bring_up(
+            self.engine, self.volumes, self.guard, self._limits, spec, self.queue, parent
+        )
+
+    def _key_parent(self, owner: str) -> str | None:
+        """The key's cgroup (``cgroups.key_parent``) where Docker's driver is cgroupfs."""
+        return cgroups.key_parent(self.engine.instance_id, owner) if self._key_groups() else None
+
+    def _key_groups(self) -> bool:
+        """Whether keys get groups here: Docker's cgroup driver is cgroupfs (asked once)."""
+        if self._cgroupfs is None:
+            self._cgroupfs = self.engine.cgroup_driver() == "cgroupfs"
+        return self._cgroupfs
+
+    def _forget_owner(self, env_id: str) -> None:
+        """The env is gone: remove the groups of keys with no env left on this node. Under
+        the lock that ``bring_up`` registers under, so a group a boot is about to use stays
+        (a group still holding a container, e.g. of an env from before a restart, stays too:
+        rmdir refuses it)."""
+        groups = self._key_groups()  # also for an env from before a restart: no boot asked
+        with self._owners_lock:
+            self._owners.pop(env_id, None)
+            if groups:
+                busy = {
+                    cgroups.key_parent(self.engine.instance_id, o) for o in self._owners.values()
+                }
+                cgroups.remove_key_parents(self.engine.instance_id, keep={p for p in busy if p})
 
     def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
         boot.wait_healthy(self.engine, self.guard, spec, booted, timeout_s)
@@ -154,14 +189,20 @@ class DockerNode:
 
     def teardown(self, env_id: str, containers: list[str]) -> None:
         with self.guard.lock(env_id):
+            owner = self._owners.get(env_id, "")
             for cid in set(containers) | set(self.engine.states(env_id)):
-                self.engine.remove(cid)
-            self.engine.networks.remove(network_name(env_id))
-            self.volumes.remove_env(env_id)
+                with self.queue.slot(owner):
+                    self.engine.remove(cid)
+            with self.queue.slot(owner):
+                self.engine.networks.remove(network_name(env_id))
+            with self.queue.slot(owner):
+                self.volumes.remove_env(env_id)
             self.guard.foreground(env_id, False)
+            self._forget_owner(env_id)
 
     def stop(self) -> None:
         self.guard.stop()
+        cgroups.remove_key_parents(self.engine.instance_id)
         if self.volumes.fs is not None:
             self.volumes.fs.drain()  # pooled volume filesystems: nothing of them outlives us
 
@@ -203,6 +244,7 @@ class DockerNode:
             self.engine.networks.remove(name)
         for env_id in owned.volume_envs:
             self.volumes.remove_env(env_id)
+        cgroups.remove_key_parents(self.engine.instance_id)  # a stopped server's, emptied now
 
     def recover(
         self,

@@ -176,7 +176,7 @@ class Admission:
         self.version(owner)
         resolved = self.egress(egress, rec.egress)
         if parent is not None:  # the children's caps, before the snapshot is made
-            self.fair(owner, pool_of(parent, resolved, env), count, warm)
+            self.fair(owner, pool_of(parent, resolved, env, owner), count, warm)
         check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))
         return resolved
 
@@ -226,7 +226,7 @@ class Admission:
         count = body.count or 1
         egress = self.egress(body.egress, "deny")
         live = self.live_start(body.image, version, body.live, body.warm)
-        self.fair(owner, pool_of(version, egress, {}), count, 0 if live else body.warm)
+        self.fair(owner, pool_of(version, egress, {}, owner), count, 0 if live else body.warm)
         return egress, live
 
     def snapshot(self, owner: str, rec: EnvRecord) -> None:

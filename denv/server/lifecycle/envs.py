@@ -112,7 +112,7 @@ class Envs:
             )
             for _ in range(count)
         ]
-        pool = pool_of(version, egress, env)  # the warm pool these envs take from and ask
+        pool = pool_of(version, egress, env, owner)  # the key's warm pool: take from, ask
         with self.ctx.quota_lock:
             # Admitted before anything was written; checked again under the lock that makes
             # "count, then insert" one step, against a concurrent request of the same key.
@@ -272,6 +272,7 @@ class Envs:
             volumes=volume_slots(version.volumes),
             timeout_s=rec.spec.wait_timeout_s,
             live=rec.spec.live,
+            owner=rec.owner,
         )
         booted = ctx.node.bring_up(spec)
         agent = version.service(rec.agent_service)

@@ -63,7 +63,9 @@ def reconcile(ctx: Context, envs: Envs) -> None:
         failed = rec.status == EnvStatus.FAILED
         version = store.get_version(rec.version_id) if warm and not failed else None
         if version is not None:
-            envs.warm.ask([rec.id], pool_of(version, rec.egress, rec.spec.env), warm, rec.owner)
+            envs.warm.ask(
+                [rec.id], pool_of(version, rec.egress, rec.spec.env, rec.owner), warm, rec.owner
+            )
 
 
 def _problem(ctx: Context, env_id: str, states: dict[str, str]) -> str | None:

@@ -29,8 +29,10 @@ class Spare:
         return self.booted.env_id
 
 
-def blueprint(version: VersionRecord, egress: str, env: dict[str, str]) -> BootSpec:
-    """What a spare of ``version`` is booted from (its ``env_id`` and pool still to fill)."""
+def blueprint(version: VersionRecord, egress: str, env: dict[str, str], owner: str) -> BootSpec:
+    """What a spare of ``version`` is booted from (its ``env_id`` and pool still to fill),
+    for the API key ``owner``: it boots in the key's CPU share and only the key's envs take
+    it."""
     return BootSpec(
         env_id="",
         services=version.services,
@@ -41,14 +43,15 @@ def blueprint(version: VersionRecord, egress: str, env: dict[str, str]) -> BootS
         late_mount=True,
         timeout_s=WARM_BOOT_TIMEOUT_S,
         timeout_name=f"{WARM_BOOT_TIMEOUT_S:.0f}s",
+        owner=owner,
     )
 
 
 def pool_key(bp: BootSpec) -> str:
-    """Two envs share a pool when their containers would boot alike."""
+    """Two envs share a pool when their containers would boot alike, for the same key."""
     services = [s.model_dump(exclude={"image"}) for s in bp.services]
     volumes = [(s.service, s.n, s.path) for s in bp.volumes]
-    doc = [services, volumes, bp.agent, bp.egress, sorted(bp.env.items())]
+    doc = [services, volumes, bp.agent, bp.egress, sorted(bp.env.items()), bp.owner]
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -66,9 +69,10 @@ class PoolOf(NamedTuple):
     layers: list[str]
 
 
-def pool_of(version: VersionRecord, egress: str, env: dict[str, str]) -> PoolOf:
-    """The pool that children of ``version`` with this egress and env take spares from."""
-    bp = blueprint(version, egress, env)
+def pool_of(version: VersionRecord, egress: str, env: dict[str, str], owner: str) -> PoolOf:
+    """The pool that ``owner``'s children of ``version`` with this egress and env take
+    spares from."""
+    bp = blueprint(version, egress, env, owner)
     layers = list(dict.fromkeys(x for v in version.volumes for x in v.layers))
     return PoolOf(pool_key(bp), bp, version.warm_fork, layers)
 

@@ -98,7 +98,7 @@ class Zygotes:
 
     @staticmethod
     def key(owner: str, version: VersionRecord, egress: str) -> Key:
-        return owner, pool_of(version, egress, {}).key
+        return owner, pool_of(version, egress, {}, owner).key
 
     def take(self, owner: str, version: VersionRecord, egress: str) -> EnvRecord | None:
         """The record of ``owner``'s ready zygote of this configuration, or None."""

@@ -57,6 +57,7 @@ class BootSpec(Record):
     late_mount: bool = False  # mount points stay empty until mount_volumes (a spare)
     live: bool = False  # the agent runs under the live-fork launcher (denv.server.docker.live)
     warm_pool: str | None = None  # a spare's pool: it boots at low CPU weight, primed
+    owner: str = ""  # the API key it is booted for: its CPU share and its turn at the engine
     timeout_s: float = 120.0
     timeout_name: str = "wait_timeout_s"  # how failure messages name the time limit
 
