@@ -1,11 +1,13 @@
 """End to end: every ```python block of README.md and docs/*.md runs as written.
 
 Each block is written to a file and run as a script (`__main__`, a process of its own) with
-what a reader has after `make demo`: the echo image and a denv server. The server is the
-session's, reached through DENV_SERVER and DENV_API_KEY (which every client the blocks make
-reads), under a key made for the block, so "nothing left" is exact: after the block exits,
-no env of its key remains, and no container of the server (an env's or a warm spare's) that
-was not there before. A block must exit 0; the blocks assert on what they get back.
+what a reader has after `make demo`: the echo image and a denv server. The server is this
+file's (zygotes on, as `denv serve` runs by default), reached through DENV_SERVER and
+DENV_API_KEY (which every client the blocks make reads), under one key for every block, as a
+reader's scripts share theirs. After a block exits, no env of the key remains, and no
+container of the server (an env's or a warm spare's) that was not there before, except the
+key's zygote: the server's own, reaped when idle. A block must exit 0; the blocks assert
+on what they get back.
 
 The blocks share one runner process (scripts/doc_snippets.py --serve) that imports
 `openenv.core` once and forks a child per block: that import alone costs 10-15 s of CPU.
@@ -17,6 +19,7 @@ Blocks marked `<!-- not run: why -->` are counted: a new one fails
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LocalDenv, docker_engine, leftovers
+from conftest import LocalDenv, docker_engine, leftovers, start_server
 
 from denv import Denv
 from denv.server.auth import create_api_key
@@ -86,12 +89,43 @@ def runner() -> Iterator[Any]:
         proc.wait(30)
 
 
+@pytest.fixture(scope="module")
+def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalDenv, str]]:
+    """A server as a reader runs it (zygotes on, as `denv serve` starts by default) and the
+    one API key every block uses, as a reader's scripts do: after the first block boots the
+    echo env, later live starts of it copy the key's zygote instead of booting."""
+    with start_server(tmp_path_factory.mktemp("denv-docs"), "--zygotes") as server:
+        yield server, create_api_key(server.state_dir)
+
+
+def zygote_containers(server: LocalDenv) -> set[str]:
+    """Containers of the server's zygotes (server-held, never an env of a key; reaped when
+    idle): not a block's leftovers."""
+    with sqlite3.connect(server.state_dir / "denv.db") as db:
+        ids = [
+            str(r[0])
+            for r in db.execute(
+                "SELECT id FROM envs WHERE owner LIKE 'zygote:%' AND status != 'deleted'"
+            )
+        ]
+    found: set[str] = set()
+    for env_id in ids:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--no-trunc", "--filter", f"label=denv.env={env_id}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        found |= {c[:12] for c in out.split()}
+    return found
+
+
 @pytest.mark.parametrize("snippet", RUN, ids=[s.name for s in RUN])
 def test_block_runs_and_leaves_nothing(
-    snippet: Snippet, denv_server: LocalDenv, runner: Any, tmp_path: Path
+    snippet: Snippet, docs_server: tuple[LocalDenv, str], runner: Any, tmp_path: Path
 ) -> None:
     docker_engine("denv-echo-env:latest", build="make demo")
-    key = create_api_key(denv_server.state_dir)
+    denv_server, key = docs_server
     before = set(leftovers(denv_server.state_dir)["containers"])
     script = tmp_path / "snippet.py"
     script.write_text(snippet.code)
@@ -107,6 +141,7 @@ def test_block_runs_and_leaves_nothing(
         while True:
             envs = [e.id for e in denv.list_envs()]
             containers = set(leftovers(denv_server.state_dir)["containers"]) - before
+            containers -= zygote_containers(denv_server)
             if (not envs and not containers) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

@@ -78,7 +78,7 @@ def measure(c: httpx.Client, parent: str, samples: int) -> tuple[list[float], li
     return creates, forks
 
 
-def test_a_flooding_key_does_not_slow_another_past_one_and_a_half(
+def test_a_flooding_key_does_not_slow_another_past_2x(
     server: LocalDenv, request: pytest.FixtureRequest
 ) -> None:
     samples, procs_n = scale(9, 15), scale(4, 16)
