@@ -22,18 +22,7 @@ class LeaseTable:
         self._run = run
 
     def insert(self, lease: LeaseRecord) -> None:
-        self._run(
-            "INSERT INTO leases VALUES (?,?,?,?,?,?,?)",
-            (
-                lease.id,
-                lease.owner,
-                lease.timeout_s,
-                lease.expires_at,
-                lease.created_at,
-                lease.state,
-                lease.ended_at,
-            ),
-        )
+        self._run("INSERT INTO leases VALUES (?,?,?,?,?,?,?)", _row(lease))
 
     def insert_capped(self, lease: LeaseRecord, cap: int) -> bool:
         """Insert ``lease`` unless its owner holds ``cap`` open leases already (one statement:
@@ -45,16 +34,7 @@ class LeaseTable:
             "INSERT INTO leases SELECT ?,?,?,?,?,?,? WHERE (SELECT COUNT(*) FROM leases "
             "WHERE owner=? AND state='open' AND expires_at>=?) < ?"
         )
-        values = (
-            lease.id,
-            lease.owner,
-            lease.timeout_s,
-            lease.expires_at,
-            lease.created_at,
-            lease.state,
-            lease.ended_at,
-        )
-        return self._run(sql, (*values, lease.owner, lease.created_at, cap)) > 0
+        return self._run(sql, (*_row(lease), lease.owner, lease.created_at, cap)) > 0
 
     def count_open(self, owner: str, at: float) -> int:
         """The owner's leases open and not past their expiry at ``at``."""
@@ -114,3 +94,16 @@ class LeaseTable:
     def count_envs(self, lease_id: str) -> int:
         q = "SELECT COUNT(*) FROM envs WHERE lease_id=? AND status!='deleted'"
         return int(self._all(q, (lease_id,))[0][0])
+
+
+def _row(lease: LeaseRecord) -> tuple[object, ...]:
+    """The leases table's columns of ``lease``, in order."""
+    return (
+        lease.id,
+        lease.owner,
+        lease.timeout_s,
+        lease.expires_at,
+        lease.created_at,
+        lease.state,
+        lease.ended_at,
+    )
