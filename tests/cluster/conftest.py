@@ -100,6 +100,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         address=state["address"],
         nodes=[n["name"] for n in state["nodes"]],
         head=state["head"],
+        ray_token=Path(state["ray_token"]),
         max_envs=CLUSTER_MAX_ENVS,
         store=seaweed.running(Path(state["store"]["data_dir"])),
     )
@@ -108,9 +109,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     def stop() -> None:
         if not processes.read_state(cluster_dir):
             return  # stopped already
-        import ray
+        from denv.cluster import ray_cluster
 
-        ray.shutdown()  # a test may have joined the cluster as a driver
+        ray_cluster.disconnect()  # up() and the tests joined the cluster as a driver
         sessions = cluster_sessions(cluster_dir)
         local.down(cluster_dir, purge=True)
         left = cluster_leftovers(cluster_dir, instances, sessions)
