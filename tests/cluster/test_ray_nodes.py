@@ -320,7 +320,6 @@ def test_ray_refuses_whoever_lacks_the_cluster_token(
     assert len(joined) == 2 * len(nodes) + 2, f"not every node's raylet and the GCS: {joined}"
     for pid in sorted(joined):
         environ = Path(f"/proc/{pid}/environ").read_bytes()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         variables = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
         assert variables.get(b"RAY_AUTH_MODE") == b"token", f"process {pid}: no token mode"
         assert variables.get(b"RAY_AUTH_TOKEN_PATH") == str(cluster.ray_token).encode()
