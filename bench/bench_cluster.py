@@ -182,9 +182,9 @@ def _with_cluster(root: Path, nodes: int, cap: int, fn: Any) -> Any:
         with _client(state, cluster_dir) as c:
             return fn(c)
     finally:
-        import ray
+        from denv.cluster import ray_cluster
 
-        ray.shutdown()  # up() joined this cluster as a driver: leave before it stops
+        ray_cluster.disconnect()  # up() joined this cluster as a driver: leave before it stops
         local.down(cluster_dir, purge=True)
 
 

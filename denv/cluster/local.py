@@ -9,7 +9,9 @@ found and stopped from another process:
   resources ``denv_node`` and ``denv_node_<name>`` (names ``n0``, ``n1``, ...). Ray's health
   checks run every second and give up after 3 misses, so a dead node is noticed in ~3 s.
   Ray listens on every interface whatever ``--node-ip-address`` says (it turns 127.0.0.1
-  into the host's address) and has no authentication: keep the host's network trusted;
+  into the host's address), so every Ray process runs with token authentication
+  (``ray_auth``): a new token per ``up`` in ``<cluster_dir>/ray-token`` (0600), given to the
+  nodes, the server and this process (which joins as a driver), refused to whoever lacks it;
 - a node agent per node (``ray_cluster.discover``), state under ``<cluster_dir>/nodes/<name>``;
 - SeaweedFS (``seaweed``) with its data under ``<cluster_dir>/seaweed``;
 - ``denv serve --cluster <head address>`` on 127.0.0.1, state under ``<cluster_dir>/server``.
@@ -41,6 +43,7 @@ from typing import Any
 
 from denv.server.auth import load_or_create_key_file, private_dir
 
+from . import ray_auth
 from .agent import INSTANCE_FILE, AgentConfig
 from .processes import (
     STATE_FILE,
@@ -54,7 +57,14 @@ from .processes import (
     tail,
     write_state,
 )
-from .ray_nodes import node_names, ray_tmp_dir, start_ray_node, wait_gcs, wait_ray_nodes
+from .ray_nodes import (
+    node_names,
+    ray_tmp_dir,
+    start_ray_node,
+    token_file,
+    wait_gcs,
+    wait_ray_nodes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +106,7 @@ def up(
     state: dict[str, Any] = {
         "dir": str(cluster_dir),
         "ray_tmp": ray_tmp_dir(cluster_dir),
+        "ray_token": str(ray_auth.create_token_file(cluster_dir / ray_auth.TOKEN_FILE)),
         "nodes": [],
     }
     write_state(cluster_dir, state)
@@ -106,7 +117,7 @@ def up(
         wait_gcs(state)
         for name in names[1:]:
             start_ray_node(cluster_dir, state, name)
-        wait_ray_nodes(state["address"], names)
+        wait_ray_nodes(state["address"], names, token_file(state))
         from . import ray_cluster
 
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}
@@ -174,7 +185,8 @@ def _start_server(
             f"--store-credentials={state['store']['credentials']}",
         ]
     log_path = cluster_dir / "logs" / "server.log"
-    pid = spawn(cmd, log_path, {"RAY_ADDRESS": state["address"]})
+    env = {"RAY_ADDRESS": state["address"], **ray_auth.process_env(token_file(state))}
+    pid = spawn(cmd, log_path, env)
     url = f"http://127.0.0.1:{port}"
     server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
     state["server"] = server
@@ -239,6 +251,7 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
         done.append("stopped SeaweedFS")
     done += remove_node_objects(cluster_dir / "nodes")
     shutil.rmtree(state.get("ray_tmp") or ray_tmp_dir(cluster_dir), ignore_errors=True)
+    (cluster_dir / ray_auth.TOKEN_FILE).unlink(missing_ok=True)  # the next up makes a new one
     if purge:
         shutil.rmtree(cluster_dir, ignore_errors=True)
         done.append(f"removed {cluster_dir}")
@@ -248,8 +261,8 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
 
 
 def _leave_cluster(address: str | None) -> None:
-    """``ray.shutdown()`` when this process is a driver of the cluster at ``address``: Ray's
-    core ends a process whose cluster went away (it waits for the GCS, then exits)."""
+    """Leave the cluster at ``address`` when this process is one of its drivers: Ray's core
+    ends a process whose cluster went away (it waits for the GCS, then exits)."""
     ray = sys.modules.get("ray")
     if ray is None or not address or not ray.is_initialized():
         return
@@ -257,7 +270,9 @@ def _leave_cluster(address: str | None) -> None:
         gcs = str(ray.get_runtime_context().gcs_address)
         if gcs.rsplit(":", 1)[-1] != address.rsplit(":", 1)[-1]:
             return  # another cluster's driver (ports differ)
-    ray.shutdown()
+    from . import ray_cluster
+
+    ray_cluster.disconnect()
 
 
 def remove_node_objects(state_root: Path) -> list[str]:
@@ -300,7 +315,7 @@ def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
     if head is not None and session_pids(int(head["sid"])):
         from . import ray_cluster
 
-        ray_cluster.connect(state["address"])
+        ray_cluster.connect(state["address"], token_file(state))
         alive = ray_cluster.alive()
         for name in alive:
             agent = ray_cluster.find_agent(name)

@@ -111,8 +111,8 @@ def _reap() -> None:
 def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
     """Start ``cmd`` in a session of its own, its output appended to ``log_path``; its pid,
     which is the session's id."""
-    # The API key reaches denv serve in a file, never through the environment.
-    inherited = {k: v for k, v in os.environ.items() if k != "DENV_API_KEY"}
+    # The API key and Ray's token reach processes in files, never through the environment.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("DENV_API_KEY", "RAY_AUTH_TOKEN")}
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             cmd,

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -37,6 +38,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from denv.server.node.seam import Node
 
+from . import ray_auth
 from .agent import ACTOR_PREFIX, MAX_CONCURRENCY, NAMESPACE, AgentConfig, NodeAgent
 from .remote import RemoteNode
 
@@ -59,18 +61,28 @@ def check_name(name: str) -> str:
     return name
 
 
-def connect(address: str = "auto") -> None:
+def connect(address: str = "auto", token_file: Path | None = None) -> None:
     """Join the Ray cluster at ``address`` (``auto``/``ray``: the one ``RAY_ADDRESS`` or a
-    local ``ray start`` names) as a driver in namespace ``denv``; once per process."""
+    local ``ray start`` names) as a driver in namespace ``denv``; once per process (until
+    ``disconnect``). With ``token_file`` this process joins with the token in it
+    (``ray_auth``), else as Ray's variables say (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN_PATH``)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
+    if token_file is not None:
+        ray_auth.use_token(ray_auth.check_token_file(token_file))
     ray.init(
         address="auto" if address in ("", "auto", "ray") else address,
         namespace=NAMESPACE,
         log_to_driver=False,  # the agents' logs stay in each node's Ray log dir
         logging_level=logging.WARNING,
     )
+
+
+def disconnect() -> None:
+    """Leave the cluster ``connect`` joined, and forget the token it was given."""
+    ray.shutdown()
+    ray_auth.forget_token()
 
 
 @dataclass(frozen=True)

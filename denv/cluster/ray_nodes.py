@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import ray_auth
 from .processes import (
     STATE_FILE,
     ClusterError,
@@ -64,6 +65,18 @@ def raylet_pid(sid: int) -> int | None:
     return None
 
 
+def agent_ports() -> list[str]:
+    """Ports for a node's agents, chosen here: left to the agents (0), the raylet waits for
+    the port files they write and aborts after 15 s, which a loaded machine exceeds (the
+    dashboard agent's imports alone took 37 s here)."""
+    return [
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+    ]
+
+
 def start_ray_node(
     cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
 ) -> dict[str, Any]:
@@ -80,9 +93,9 @@ def start_ray_node(
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         f"--temp-dir={temp_dir}",
         f"--resources={resources}",
-        "--dashboard-agent-listen-port=0",
         "--min-worker-port=0",
         "--max-worker-port=0",
+        *agent_ports(),
     ]
     if head:
         port = free_port()
@@ -97,11 +110,16 @@ def start_ray_node(
     else:
         cmd += [f"--address={state['address']}", "--node-ip-address=127.0.0.1"]
     log_path = cluster_dir / "logs" / f"ray-{name}.log"
-    pid = spawn(cmd, log_path, HEALTH_ENV)
+    pid = spawn(cmd, log_path, {**HEALTH_ENV, **ray_auth.process_env(token_file(state))})
     node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path)}
     state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
     write_state(cluster_dir, state)
     return node
+
+
+def token_file(state: dict[str, Any]) -> Path:
+    """The cluster's Ray token file (``ray_auth``), which every node and driver joins with."""
+    return Path(state.get("ray_token") or Path(state["dir"]) / ray_auth.TOKEN_FILE)
 
 
 def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
@@ -122,14 +140,17 @@ def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
         time.sleep(0.3)
 
 
-def wait_ray_nodes(address: str, names: list[str], timeout_s: float = NODE_START_S) -> None:
-    """Until Ray sees every node of ``names`` alive (this process joins the cluster)."""
+def wait_ray_nodes(
+    address: str, names: list[str], token: Path, timeout_s: float = NODE_START_S
+) -> None:
+    """Until Ray sees every node of ``names`` alive (this process joins the cluster with the
+    token in the file ``token``)."""
     from . import ray_cluster
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            ray_cluster.connect(address)
+            ray_cluster.connect(address, token)
             missing = set(names) - ray_cluster.alive()
         except ConnectionError as exc:
             missing, why = set(names), str(exc)
@@ -172,11 +193,11 @@ def restart_node(cluster_dir: Path, name: str) -> None:
 
     # A node killed a moment ago may still count as alive until Ray's health checks miss it:
     # its successor must not be taken for it (nor its agent's name still be held).
-    ray_cluster.connect(state["address"])
+    ray_cluster.connect(state["address"], token_file(state))
     deadline = time.monotonic() + NODE_START_S
     while name in ray_cluster.alive():
         if time.monotonic() > deadline:
             raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
         time.sleep(0.2)
     start_ray_node(cluster_dir, state, name)
-    wait_ray_nodes(state["address"], [name])
+    wait_ray_nodes(state["address"], [name], token_file(state))

@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from pathlib import Path
 
 from denv.server import cli as server_cli
@@ -16,7 +18,10 @@ from denv.server.node.cluster.node import ClusterNode
 from denv.server.node.cluster.options import ClusterSettings
 from denv.server.node.seam import Node
 
+from . import ray_auth
 from .agent import AgentConfig
+
+log = logging.getLogger(__name__)
 
 add_arguments = server_cli.add_arguments
 
@@ -48,8 +53,29 @@ def make_node(settings: ClusterSettings, config: ServerConfig) -> Node:
         from . import ray_cluster
     except ImportError as exc:
         raise RuntimeError(f"--cluster needs {exc.name}: pip install 'denv[cluster]'") from exc
+    check_ray_auth()
     members = ray_cluster.members_fn(settings.address, agent_config(settings, config))
     return ClusterNode(members, settings.store, settings.caps)
+
+
+def check_ray_auth() -> None:
+    """Refuse a token file others can read; warn when Ray runs without token authentication
+    (whoever reaches its ports can then run code on every node agent)."""
+    if os.environ.get(ray_auth.MODE_VAR, "").lower() != "token":
+        log.warning(
+            "Ray runs without token authentication: whoever reaches the cluster's ports can "
+            "run code on every node agent. Set %s=token and %s=<a 0600 file holding the "
+            "cluster's token> for every Ray node and denv serve (docs/cluster.md)",
+            ray_auth.MODE_VAR,
+            ray_auth.PATH_VAR,
+        )
+        return
+    path = os.environ.get(ray_auth.PATH_VAR)
+    if path and not os.environ.get(ray_auth.TOKEN_VAR):
+        try:
+            ray_auth.check_token_file(Path(path))
+        except ray_auth.TokenFileError as exc:
+            raise RuntimeError(str(exc)) from exc
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ class LocalCluster:
     address: str  # the Ray head's GCS
     nodes: list[str]  # ["n0", "n1", "n2"]
     head: str  # "n0": never killed (the cluster ends with it)
+    ray_token: Path  # the file holding the token every Ray process of it joins with
     max_envs: int  # the per-node cap the server got (--node-max-envs)
     store: StoreConfig | None
     up_stdout: str = ""  # what `denv cluster up` printed (the export lines)
@@ -155,3 +157,59 @@ def cluster_sessions(cluster_dir: Path) -> list[int]:
     if state.get("server"):
         sessions.append(int(state["server"]["sid"]))
     return sessions
+
+
+def grpc_call_answered(address: str, method: str, token: str | None, timeout_s: float = 10) -> bool:
+    """Make one unary gRPC call (an empty request message) to ``address`` ("host:port") over
+    HTTP/2 without TLS, as any gRPC client would, with ``authorization: Bearer <token>``
+    when ``token`` is given. True when the server answered with a message, False when it
+    ended the call with headers alone (an error status, such as UNAUTHENTICATED).
+
+    Written out by hand because grpcio is no dependency of denv; the request's headers are
+    HPACK literals, the answer is told apart by its frame types, never decoded."""
+
+    def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+        head = len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
+        return head + payload
+
+    def literal(name: str, value: str) -> bytes:  # "literal without indexing, new name"
+        n, v = name.encode(), value.encode()
+        assert len(n) < 127 and len(v) < 127, "longer strings need HPACK's multi-byte lengths"
+        return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
+
+    host, port = address.rsplit(":", 1)
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", method),
+        (":authority", address),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] + ([("authorization", f"Bearer {token}")] if token else [])
+    block = b"".join(literal(n, v) for n, v in headers)
+    request = b"\x00" + (0).to_bytes(4, "big")  # not compressed, 0 bytes: an empty message
+    settings, headers_end, end_stream, ack = 4, 0x4, 0x1, 0x1
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+            + frame(settings, 0, 0, b"")
+            + frame(1, headers_end, 1, block)  # HEADERS
+            + frame(0, end_stream, 1, request)  # DATA
+        )
+        reader = sock.makefile("rb")
+        answered = False
+        while True:
+            head = reader.read(9)
+            assert len(head) == 9, f"{address} closed the connection mid-call"
+            size, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+            stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+            payload = reader.read(size)
+            if kind == settings and not flags & ack:
+                sock.sendall(frame(settings, ack, 0, b""))
+            assert kind != 7, f"{address} refused the connection (GOAWAY)"
+            if stream != 1:
+                continue
+            assert kind != 3, f"{address} reset the call (RST_STREAM)"
+            answered = answered or (kind == 0 and len(payload) >= 5)  # a message came back
+            if kind in (0, 1) and flags & end_stream:
+                return answered

@@ -120,6 +120,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         address=state["address"],
         nodes=[n["name"] for n in state["nodes"]],
         head=state["head"],
+        ray_token=Path(state["ray_token"]),
         max_envs=CLUSTER_MAX_ENVS,
         store=seaweed.running(Path(state["store"]["data_dir"])),
         up_stdout=up.stdout,
@@ -129,9 +130,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     def stop() -> None:
         if not processes.read_state(cluster_dir):
             return  # stopped already
-        import ray
+        from denv.cluster import ray_cluster
 
-        ray.shutdown()  # a test may have joined the cluster as a driver
+        ray_cluster.disconnect()  # up() and the tests joined the cluster as a driver
         sessions = cluster_sessions(cluster_dir)
         down = subprocess.run(
             [*CLI, "down", "--purge", *where], capture_output=True, text=True, timeout=300

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from cluster_helpers import LocalCluster, cluster_leftovers
+from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions, grpc_call_answered
 
 from denv.cluster import local, processes, ray_cluster, ray_nodes
 from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
@@ -50,7 +50,7 @@ DEATH_NOTICED_S = 20.0  # Ray's health checks in a local cluster: 3 misses 1 s a
 @pytest.fixture
 def nodes(cluster: LocalCluster) -> dict[str, RemoteNode]:
     """The agents of every alive node, this test process joined to the cluster as a driver."""
-    ray_cluster.connect(cluster.address)
+    ray_cluster.connect(cluster.address, cluster.ray_token)
     found = ray_cluster.discover(local.agent_config(cluster.dir, cluster.max_envs))
     assert sorted(found) == cluster.nodes, f"agents answered for {sorted(found)} only"
     return found
@@ -278,6 +278,93 @@ def test_a_killed_node_leaves_alive_within_seconds_and_its_calls_raise_node_lost
     print(
         f"{victim} killed: alive() dropped it after {noticed_s:.1f} s, NodeLost in "
         f"{lost_s * 1000:.0f} ms ({lost.value.reason}); back with instance {instance}"
+    )
+
+
+# A Ray client in a process of its own: joins the cluster at argv[1] with no token (it sends
+# none), then with the token in the file argv[2]; prints what each attempt got.
+CLIENT = """
+import json, sys
+from pathlib import Path
+import ray
+from denv.cluster import ray_auth
+found = {}
+for attempt in ("no token", "a wrong token"):
+    if attempt == "a wrong token":
+        ray_auth.use_token(Path(sys.argv[2]))
+    try:
+        ray.init(address=sys.argv[1], namespace="denv", logging_level="ERROR")
+        found[attempt] = "joined: agents " + str(ray.util.list_named_actors(all_namespaces=True))
+        ray.shutdown()
+    except ConnectionError as exc:
+        found[attempt] = str(exc.__cause__)
+print(json.dumps(found))
+"""
+
+
+def test_ray_refuses_whoever_lacks_the_cluster_token(
+    cluster: LocalCluster, nodes: dict[str, RemoteNode], tmp_path: Path
+) -> None:
+    """Every Ray process of the cluster runs with token authentication: a client without the
+    token (or with another) can neither join the cluster nor call a node agent's worker."""
+    assert oct(cluster.ray_token.stat().st_mode & 0o777) == "0o600"
+    token = cluster.ray_token.read_text().strip()
+    pids = [pid for sid in cluster_sessions(cluster.dir) for pid in processes.session_pids(sid)]
+    agents = {int(n.info()["pid"]) for n in nodes.values()}
+    assert agents <= set(pids), "the agents run outside the nodes' sessions"
+    server = cluster_sessions(cluster.dir)[-1]  # denv serve --cluster: a Ray driver
+    joined = agents | {server}
+    for pid in pids:  # the GCS and raylets of every node, and the processes that join them
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        if argv0.endswith((b"/raylet", b"/gcs_server")):
+            joined.add(pid)
+    assert len(joined) == 2 * len(nodes) + 2, f"not every node's raylet and the GCS: {joined}"
+    for pid in sorted(joined):
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        variables = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
+        assert variables.get(b"RAY_AUTH_MODE") == b"token", f"process {pid}: no token mode"
+        assert variables.get(b"RAY_AUTH_TOKEN_PATH") == str(cluster.ray_token).encode()
+        assert b"RAY_AUTH_TOKEN" not in variables, f"process {pid} has the token in its env"
+    for pid in pids:  # no process shows the token itself
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            shown = Path(f"/proc/{pid}/environ").read_bytes()
+            shown += Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert token.encode() not in shown, f"process {pid} shows the token"
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("0" * 64)
+    wrong.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_") and k != "HOME"}
+    env |= {"RAY_AUTH_MODE": "disabled", "HOME": str(tmp_path)}  # no ~/.ray/auth_token
+    env |= {"RAY_gcs_server_port_wait_time_s": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    client = subprocess.run(
+        [sys.executable, "-c", CLIENT, cluster.address, str(wrong)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert client.returncode == 0, client.stderr
+    found = json.loads(client.stdout.strip().splitlines()[-1])
+    for attempt, why in found.items():
+        assert "Authentication token is missing or incorrect" in why, f"{attempt}: {why}"
+    # Straight to the ports, past Ray's client: the GCS, and a node agent's worker.
+    actor = next(
+        a
+        for a in ray._private.state.actors().values()
+        if a["Name"] == ACTOR_PREFIX + "n1" and a["State"] == "ALIVE"
+    )
+    worker = f"{actor['Address']['IPAddress']}:{actor['Address']['Port']}"
+    calls = {
+        cluster.address: "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+        worker: "/ray.rpc.CoreWorkerService/GetCoreWorkerStats",
+    }
+    for address, method in calls.items():
+        assert grpc_call_answered(address, method, token), f"{method} failed with the token"
+        assert not grpc_call_answered(address, method, None), f"{method} answered without it"
+        assert not grpc_call_answered(address, method, "0" * 64), f"{method}: a wrong token"
+    print(
+        f"Ray token auth: {len(joined)} Ray processes with the token file; joining refused "
+        f"{sorted(found)}; {sorted(calls.values())} refused without the token"
     )
 
 

@@ -207,6 +207,28 @@ def test_the_api_key_is_never_in_a_command_line_or_a_literal_value() -> None:
     assert volume["secret"]["defaultMode"] == 0o400
 
 
+def test_every_ray_process_joins_with_the_token_of_a_mounted_secret() -> None:
+    """The Ray head, denv serve (a Ray driver) and the node agents run with Ray's token
+    authentication, the token read from a file of the Secret denv-ray-token (0400)."""
+    ray_containers = 0
+    for kind, spec in _pod_specs():
+        for c in _containers(spec):
+            argv = " ".join([*c.get("command", []), *c.get("args", [])])
+            if "ray start" not in argv and "--cluster=" not in argv:
+                continue
+            ray_containers += 1
+            env = {e["name"]: e for e in c.get("env", [])}
+            assert env["RAY_AUTH_MODE"]["value"] == "token", (kind, c["name"])
+            assert "RAY_AUTH_TOKEN" not in env, "the token itself in the pod spec"
+            path = env["RAY_AUTH_TOKEN_PATH"]["value"]
+            mount = next(m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+            volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+            assert volume["secret"]["secretName"] == "denv-ray-token", (kind, c["name"])
+            assert volume["secret"]["defaultMode"] == 0o400
+            assert path.rsplit("/", 1)[1] in {i["path"] for i in volume["secret"]["items"]}
+    assert ray_containers == 3, "the Ray head, denv serve and the node agent"
+
+
 def test_the_control_plane_arguments_are_real_denv_serve_flags() -> None:
     spec = _one("Deployment", "denv-control-plane")["spec"]["template"]["spec"]
     denv = next(c for c in spec["containers"] if c["name"] == "denv")
