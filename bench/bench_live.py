@@ -269,8 +269,9 @@ def _pid_on_port(container: str, port: int) -> int:
         if f.split()[3] == "0A" and int(f.split()[1].split(":")[1], 16) == port
     }
     full = sh("docker", "inspect", "-f", "{{.Id}}", container).strip()
-    tree = Path(f"/sys/fs/cgroup/pids/docker/{full}")  # live servers have cgroups of their own
-    for pid in (p for f in tree.rglob("cgroup.procs") for p in f.read_text().split()):
+    # Docker's parent or the API key's group; live servers have cgroups of their own below
+    trees = Path("/sys/fs/cgroup/pids").glob(f"*/{full}")
+    for pid in (p for t in trees for f in t.rglob("cgroup.procs") for p in f.read_text().split()):
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             try:
                 if fd.readlink().as_posix()[8:-1] in inodes:

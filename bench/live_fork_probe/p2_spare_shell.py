@@ -56,7 +56,7 @@ def plumb(child: int, spare: dict[str, Any], lower: Path, base: Path) -> dict[st
     Path(f"/proc/{child}/gid_map").write_text("0 0 1")
     t["idmap_ms"] = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
-    for procs in Path("/sys/fs/cgroup").glob(f"*/docker/{spare['cid']}/cgroup.procs"):
+    for procs in Path("/sys/fs/cgroup").glob(f"*/*/{spare['cid']}/cgroup.procs"):
         with contextlib.suppress(OSError):
             procs.write_text(str(child))
     t["cgroup_ms"] = (time.perf_counter() - t0) * 1e3

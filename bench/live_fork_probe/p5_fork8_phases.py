@@ -96,7 +96,7 @@ def sustain(url: str, key: str, env_id: str, server_pid: int, seconds: float) ->
         text=True,
         check=True,
     ).stdout.split()[0]
-    acct = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+    acct = next(Path("/sys/fs/cgroup/cpuacct").glob(f"*/{cid}/cpuacct.usage"))
     deletes, outstanding = ThreadPoolExecutor(4), threading.BoundedSemaphore(6)
     made = 0
 

@@ -39,6 +39,13 @@ def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
     return DenvProvider(server=server.url, api_key=server.key, **kwargs)
 
 
+def pids_cgroup(cid: str) -> Path:
+    """A container's pids cgroup (v1): under Docker's parent, or its API key's group."""
+    found = list(Path("/sys/fs/cgroup/pids").glob(f"*/{cid}"))
+    assert len(found) == 1, f"the pids cgroup of {cid[:12]}: {found}"
+    return found[0]
+
+
 def listening_pid(container: str, port: int) -> int:
     """The host pid of the process of ``container`` that listens on TCP ``port``."""
     info = docker.from_env().api.inspect_container(container)
@@ -49,7 +56,7 @@ def listening_pid(container: str, port: int) -> int:
         if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
             inodes.add(fields[9])
     # Every process of the container, live servers' own cgroups (docker/live_apart.py) too.
-    tree = Path(f"/sys/fs/cgroup/pids/docker/{info['Id']}")
+    tree = pids_cgroup(info["Id"])
     procs = [p for f in tree.rglob("cgroup.procs") for p in f.read_text().split()]
     for pid in procs:
         try:
@@ -354,7 +361,7 @@ def test_live_children_survive_a_server_restart_and_a_dead_one_is_lost(tmp_path:
         assert lost.status.value == "failed" and lost.error and lost.error.code.value == "lost"
         for env_id in (b.id, parent.id, a.id):
             d.delete_env(env_id)
-        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": [], "cgroups": []}
 
 
 def _group_container(group: str) -> str:
@@ -373,7 +380,7 @@ def test_each_child_has_a_pids_limit_of_its_own(tmp_path: Path) -> None:
         parent = d.create_sandbox(ECHO_IMAGE, live=True)
         assert parent.status.value == "healthy", parent.error
         cid = _group_container(parent.id)
-        pids = Path(f"/sys/fs/cgroup/pids/docker/{cid}")
+        pids = pids_cgroup(cid)
         children = d.fork(parent.id, 16, kind="live").envs
         assert [c.status.value for c in children] == ["healthy"] * 16, children[0].error
         assert int((pids / "pids.max").read_text()) == 16 * 18  # its own, the root's, 16
@@ -389,4 +396,4 @@ def test_each_child_has_a_pids_limit_of_its_own(tmp_path: Path) -> None:
         assert again[0].status.value == "healthy", again[0].error
         for e in d.list_envs():
             d.delete_env(e.id)
-        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": [], "cgroups": []}

@@ -99,7 +99,7 @@ def test_two_service_project(tmp_path: Path) -> None:
         for e in (env, child):
             assert c.delete(f"/v1/envs/{e['id']}").status_code == 204
         assert c.delete(f"/v1/versions/{ver['id']}").status_code == 204
-        assert leftovers(state) == {"containers": [], "networks": [], "mounts": []}
+        assert leftovers(state) == {"containers": [], "networks": [], "mounts": [], "cgroups": []}
 
 
 def test_invalid_compose_names_the_key(denv_server: LocalDenv) -> None:
