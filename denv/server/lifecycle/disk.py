@@ -31,6 +31,7 @@ from denv.server.config import (
 )
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
+from denv.server.node.seam import NodeLost
 from denv.server.records import EnvStatus, volume_slots
 
 _UNITS = {"": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -126,7 +127,10 @@ def volumes_bytes(ctx: Context, owner: str, stop_after: int) -> int:
             versions[rec.version_id] = volume_slots(version.volumes) if version else []
         slots = versions[rec.version_id]
         if slots:
-            total += sum(ctx.node.changed_bytes(rec.id, slots, stop_after - total))
+            try:
+                total += sum(ctx.node.changed_bytes(rec.id, slots, stop_after - total))
+            except NodeLost:  # its node is gone (a cluster's dead node): so is its disk
+                continue
         if total > stop_after:
             break
     return total
