@@ -131,3 +131,10 @@ def test_provider_pull_option_and_its_advice(denv_server: LocalDenv) -> None:
     assert pulled.value.code == "image_not_found"
     assert f"image '{MISSING_IMAGE}'" in message and "pulling it failed" in message
     assert "pull=True" not in message and "pull: true" not in message
+
+    # The server's own message (what `denv run --pull` and API clients see) gives the same
+    # advice: after a failed pull it does not offer a pull.
+    with Denv(server, key) as api, pytest.raises(InvalidRequest) as raw:
+        api.create_sandbox(MISSING_IMAGE, pull=True)
+    assert "pulling it failed" in raw.value.message and "pull: true" not in raw.value.message
+    assert "check its name and the registry's credentials" in raw.value.message

@@ -95,7 +95,7 @@ class Engine(DockerApi):
                 pass
             except docker.errors.APIError as exc:
                 if exc.status_code == 400:  # a malformed reference
-                    raise _image_missing(image, "it is not a valid image reference") from exc
+                    raise _image_missing(image, "it is not a valid image reference", pull) from exc
                 raise
             if not pull:
                 raise _image_missing(image)
@@ -105,7 +105,7 @@ class Engine(DockerApi):
                 self.client.images.pull(image, auth_config=auth)
                 return dict(self.api.inspect_image(image))
             except docker.errors.APIError as exc:
-                raise _image_missing(image, f"pulling it failed: {exc.explanation}") from exc
+                raise _image_missing(image, f"pulling it failed: {exc.explanation}", pull) from exc
 
     def image_command(self, image_id: str, cmd: list[str] | None = None) -> list[str]:
         """What the engine would run: the image's Entrypoint, then ``cmd`` (a service's own
@@ -348,13 +348,18 @@ def _state(status: str) -> str:
     return "exited"
 
 
-def _image_missing(image: str, why: str = "") -> ApiError:
+def _image_missing(image: str, why: str = "", pulled: bool = False) -> ApiError:
+    """422 ``image_not_found``; the advice offers a pull only where none was tried (the CLI
+    and the OpenEnv provider reword its last clause in their own terms)."""
     reason = f" ({why})" if why else ""
+    fix = "build or load it first (docker build / docker load; see docker images)"
+    fix += (
+        ", or check its name and the registry's credentials" if pulled else ", or pass pull: true"
+    )
     return ApiError(
         422,
         "image_not_found",
-        f"image '{image}' is not on the Docker Engine{reason}: build or load it first "
-        "(docker build / docker load; see docker images), or pass pull: true",
+        f"image '{image}' is not on the Docker Engine{reason}: {fix}",
         {"image": image},
     )
 
