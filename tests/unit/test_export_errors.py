@@ -179,9 +179,10 @@ def test_the_cli_reports_a_bad_dir_before_asking_the_server(
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     # A server that cannot answer: the DIR check must come first.
-    args = parser.parse_args(
-        ["--openenv", f"echo@{VID}", str(dest), "--server", "http://127.0.0.1:9", "--api-key", "k"]
-    )
+    key = tmp_path / "key"
+    key.write_text("k")
+    server = ["--server", "http://127.0.0.1:9", "--api-key-file", str(key)]
+    args = parser.parse_args(["--openenv", f"echo@{VID}", str(dest), *server])
     assert main(args) == 1
     assert "not empty" in capsys.readouterr().err
 

@@ -90,7 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an MCP tool to expose (repeatable); without tools declared, all the env lists",
     )
     parser.add_argument("--server", help="the denv server (default: DENV_SERVER, else local)")
-    parser.add_argument("--api-key", help="its API key (default: DENV_API_KEY, else local)")
+    parser.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        type=Path,
+        help="a file holding its API key (default: DENV_API_KEY, else the local server's); "
+        "never the key itself on the command line, where ps shows it",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
@@ -107,7 +113,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"denv export: cannot read --compose {args.compose}: {exc.strerror}", file=sys.stderr)
         return 2
     try:
-        with Denv(args.server, args.api_key) as client:
+        api_key = args.api_key_file.read_text().strip() if args.api_key_file else None
+    except OSError as exc:
+        print(
+            f"denv export: cannot read --api-key-file {args.api_key_file}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        with Denv(args.server, api_key) as client:
             print(f"denv export: {ref} as {kind} into {dest}", file=sys.stderr)
             plan = export_version(
                 client,
