@@ -22,6 +22,7 @@ tests/conftest.py under a name of their own (its fixtures stay where they are).
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -92,7 +93,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     the head), their node agents, SeaweedFS and ``denv serve --cluster``, each node capped
     at ``CLUSTER_MAX_ENVS`` envs. After the last test of tests/cluster ``down`` stops it
     all, and nothing may be left: processes, containers, networks, mounts, Ray's temp dir,
-    the store's data, the cluster's directory."""
+    the store's data, the cluster's directory. Its logs (the server's, Ray's) are copied
+    first to pytest's temp dir ``cluster-logs*``, where a failure's request_id is found."""
     from denv.cluster import processes, seaweed
 
     cluster_dir = tmp_path_factory.mktemp("cluster")
@@ -126,6 +128,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         up_stdout=up.stdout,
     )
     instances = list(found.instance_ids().values())
+    logs_kept = tmp_path_factory.mktemp("cluster-logs")
 
     def stop() -> None:
         if not processes.read_state(cluster_dir):
@@ -134,17 +137,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
         ray_cluster.disconnect()  # up() and the tests joined the cluster as a driver
         sessions = cluster_sessions(cluster_dir)
+        # `down --purge` deletes the cluster's directory, logs included: keep them, so that a
+        # failed test's request_id can still be looked up in the server's log.
+        if (cluster_dir / "logs").is_dir():
+            shutil.copytree(cluster_dir / "logs", logs_kept, dirs_exist_ok=True)
         down = subprocess.run(
             [*CLI, "down", "--purge", *where], capture_output=True, text=True, timeout=300
         )
-        assert down.returncode == 0, f"denv cluster down failed:\n{down.stderr}"
+        assert down.returncode == 0, f"denv cluster down failed:\n{down.stderr} (logs: {logs_kept})"
         left = cluster_leftovers(cluster_dir, instances, sessions)
         left += [f"Ray temp dir {state['ray_tmp']}"] if Path(state["ray_tmp"]).exists() else []
         store_dir = Path(state["store"]["data_dir"])
         left += [f"SeaweedFS data {store_dir}"] if store_dir.exists() else []
         left += [f"cluster dir {cluster_dir}"] if cluster_dir.exists() else []
         assert len(instances) == CLUSTER_NODES, instances
-        assert not left, f"denv cluster down left: {left}"
+        assert not left, f"denv cluster down left: {left} (logs: {logs_kept})"
 
     _stop_cluster.append(stop)
     try:
