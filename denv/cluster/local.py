@@ -117,7 +117,7 @@ def up(
         wait_gcs(state)
         for name in names[1:]:
             start_ray_node(cluster_dir, state, name)
-        wait_ray_nodes(state["address"], names, token_file(state))
+        wait_ray_nodes(state, names)
         from . import ray_cluster
 
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}

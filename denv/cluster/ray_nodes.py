@@ -141,21 +141,30 @@ def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
 
 
 def wait_ray_nodes(
-    address: str, names: list[str], token: Path, timeout_s: float = NODE_START_S
+    state: dict[str, Any], names: list[str], timeout_s: float = NODE_START_S
 ) -> None:
     """Until Ray sees every node of ``names`` alive (this process joins the cluster with the
-    token in the file ``token``)."""
+    cluster's token). ClusterError at once, with the head's log, when the head has exited,
+    and at ``timeout_s`` when its GCS port does not answer: ``ray.init`` on a cluster whose
+    head is gone retries for minutes, so it is called only while the port answers."""
     from . import ray_cluster
 
+    address, token = state["address"], token_file(state)
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            ray_cluster.connect(address, token)
-            missing = set(names) - ray_cluster.alive()
-        except ConnectionError as exc:
-            missing, why = set(names), str(exc)
-        else:
-            why = ""
+        head = _head(state)
+        if head is not None and not session_pids(int(head["sid"])):
+            raise ClusterError(
+                f"waiting for Ray nodes {', '.join(names)}: the Ray head {head['name']} "
+                f"exited: {tail(Path(head['log']))}"
+            )
+        missing, why = set(names), _gcs_silent(address)
+        if not why:  # joining a GCS that does not answer would retry for minutes
+            try:
+                ray_cluster.connect(address, token)
+                missing = set(names) - ray_cluster.alive()
+            except ConnectionError as exc:
+                why = str(exc)
         if not missing:
             return
         if time.monotonic() > deadline:
@@ -164,6 +173,20 @@ def wait_ray_nodes(
                 f"{timeout_s:.0f} s {why}: see the logs under <cluster dir>/logs"
             )
         time.sleep(0.5)
+
+
+def _head(state: dict[str, Any]) -> dict[str, Any] | None:
+    return next((n for n in state.get("nodes", []) if n["name"] == state.get("head")), None)
+
+
+def _gcs_silent(address: str) -> str:
+    """Why the GCS at ``address`` cannot be joined now, or "" when its port answers."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), 2):
+            return ""
+    except OSError as exc:
+        return f"(the Ray head's GCS at {address} does not answer: {exc.strerror or exc})"
 
 
 def kill_node(cluster_dir: Path, name: str) -> None:
@@ -200,4 +223,4 @@ def restart_node(cluster_dir: Path, name: str) -> None:
             raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
         time.sleep(0.2)
     start_ray_node(cluster_dir, state, name)
-    wait_ray_nodes(state["address"], [name], token_file(state))
+    wait_ray_nodes(state, [name])
