@@ -57,15 +57,20 @@ def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:
     return DenvProvider(server=server.url, api_key=server.key, **kwargs)
 
 
-def echo_version(server: LocalDenv) -> str:
-    """A version of the echo env (a snapshot of a started one, which is then deleted)."""
-    p = provider(server)
+@pytest.fixture(scope="module")
+def echo_version(own_server: LocalDenv) -> Iterator[str]:
+    """A version of the echo env (a snapshot of a started one, which is then deleted), for
+    this module's tests that start from a version; deleted after the last of them."""
+    p = provider(own_server)
     try:
         p.wait_for_ready(p.start_container(ECHO_IMAGE))
-        with Denv(server.url, server.key) as denv:
-            return denv.snapshot(str(p.env_id)).id
+        with Denv(own_server.url, own_server.key) as denv:
+            version_id = denv.snapshot(str(p.env_id)).id
     finally:
         p.stop_container()
+    yield version_id
+    with Denv(own_server.url, own_server.key) as denv:
+        denv.delete_version(version_id)
 
 
 def join_stops() -> None:
@@ -123,9 +128,11 @@ def test_64_concurrent_starts_and_forks_on_one_loop(own_server: LocalDenv) -> No
     assert live_env_ids(own_server, next(iter(label.items()))) == []
 
 
-def test_openenv_async_clients_start_and_fork_on_one_loop(own_server: LocalDenv) -> None:
+def test_openenv_async_clients_start_and_fork_on_one_loop(
+    own_server: LocalDenv, echo_version: str
+) -> None:
     """`await from_denv_version(...)` and `fork_clients_async` with OpenEnv's async client."""
-    version_id = echo_version(own_server)
+    version_id = echo_version
     label = {"test": f"async-openenv-{time.monotonic_ns()}"}
 
     async def branch(i: int) -> tuple[Any, list[Any]]:
@@ -163,17 +170,17 @@ def test_openenv_async_clients_start_and_fork_on_one_loop(own_server: LocalDenv)
     join_stops()
     assert_gone(own_server, ids)
     assert live_env_ids(own_server, next(iter(label.items()))) == []
-    with Denv(own_server.url, own_server.key) as denv:
-        denv.delete_version(version_id)
 
 
-def test_fork_async_of_a_failing_child_deletes_every_child(own_server: LocalDenv) -> None:
+def test_fork_async_of_a_failing_child_deletes_every_child(
+    own_server: LocalDenv, echo_version: str
+) -> None:
     """A volume fork whose child cannot be used raises, and leaves no child behind.
 
     Volume children restart their servers, so fork() probes each along the client's path
     (live children are answered by the server only once they accept connections, and are
     not probed: see needs_probes)."""
-    version_id = echo_version(own_server)
+    version_id = echo_version
     label = {"test": f"async-fail-{time.monotonic_ns()}"}
 
     async def run() -> None:
@@ -192,8 +199,6 @@ def test_fork_async_of_a_failing_child_deletes_every_child(own_server: LocalDenv
     asyncio.run(run())
     join_stops()
     assert live_env_ids(own_server, next(iter(label.items()))) == []
-    with Denv(own_server.url, own_server.key) as denv:
-        denv.delete_version(version_id)
 
 
 def test_awaited_start_of_a_missing_version_fails_and_leaves_nothing(
