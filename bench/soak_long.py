@@ -58,9 +58,9 @@ class Plan:
     trainers: int = 3
     group: int = 8
     steps: int = 4
-    message_kb: int = 64  # each step's message; the echo env saves it to /work
+    message_kb: int = 256  # each step's message; the echo env saves it to /work
     kills: int = 12  # rounds whose trainer is SIGKILLed in their middle
-    max_disk_mb: int = 48  # denv serve --max-disk-per-key
+    max_disk_mb: int = 16  # denv serve --max-disk-per-key
     floor_below_free_mb: int = 20 * 1024  # --min-free-disk: this far below the free disk
     grace_s: float = 10.0  # --version-grace
     gc_interval_s: float = 5.0  # --gc-interval
@@ -105,6 +105,7 @@ class Log:
     steps: list[float] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    retries: list[dict[str, Any]] = field(default_factory=list)
     killed: list[dict[str, Any]] = field(default_factory=list)
     hung: int = 0
 
@@ -175,8 +176,10 @@ def slot(server: list[Served], plan: Plan, kill_rounds: set[int], log: Log, rng:
                 trainer = _kill_in_round(trainer, n, plan, log, rng, server[0])
                 continue
             try:
-                while (event := trainer.next_event())["event"] == "envs":
-                    pass
+                while (event := trainer.next_event())["event"] in ("envs", "retry"):
+                    if event["event"] == "retry":
+                        with log.lock:
+                            log.retries.append({**event, "at": time.time()})
             except queue.Empty:
                 with log.lock:
                     log.hung += 1
@@ -203,8 +206,10 @@ def _kill_in_round(
     seen = 0
     while seen < wanted:
         event = trainer.next_event()
+        if event["event"] == "retry":
+            continue
         if event["event"] != "envs":
-            break  # the round ended (an error) before the moment came: kill it anyway
+            break  # the round ended before the moment came: kill the trainer anyway
         ids += event["ids"]
         seen += 1
     time.sleep(rng.uniform(0, 0.3))
@@ -380,8 +385,10 @@ def _result(
         "plan": asdict(plan),
         "envs_total": counts["envs"],
         "rounds": {"done": log.done, "errors": len(log.errors), "killed": len(log.killed),
-                   "hung": log.hung},  # fmt: skip
+                   "hung": log.hung, "retried": len(log.retries)},  # fmt: skip
         "errors": log.errors,
+        "retries": log.retries,
+        "killed": log.killed,
         "leaked_envs": [list(e) for e in leaked],
         "versions_beyond_policy": beyond,
         "seconds_until_policy_held": round(policy_s, 1),
@@ -468,7 +475,8 @@ def markdown(result: dict[str, Any]) -> str:
         "| --- | --- |",
         f"| envs in all | {r['envs_total']} |",
         f"| rounds done / failed / killed / hung | {r['rounds']['done']} / "
-        f"{r['rounds']['errors']} / {r['rounds']['killed']} / {r['rounds']['hung']} |",
+        f"{r['rounds']['errors']} / {r['rounds']['killed']} / {r['rounds']['hung']} "
+        f"(attempts tried again: {r['rounds']['retried']}) |",
         f"| envs leaked (not deleted at the end) | {len(r['leaked_envs'])} |",
         f"| versions beyond policy (after grace + a collection) | "
         f"{len(r['versions_beyond_policy'])} (held {r['seconds_until_policy_held']} s "
@@ -503,10 +511,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"{mib(disk['end']['packed'])}; what stays after the stop is the image's seed layer, "
         "kept on purpose for new versions.",
         "",
-        f"Failed rounds: {len(r['errors'])} (the restart's window and killed peers); their "
-        "first lines:",
+        f"Failed rounds: {len(r['errors'])}; attempts tried again (a round's trainer cleans up "
+        f"and starts it over): {len(r['retries'])}. The first of each:",
         "",
-        *[f"- round {e['round']} ({e['stage']}): {e['error'][:160]}" for e in r["errors"][:10]],
+        *[
+            f"- round {e['round']} {e['event']} ({e['stage']}): {e['error'][:200]}"
+            for e in (r["errors"][:10] + r["retries"][:10])
+        ],
         "",
         "Raw numbers, samples every 2 s included: soak-long.json.",
     ]

@@ -12,7 +12,8 @@ can clean up. It prints one JSON line per event, flushed at once:
 
     {"round": N, "event": "envs", "ids": [...]}         as soon as envs exist
     {"round": N, "event": "done", "steps": [s, ...], "seconds": s}
-    {"round": N, "event": "error", "error": "...", "stage": "fork"}
+    {"round": N, "event": "retry", "error": "...", "stage": "fork"}   then tried again
+    {"round": N, "event": "error", "error": "...", "stage": "fork"}   its last try failed
 
 Each step sends MESSAGE_BYTES of text; the echo env saves its episode (the last message) to
 /work after every step, so each env and each fork version holds about that much disk.
@@ -31,11 +32,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 from denv import Denv, Env
 
 STEP_TIMEOUT_S = 60.0
+ATTEMPTS = 6  # tries of one round, 2, 4, 8, 16 and 20 s apart (a server restart)
 
 
 def say(**event: Any) -> None:
@@ -45,14 +47,8 @@ def say(**event: Any) -> None:
 class Session:
     """One OpenEnv WebSocket session on an env (its ingress URL)."""
 
-    def __init__(self, env: Env, message_bytes: int) -> None:
-        url = env.endpoints[0].url
-        self.ws = connect(
-            url.replace("http", "ws", 1) + "/ws",
-            open_timeout=STEP_TIMEOUT_S,
-            max_size=None,
-            proxy=None,
-        )
+    def __init__(self, ws: ClientConnection, message_bytes: int) -> None:
+        self.ws = ws
         self.pad = "x" * message_bytes
 
     def send(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -73,59 +69,82 @@ class Session:
             raise RuntimeError(f"a step's answer echoed another message ({echoed[:32]!r})")
         return took
 
-    def close(self) -> None:
-        try:
-            self.ws.send(json.dumps({"type": "close"}))
-        finally:
-            self.ws.close()
-
 
 def steps(env: Env, count: int, message_bytes: int, reset: bool = False) -> list[float]:
-    session = Session(env, message_bytes)
-    try:
+    url = env.endpoints[0].url.replace("http", "ws", 1) + "/ws"
+    with connect(url, open_timeout=STEP_TIMEOUT_S, max_size=None, proxy=None) as ws:
+        session = Session(ws, message_bytes)
         if reset:
             session.send({"type": "reset", "data": {}})
-        return [session.step() for _ in range(count)]
-    finally:
-        session.close()
+        took = [session.step() for _ in range(count)]
+        ws.send(json.dumps({"type": "close"}))
+        return took
 
 
-def one_round(
-    denv: Denv, n: int, image: str, group: int, count: int, message_bytes: int
-) -> None:
-    t0 = time.perf_counter()
-    made: list[str] = []
-    stage = "start"
-    try:
-        root = denv.create_sandbox(image, live=True)
-        made.append(root.id)
-        say(round=n, event="envs", ids=[root.id])
+class Round:
+    """Round ``n`` of one trainer: its envs, and those a failed attempt could not delete."""
+
+    def __init__(self, denv: Denv, n: int, image: str, group: int, count: int, size: int) -> None:
+        self.denv, self.n, self.image = denv, n, image
+        self.group, self.count, self.size = group, count, size
+        self.made: list[str] = []
+        self.stage = "start"
+
+    def run(self) -> None:
+        t0 = time.perf_counter()
+        self.stage = "start"
+        root = self.denv.create_sandbox(self.image, live=True)
+        self.made.append(root.id)
+        say(round=self.n, event="envs", ids=[root.id])
         if root.status != "healthy":
             raise RuntimeError(f"the group's env {root.id} is {root.status}: {root.error}")
-        stage = "prompt"
-        took = steps(root, 1, message_bytes, reset=True)  # the prompt: the group's prefix
-        stage = "fork"
-        children = denv.fork(root.id, group, kind="live").envs
-        made += [e.id for e in children]
-        say(round=n, event="envs", ids=[e.id for e in children])
-        bad = [e.id for e in children if e.status != "healthy"]
+        self.stage = "prompt"
+        took = steps(root, 1, self.size, reset=True)  # the prompt: the group's prefix
+        self.stage = "fork"
+        children = self.denv.fork(root.id, self.group, kind="live").envs
+        self.made += [e.id for e in children]
+        say(round=self.n, event="envs", ids=[e.id for e in children])
+        bad = [f"{e.id} {e.status}" for e in children if e.status != "healthy"]
         if bad:
             raise RuntimeError(f"fork children not healthy: {bad}")
-        stage = "step"
-        with ThreadPoolExecutor(group) as pool:
-            for got in pool.map(lambda e: steps(e, count, message_bytes), children):
+        self.stage = "step"
+        with ThreadPoolExecutor(self.group) as pool:
+            for got in pool.map(lambda e: steps(e, self.count, self.size), children):
                 took += got
-        stage = "close"
-        with ThreadPoolExecutor(group) as pool:
-            list(pool.map(denv.delete_env, made))
-        say(round=n, event="done", steps=took, seconds=time.perf_counter() - t0)
-    except Exception as exc:  # a round that fails says why; its envs go, the trainer goes on
-        say(round=n, event="error", stage=stage, error=f"{type(exc).__name__}: {exc}"[:500])
-        for env_id in made:
+        self.stage = "close"
+        self.delete()
+        say(round=self.n, event="done", steps=took, seconds=time.perf_counter() - t0)
+
+    def delete(self) -> None:
+        """Delete the round's envs (those gone already count as deleted)."""
+        with ThreadPoolExecutor(max(1, min(len(self.made), self.group))) as pool:
+            list(pool.map(self.denv.delete_env, self.made))
+        self.made = []
+
+
+def one_round(denv: Denv, n: int, image: str, group: int, count: int, size: int) -> None:
+    """Round ``n``; a failed attempt (the server restarting, say) is said, cleaned up and
+    tried again, up to ``ATTEMPTS`` times."""
+    r = Round(denv, n, image, group, count, size)
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            r.run()
+            return
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            last = attempt == ATTEMPTS
+            say(round=n, event="error" if last else "retry", stage=r.stage, error=error)
+            if last:
+                break
+            time.sleep(min(2.0**attempt, 20.0))
             try:
-                denv.delete_env(env_id)
+                r.delete()
             except Exception:
-                pass  # the server is away (a restart): its lease reaps it if we cannot
+                pass  # tried again after the next attempt; the lease reaps what is left
+    try:
+        r.delete()
+    except Exception:
+        pass  # held by the lease: closed (deleted) when the trainer exits
 
 
 def main() -> None:
