@@ -62,9 +62,7 @@ def deletions(state_dir: Path, env_ids: list[str]) -> dict[str, dict[str, Any]]:
         rows = con.execute(
             f"SELECT id, status, deletion FROM envs WHERE id IN ({marks})", env_ids
         ).fetchall()
-    return {
-        str(i): {"status": s, **(json.loads(d) if d else {})} for i, s, d in rows
-    }
+    return {str(i): {"status": s, **(json.loads(d) if d else {})} for i, s, d in rows}
 
 
 def seconds_between(wall_s: float, iso: str) -> float:

@@ -166,7 +166,9 @@ class Trainer:
                 self.kill()
 
 
-def slot(server: list[Served], plan: Plan, kill_rounds: set[int], log: Log, rng: random.Random) -> None:
+def slot(
+    server: list[Served], plan: Plan, kill_rounds: set[int], log: Log, rng: random.Random
+) -> None:
     """One trainer's place: rounds until none are left, a new trainer after each kill."""
     trainer = Trainer(server[0].url, server[0].key, plan)
     try:
@@ -384,8 +386,13 @@ def _result(
     return {
         "plan": asdict(plan),
         "envs_total": counts["envs"],
-        "rounds": {"done": log.done, "errors": len(log.errors), "killed": len(log.killed),
-                   "hung": log.hung, "retried": len(log.retries)},  # fmt: skip
+        "rounds": {
+            "done": log.done,
+            "errors": len(log.errors),
+            "killed": len(log.killed),
+            "hung": log.hung,
+            "retried": len(log.retries),
+        },
         "errors": log.errors,
         "retries": log.retries,
         "killed": log.killed,
@@ -438,7 +445,7 @@ def serve(state_dir: Path, flags: list[str]) -> Iterator[Served]:
                 tail = (state_dir / "server.out").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"denv server did not start (exit {proc.poll()}):\n{tail}")
             time.sleep(0.1)
-        yield SimpleNamespace(url=found.url, key=found.api_key, proc=proc)  # type: ignore[misc]
+        yield SimpleNamespace(url=found.url, key=found.api_key, proc=proc)
     finally:
         stop_process(proc)
 

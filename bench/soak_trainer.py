@@ -25,6 +25,7 @@ the ``websockets`` package directly: importing OpenEnv's client imports its serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -137,14 +138,10 @@ def one_round(denv: Denv, n: int, image: str, group: int, count: int, size: int)
             if last:
                 break
             time.sleep(min(2.0**attempt, 20.0))
-            try:
+            with contextlib.suppress(Exception):  # else tried again after the next attempt
                 r.delete()
-            except Exception:
-                pass  # tried again after the next attempt; the lease reaps what is left
-    try:
+    with contextlib.suppress(Exception):  # else held by the lease, closed at the exit
         r.delete()
-    except Exception:
-        pass  # held by the lease: closed (deleted) when the trainer exits
 
 
 def main() -> None:

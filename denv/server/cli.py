@@ -162,7 +162,7 @@ def _draining_server(config: Any, on_stop: Callable[[], None]) -> Any:
     client can renew its lease, and no lease may expire for that (``Leases.drain``)."""
     import uvicorn
 
-    class Server(uvicorn.Server):  # type: ignore[misc]
+    class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             on_stop()
             super().handle_exit(sig, frame)

@@ -301,6 +301,7 @@ def test_a_server_stopping_expires_no_lease(tmp_path: Path) -> None:
             command=["python3", "-m", "http.server", "8000", "--directory", "/srv/www"],
         )
         assert env.status == EnvStatus.HEALTHY, env.error
+
         # A long-poll in flight keeps the drain going for its full 5 s, past the lease's 5 s
         # since its last renewal.
         def long_poll() -> None:
