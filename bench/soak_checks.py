@@ -190,3 +190,17 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     if sxx == 0:
         return None
     return sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def stale_live_cgroups(state_dir: Path) -> list[str]:
+    """Cgroups of live envs (``<container>/denv-live/<env>``, docker/live_apart.py) whose env
+    is deleted, in containers that still run: each should go with its env."""
+    inst = instance_id(state_dir)
+    found = Path("/sys/fs/cgroup").glob(f"*/denv-{inst}-*/*/denv-live/env_*")
+    by_env: dict[str, list[str]] = {}
+    for path in found:
+        by_env.setdefault(path.name, []).append(str(path))
+    if not by_env:
+        return []
+    alive = {r[0] for r in _live(state_dir)}
+    return sorted(p for env_id, paths in by_env.items() if env_id not in alive for p in paths)

@@ -327,12 +327,13 @@ def run(plan: Plan, state_dir: Path, start: Start) -> dict[str, Any]:
         killed_envs = checks.deletions(state_dir, [i for k in log.killed for i in k["envs"]])
         counts = {**checks.env_counts(state_dir), **checks.version_counts(state_dir)}
         zygotes = checks.zygotes(state_dir)
+        stale_cgroups = checks.stale_live_cgroups(state_dir)
     disk_stopped = checks.disk(state_dir)
     left = checks.machine_leftovers(state_dir)
     return _result(
         plan, log, sampler, restart, leaked, beyond, layers_left, killed_envs, counts,
         {"start": disk_start, "end": disk_end, "after_stop": disk_stopped},
-        left, loop_s, policy_s, end, zygotes,
+        left, loop_s, policy_s, end, zygotes, stale_cgroups,
     )  # fmt: skip
 
 
@@ -380,7 +381,7 @@ def _result(
     plan: Plan, log: Log, sampler: Sampler, restart: dict[str, Any], leaked: list[Any],
     beyond: list[str], layers_left: list[str], killed_envs: dict[str, dict[str, Any]],
     counts: dict[str, int], disk: dict[str, dict[str, int]], left: dict[str, list[str]],
-    loop_s: float, policy_s: float, end: dict[str, Any], zygotes: int,
+    loop_s: float, policy_s: float, end: dict[str, Any], zygotes: int, stale_cgroups: list[str],
 ) -> dict[str, Any]:  # fmt: skip
     steps = summarize(log.steps)
     return {
@@ -401,6 +402,7 @@ def _result(
         "seconds_until_policy_held": round(policy_s, 1),
         "unreferenced_layers": layers_left,
         "zygotes_at_end": zygotes,
+        "cgroups_of_deleted_live_envs": stale_cgroups,
         "counts": counts,
         "disk_bytes": disk,
         "machine_leftovers": {k: len(v) for k, v in left.items()},
@@ -489,6 +491,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{len(r['versions_beyond_policy'])} (held {r['seconds_until_policy_held']} s "
         "after the last env went) |",
         f"| layers no version names | {len(r['unreferenced_layers'])} |",
+        "| cgroups of deleted live envs in running containers, at the end | "
+        f"{len(r['cgroups_of_deleted_live_envs'])} |",
         "| left on the machine after the server stopped | "
         + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in r["machine_leftovers"].items())
         + " |",
@@ -562,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(state, ignore_errors=True)
     info = machine()
     result = {
-        "command": "python -m bench.soak_long " + " ".join(argv or sys.argv[1:]),
+        "command": " ".join(["python -m bench.soak_long", *(argv or sys.argv[1:])]),
         "date": now_iso(),
         "commit": info.get("denv_commit", info.get("commit", "unknown")),
         "cores": os.cpu_count(),
