@@ -76,6 +76,14 @@ test-installed: $(VENV_STAMP) docker images image-openenv-template
 soak: $(VENV_STAMP) docker images
 	DENV_SOAK=1 $(PY) -m pytest -q tests/reliability tests/cluster
 
+## The long run (issue 25 item 7): 230 GRPO-shaped rounds (2,000+ envs) from 3 trainer processes,
+## 12 trainers SIGKILLed mid-round, a server restart halfway, a tight disk budget; what was
+## leaked or kept beyond policy, disk, p99 step, the server's RSS: bench/results/soak-long.{json,md}
+## (bench/soak_long.py; ~15 min on 2 quiet cores). CI runs 4 rounds: tests/reliability/test_soak_long.py.
+.PHONY: soak-long
+soak-long: $(VENV_STAMP) docker images
+	$(PY) -m bench.soak_long
+
 ## The fork demo on a 3-node local cluster (Ray nodes on this machine, SeaweedFS, denv serve
 ## --cluster; docs/cluster.md), stopped afterwards.
 .PHONY: cluster-demo

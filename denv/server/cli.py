@@ -34,6 +34,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from denv.cli_parser import CommandParser
 from denv.local import read_local_server
@@ -138,7 +139,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
         print(f"denv serve: {exc}", file=sys.stderr)
         return 1
     print(f"denv serve: listening at {config.public_url()}; API key in {key_path}", flush=True)
-    server = uvicorn.Server(
+    server = _draining_server(
         uvicorn.Config(
             app,
             log_config=None,
@@ -148,10 +149,25 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
             timeout_graceful_shutdown=5,
             ssl_certfile=args.tls_cert,
             ssl_keyfile=args.tls_key,
-        )
+        ),
+        app.state.service.leases.drain,
     )
     server.run(sockets=[sock])
     return 0
+
+
+def _draining_server(config: Any, on_stop: Callable[[], None]) -> Any:
+    """uvicorn's server, telling the app at the first stop signal (``on_stop``): from then
+    on it refuses new connections while the requests in flight finish (up to 5 s), so no
+    client can renew its lease, and no lease may expire for that (``Leases.drain``)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            on_stop()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LocalDenv, instance_id, start_server
+from conftest import LocalDenv, clean, instance_id, start_server
 from provider_helpers import ECHO_IMAGE
 
 from denv import AsyncDenv, DeletionReason, Denv, EnvStatus, LeaseState
@@ -283,3 +283,45 @@ def test_a_providers_envs_and_forks_are_held_by_its_lease(server: LocalDenv, adm
     for p in (provider, *branches, async_branch):
         p.close()
     wait_deleted(admin, [str(i) for i in ids], 5)
+
+
+def test_a_server_stopping_expires_no_lease(tmp_path: Path) -> None:
+    """While a stopping server drains (up to 5 s of requests in flight) it refuses every new
+    connection, renewals too: no lease may expire then. Its next start gives each open lease
+    its timeout again, so a client that outlives the restart keeps its envs.
+
+    Found by the long soak (bench/soak_long.py): a trainer's create, answered during the
+    drain, came back with its env already deleted (`lease_expired`)."""
+    state = tmp_path / "state"
+    port = str(_free_port())
+    with start_server(state, "--port", port, cleanup=False) as srv:
+        client = Denv(srv.url, srv.key, lease_timeout_s=5)
+        env = client.create_sandbox(
+            "denv-http-standin:latest",
+            command=["python3", "-m", "http.server", "8000", "--directory", "/srv/www"],
+        )
+        assert env.status == EnvStatus.HEALTHY, env.error
+
+        # A long-poll in flight keeps the drain going for its full 5 s, past the lease's 5 s
+        # since its last renewal.
+        def long_poll() -> None:
+            with contextlib.suppress(Exception), Denv(srv.url, srv.key, detach=True) as other:
+                other.wait_env(env.id, "deleted", timeout_s=30)
+
+        threading.Thread(target=long_poll, daemon=True).start()
+        time.sleep(1)
+    try:
+        with start_server(state, "--port", port, cleanup=False) as srv:
+            with Denv(srv.url, srv.key, detach=True) as admin:
+                got = admin.get_env(env.id)
+                assert got.status != EnvStatus.DELETED, got.deletion
+                assert client.lease() is not None and client.lease().state == LeaseState.OPEN
+            client.close()
+    finally:
+        clean(state)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from inspect import signature
@@ -26,6 +26,7 @@ from denv.server.docker import cgroups, live
 from denv.server.docker.engine import Engine
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.errors import ApiError
+from denv.server.locks import NamedLocks
 from denv.server.node.egress import egress_hosts
 from denv.server.node.egress import parse as parse_egress
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
@@ -55,7 +56,7 @@ class Guard:
     """
 
     def __init__(self) -> None:
-        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._locks = NamedLocks()
         self._mutex = threading.Lock()  # over the fields below, never across a Docker call
         self._cancelled: dict[str, float] = {}  # env id -> when (monotonic)
         self._foreground: set[str] = set()  # envs whose boots create at full CPU weight
@@ -64,8 +65,7 @@ class Guard:
 
     def lock(self, env_id: str) -> threading.Lock:
         """The env's lock: held while anything of it is made or removed."""
-        with self._mutex:
-            return self._locks[env_id]
+        return self._locks(env_id)
 
     @contextmanager
     def step(self, env_id: str) -> Iterator[None]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import defaultdict
 from pathlib import Path
 
 from denv.server.config import StoreConfig
+from denv.server.locks import NamedLocks
 from denv.server.volumes.layerpack import LayerDigestMismatch, check_bytes, pack_layer, unpack_layer
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import Volumes
@@ -27,13 +27,12 @@ class LayerTransfer:
         self.volumes = volumes
         # packed layers: <state>/packed/<lyr_id>.{tar,digest}
         self.packed_dir = volumes.layers_dir.parent / "packed"
-        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._locks = NamedLocks()
         self._guard = threading.Lock()  # over the dicts, never across a transfer
         self._stores: dict[StoreConfig, LayerStore] = {}
 
     def _lock(self, layer_id: str) -> threading.Lock:
-        with self._guard:
-            return self._locks[layer_id]
+        return self._locks(layer_id)
 
     def _packed(self, layer_id: str) -> tuple[Path, Path]:
         if not layer_id.startswith("lyr_") or "/" in layer_id:

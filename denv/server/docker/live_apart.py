@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -196,6 +197,7 @@ def release(group: Group, env_id: str, port: int) -> None:
             _shift(group.v1[ctrl], ctrl, _values(mine, ctrl), -1)
         _rmdir(mine, deadline)
     _rmdir(group.directory(env_id), deadline)
+    _retry_busy()
 
 
 def _rmdir(directory: Path, deadline: float) -> None:
@@ -204,9 +206,31 @@ def _rmdir(directory: Path, deadline: float) -> None:
             directory.rmdir()
         except OSError:
             if time.monotonic() > deadline:
-                log.warning("cgroup %s of a deleted live env is still busy", directory)
+                log.info("cgroup %s of a deleted live env is still busy: later", directory)
+                with _busy_lock:
+                    _busy.append(directory)
                 return
             time.sleep(0.01)
+
+
+# Cgroups of deleted live envs whose process had not left by the deadline (a busy machine).
+# Every release tries them again, so a group container that runs for days (a zygote's, whose
+# copies come and go) does not gather an empty cgroup for each env it ever ran.
+_busy: list[Path] = []
+_busy_lock = threading.Lock()
+
+
+def _retry_busy() -> None:
+    """Remove the busy cgroups that have emptied since (children before their parents)."""
+    with _busy_lock:
+        left = []
+        for directory in _busy:
+            try:
+                if directory.exists():
+                    directory.rmdir()
+            except OSError:
+                left.append(directory)
+        _busy[:] = left
 
 
 def _values(directory: Path, ctrl: str) -> dict[str, int | None]:

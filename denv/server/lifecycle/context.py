@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -12,6 +11,7 @@ from denv.server.config import START_WORKERS, ServerConfig
 from denv.server.db import Store
 from denv.server.lifecycle.fairness import Fairness
 from denv.server.lifecycle.pins import Pins
+from denv.server.locks import NamedLocks
 from denv.server.node.seam import Node
 from denv.server.tokens import IngressKeys
 
@@ -49,10 +49,7 @@ class Context:
     # Derives each env's ingress tokens; the server's is kept in <state_dir>/ingress_key.
     ingress_keys: IngressKeys = field(default_factory=IngressKeys.ephemeral)
     quota_lock: threading.Lock = field(default_factory=threading.Lock)
-    _locks: defaultdict[str, threading.Lock] = field(
-        default_factory=lambda: defaultdict(threading.Lock)
-    )
-    _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+    _locks: NamedLocks = field(default_factory=NamedLocks)
     fair: Fairness = field(init=False)  # what each API key holds at once
     pins: Pins = field(default_factory=Pins)  # versions requests in flight start envs from
 
@@ -61,8 +58,7 @@ class Context:
 
     def env_lock(self, env_id: str) -> threading.Lock:
         """Serialises the making and the removing of one env's resources (never global)."""
-        with self._locks_guard:
-            return self._locks[env_id]
+        return self._locks(env_id)
 
     def notify(self) -> None:
         """Wake the waiters of ``wait``: some env changed status."""

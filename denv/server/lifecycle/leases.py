@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -98,6 +99,7 @@ class Leases:
     def __init__(self, ctx: Context, envs: Envs) -> None:
         self.ctx = ctx
         self.envs = envs
+        self._draining = threading.Event()
 
     # the API's operations
     def open(self, owner: str, timeout_s: float | None) -> LeaseRecord:
@@ -163,12 +165,20 @@ class Leases:
             self.ctx.store.set_lease(rec.id, None)
             log.info("env %s detached from lease %s", rec.id, rec.lease_id)
 
+    def drain(self) -> None:
+        """The server is stopping: it refuses new connections, renewals too, while requests in
+        flight finish. No lease expires from now on in this process; the next start gives
+        each open lease its timeout again (``restart_grace``). Closed leases still end."""
+        self._draining.set()
+
     # the rule
     def end_due(self) -> int:
-        """Expire leases past their time, then delete the envs of every ended lease (in
-        parallel: a trainer's hundreds of envs go in seconds). Returns how many."""
+        """Expire leases past their time (unless the server drains), then delete the envs of
+        every ended lease (in parallel: a trainer's hundreds of envs go in seconds). Returns
+        how many."""
         store = self.ctx.store
-        for lease_id in store.leases.due(time.time()):
+        due = [] if self._draining.is_set() else store.leases.due(time.time())
+        for lease_id in due:
             if store.leases.end(lease_id, "expired", time.time()):
                 log.warning("lease %s expired: deleting its envs", lease_id)
         doomed = store.leases.envs_of_ended()
