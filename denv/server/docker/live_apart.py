@@ -241,6 +241,7 @@ class Rules:
             if first:  # a new container: nothing of an earlier one with this path is left
                 self._owners[group.path], self._gone[group.path] = {}, []
             gone = self._gone.pop(group.path, [])
+            cgroups = [group.directory(env_id) for env_id, _ in gone]
             try:
                 guard(group, servers, first, gone)
             except ApartError:
@@ -255,14 +256,14 @@ class Rules:
                     raise
                 for env_id, port in gone:
                     release(group, env_id, port, limits=False)
-                gone = []
+                cgroups = []
             owners = self._owners.setdefault(group.path, {})
             for env_id, port in gone:
                 if owners.get(port) == env_id:
                     del owners[port]
             owners.update({port: env_id for env_id, port in servers})
-        for env_id, _ in gone:  # empty since their release: no wait on a fork's path
-            _rmdir(group.directory(env_id), 0.0)
+        for directory in cgroups:  # empty since their release: no wait on a fork's path
+            _rmdir(directory, 0.0)
 
     def release(self, group: Group, env_id: str, port: int) -> None:
         """:func:`release`; the rule (and v2 cgroup) is left to the next fork when this
