@@ -347,6 +347,8 @@ def cpu(b: Bench) -> dict[str, Any]:
     return {
         "ms_per_fork8": parts,
         "total_ms_median": total,
+        # A child's own, from its clone to its first answer; and the fork's whole CPU over 8.
+        "per_child_ms": {"child": parts["children"]["median"] / 8, "all": total / 8},
         "cores": os.cpu_count(),
         "floor_ms": total / (os.cpu_count() or 1),
     }

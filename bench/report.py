@@ -208,6 +208,12 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"{g('live', 'cpu', 'total_ms_median'):.0f} ms | floor on "
             f"{g('live', 'cpu', 'cores')} cores {g('live', 'cpu', 'floor_ms'):.0f} ms | |"
         )
+    if g("live", "cpu", "per_child_ms", "child") is not None:
+        lines.append(
+            f"| CPU per live child, clone to first answer | "
+            f"{g('live', 'cpu', 'per_child_ms', 'child'):.1f} ms | the whole fork's over 8: "
+            f"{g('live', 'cpu', 'per_child_ms', 'all'):.1f} ms | |"
+        )
     if g("live", "sustained", "per_s") is not None:
         lines.append(
             f"| live children per second, sustained | {g('live', 'sustained', 'per_s'):.0f}/s "

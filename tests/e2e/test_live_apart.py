@@ -4,7 +4,8 @@ A process of a live env is run from the host in that env's network namespace and
 (`nsenter --net`, then its pid written into the env's cgroup: what any process the env
 starts gets), and connects to the ports of the other live servers of its container. The
 connection to another server's port is reset; the env's own port answers; ingress reaches
-every env as before; and a deleted child's rule and cgroup go with it.
+every env as before; and a deleted child's rule and cgroup are gone once the container
+forks again, its port taken by the new child.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def cgroup_dir(pid: int) -> Path:
     mounts = Path("/proc/self/mounts").read_text().splitlines()
     mount = next(m.split()[1] for m in mounts if m.split()[2] == "cgroup2")
     return Path(mount) / line[3:].lstrip("/")
+
+
+def rules(pid: int) -> str:
+    """The live servers' port rules in ``pid``'s network namespace."""
+    cmd = ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "iptables", "-w", "5", "-S", "DENV-LIVE"]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
 def probe(pid: int, ports: list[int]) -> dict[int, str]:
@@ -93,10 +100,21 @@ def test_live_servers_cannot_reach_each_others_ports(denv_server: LocalDenv) -> 
             r = httpx.get(f"{e.endpoints[0].url.rstrip('/')}/health", timeout=10)
             assert r.status_code == 200, (e.id, r.text)
 
-        # A deleted child's cgroup goes with it (and its port rule: b's port is free again).
+        # A deleted child's rule and cgroup go with the container's next fork, in the
+        # transaction that adds the new child's rule on b's port, free again: the new child
+        # serves there, reachable from itself, not from its sibling; nothing names b.
         gone = cgroup_dir(pid[b])
         d.delete_env(b)
+        c = d.fork(parent.id, 1, kind="live").envs[0]
+        ids.append(c.id)
+        port[c.id] = d.get_env(c.id).endpoints[0].port
+        assert port[c.id] == port[b]
+        pid[c.id] = listening_pid(cid, port[c.id])
+        seen = probe(pid[c.id], [port[c.id], port[a]])
+        assert seen == {port[c.id]: "open", port[a]: "ConnectionRefusedError"}
+        assert probe(pid[a], [port[c.id]]) == {port[c.id]: "ConnectionRefusedError"}
         assert not gone.exists()
+        assert b not in rules(pid[a])
     finally:
         for env_id in ids:
             d.delete_env(env_id)

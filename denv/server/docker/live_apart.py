@@ -29,6 +29,7 @@ import logging
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -114,9 +115,15 @@ def group_of(pid: int) -> Group:
     return Group(pid, path, mount, v1)
 
 
-def guard(group: Group, servers: list[tuple[str, int]], first: bool) -> None:
+def guard(
+    group: Group,
+    servers: list[tuple[str, int]],
+    first: bool,
+    gone: Sequence[tuple[str, int]] = (),
+) -> None:
     """Give each ``(env, port)`` its cgroup and its port's rule (``first``: the container's
-    first server, with the chain and its jump), in one iptables transaction."""
+    first server, with the chain and its jump), and remove the rules of the deleted servers
+    ``gone`` first, in one iptables transaction."""
     for env_id, _ in servers:
         group.directory(env_id).mkdir(parents=True, exist_ok=True)
     lines = ["*filter"]
@@ -126,6 +133,7 @@ def guard(group: Group, servers: list[tuple[str, int]], first: bool) -> None:
             f"-A OUTPUT -p tcp -m addrtype --dst-type LOCAL -m cgroup --path {group.tree} "
             f"-j {CHAIN}",
         ]
+    lines += [f"-D {CHAIN} {_rule(group, env_id, port)}" for env_id, port in gone]
     lines += [f"-A {CHAIN} {_rule(group, env_id, port)}" for env_id, port in servers]
     _restore(group, [*lines, "COMMIT"])
 
@@ -185,19 +193,97 @@ def exit_reason(group: Group, env_id: str) -> str | None:
     return None
 
 
-def release(group: Group, env_id: str, port: int) -> None:
-    """Remove a deleted server's rule and cgroups, and lower the container's limits by its
-    share (its process was killed: wait for it to leave). Best effort: the container's end
-    removes all of it anyway."""
-    with contextlib.suppress(ApartError):
-        _restore(group, ["*filter", f"-D {CHAIN} {_rule(group, env_id, port)}", "COMMIT"])
+def release(group: Group, env_id: str, port: int, rule: bool = True, limits: bool = True) -> None:
+    """Remove a deleted server's rule and v2 cgroup (unless ``rule`` is False: then
+    :class:`Rules` removes them with the container's next fork), and its v1 cgroups,
+    lowering the container's limits by its share (unless ``limits`` is False). Its process
+    was killed: wait for it to leave. Best effort: the container's end removes all of it."""
     deadline = time.monotonic() + RMDIR_WAIT_S
-    for ctrl, mine in group.limited(env_id).items():
+    if rule:
+        with contextlib.suppress(ApartError):
+            _restore(group, ["*filter", f"-D {CHAIN} {_rule(group, env_id, port)}", "COMMIT"])
+    for ctrl, mine in group.limited(env_id).items() if limits else ():
         with contextlib.suppress(OSError):
             _shift(group.v1[ctrl], ctrl, _values(mine, ctrl), -1)
         _rmdir(mine, deadline)
-    _rmdir(group.directory(env_id), deadline)
+    if rule:
+        _rmdir(group.directory(env_id), deadline)
     _retry_busy()
+
+
+class Rules:
+    """The port rules this server made in each container, so that a deleted server's rule
+    waits for the container's next fork and goes in that fork's transaction: one
+    ``iptables-restore`` per fork, none per delete.
+
+    A waiting rule resets connections to a port no one serves, from the group's live
+    servers: they would be refused anyway. When its port is taken again, the rule is gone
+    first: removed in the transaction that adds the port's new rule, or at once when the
+    port was taken before the delete (the rule names the deleted server's cgroup, so the new
+    owner's rule stays). The deleted server's v2 cgroup stays until its rule is removed (with
+    the legacy iptables, a table that holds a rule whose cgroup is gone cannot be changed).
+    Rules this server did not make (before a restart) are removed at once, as before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._owners: dict[str, dict[int, str]] = {}  # group path: port -> its env
+        self._gone: dict[str, list[tuple[str, int]]] = {}  # group path: rules to remove
+
+    def _group_lock(self, group: Group) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(group.path, threading.Lock())
+
+    def guard(self, group: Group, servers: list[tuple[str, int]], first: bool) -> None:
+        """:func:`guard`, removing the rules of the servers deleted since the last one in
+        the same transaction."""
+        with self._group_lock(group):
+            if first:  # a new container: nothing of an earlier one with this path is left
+                self._owners[group.path], self._gone[group.path] = {}, []
+            gone = self._gone.pop(group.path, [])
+            cgroups = [group.directory(env_id) for env_id, _ in gone]
+            try:
+                guard(group, servers, first, gone)
+            except ApartError:
+                if not gone:
+                    raise
+                # A deleted server's rule never fails a fork: this fork's rules alone, then
+                # each deleted one's as a delete removed it before.
+                try:
+                    guard(group, servers, first)
+                except ApartError:
+                    self._gone.setdefault(group.path, []).extend(gone)
+                    raise
+                for env_id, port in gone:
+                    release(group, env_id, port, limits=False)
+                cgroups = []
+            owners = self._owners.setdefault(group.path, {})
+            for env_id, port in gone:
+                if owners.get(port) == env_id:
+                    del owners[port]
+            owners.update({port: env_id for env_id, port in servers})
+        for directory in cgroups:  # empty since their release: no wait on a fork's path
+            _rmdir(directory, 0.0)
+
+    def release(self, group: Group, env_id: str, port: int) -> None:
+        """:func:`release`; the rule (and v2 cgroup) is left to the next fork when this
+        server made it and its port is not taken again."""
+        release(group, env_id, port, rule=False)  # v1 gone: its process has left
+        with self._group_lock(group):
+            if self._owners.get(group.path, {}).get(port) == env_id:
+                self._gone.setdefault(group.path, []).append((env_id, port))
+                return
+        release(group, env_id, port, limits=False)
+
+    def forget(self, container: str) -> None:
+        """The container ended: its rules went with its network namespace (its cgroup path
+        names its id, under either of Docker's cgroup drivers)."""
+        with self._lock:
+            for path in [p for p in self._owners if container in p]:
+                self._locks.pop(path, None)
+                self._owners.pop(path, None)
+                self._gone.pop(path, None)
 
 
 def _rmdir(directory: Path, deadline: float) -> None:

@@ -44,6 +44,7 @@ class DockerNode:
         self._owners_lock = threading.Lock()
         self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
+        self.rules = live_apart.Rules()  # live servers' port rules, per container
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -275,7 +276,7 @@ class DockerNode:
         proc = live.root_process(pid)
         try:  # kept off its live children's ports, as they are off its own and each other's
             group = live_apart.group_of(proc.pid)
-            live_apart.guard(group, [(env_id, port)], first=True)
+            self.rules.guard(group, [(env_id, port)], first=True)
             live_apart.limit(group, None, [env_id])
             live_apart.enter(group, env_id, proc.pid)
         except live_apart.ApartError as exc:
@@ -350,7 +351,7 @@ class DockerNode:
                 raise LiveError("live_fork_failed", str(exc)) from exc
             # The port rules, made while the parent gates and clones; each child enters its
             # cgroups before it is set up (before env code runs again).
-            guarded = apart.submit(live_apart.guard, group, children, False)
+            guarded = apart.submit(self.rules.guard, group, children, False)
 
             def placed(env_id: str, pid: int) -> None:
                 guarded.result()
@@ -363,7 +364,7 @@ class DockerNode:
             except BaseException:  # no child: their cgroups, rules and limits go
                 guarded.exception()
                 for env_id, port in children:
-                    live_apart.release(group, env_id, port)
+                    self.rules.release(group, env_id, port)
                 raise
             finally:
                 with contextlib.suppress(live_apart.ApartError):
@@ -372,7 +373,7 @@ class DockerNode:
         for (env_id, port), proc in zip(children, procs, strict=True):
             if isinstance(proc, LiveError):
                 self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
-                live_apart.release(group, env_id, port)
+                self.rules.release(group, env_id, port)
                 out.append(proc.message)
             else:
                 out.append(
@@ -418,10 +419,11 @@ class DockerNode:
             group = None if last else self._live_group(proc.container)
             live.kill(live.Proc(proc.pid, proc.start))
             if group is not None and not last:
-                live_apart.release(group, env_id, proc.port)
+                self.rules.release(group, env_id, proc.port)
             self.volumes.detach_live(proc.group, proc.slot, env_id)
         if last:
             self.teardown(proc.group, [proc.container])
+            self.rules.forget(proc.container)
 
     # layer transfer (denv.server.docker.layers)
     def layer_digest(self, layer_id: str) -> str:

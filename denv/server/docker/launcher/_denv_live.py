@@ -93,6 +93,9 @@ CAP_SYS_ADMIN = 21
 LAST_CAP = 63
 
 libc = ctypes.CDLL(None, use_errno=True)
+# DENV_LIVE_TRACE=1 in the env: each live child logs its CPU and page faults since its clone at
+# each stage of its start (bench/live_fork_probe/p7_child_cpu.py reads them).
+TRACE = bool(os.environ.get("DENV_LIVE_TRACE"))
 
 
 def _check(rc: int, what: str) -> None:
@@ -103,6 +106,20 @@ def _check(rc: int, what: str) -> None:
 
 def _log(msg: str) -> None:
     print(f"denv-live[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+
+
+def _trace(stages: list[tuple[str, float, int]], stage: str) -> None:
+    """Note this child's CPU (ms) and minor faults since its clone (a new process starts at 0)."""
+    if TRACE:
+        import resource
+
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        stages.append((stage, round(time.process_time() * 1e3, 3), faults))
+
+
+def _trace_log(stages: list[tuple[str, float, int]]) -> None:
+    if TRACE:
+        _log("child stages " + json.dumps(stages))
 
 
 def drop_caps(keep: set[int] | None = None) -> None:
@@ -316,6 +333,16 @@ def reset_thread_pools(loop: asyncio.AbstractEventLoop) -> None:
     JOBS.lock = threading.Lock()
 
 
+def drop_copy(transport: Any) -> None:
+    """Close the child's copy of a parent's connection (the parent keeps its own) without
+    a byte written, and without its protocol's ``connection_lost``: that would run the app's
+    clean-up of the parent's session in the child (a WebSocket handler's end, OpenEnv's
+    session close), for nothing, writing to pages the child shares with the parent (each a
+    copy). The handler's task is left waiting for good, untouched."""
+    transport.set_protocol(asyncio.Protocol())
+    transport.abort()
+
+
 def own_selector_and_self_pipe(loop: Any) -> None:
     """The child shares the parent's epoll instance and the loop's self-pipe (inherited file
     descriptions): give it its own, re-registering what it keeps."""
@@ -406,6 +433,7 @@ class Live:
         self.reaping = False
         self.serving: asyncio.Task[None] | None = None
         self.setting_up: asyncio.Task[None] | None = None
+        self.stages: list[tuple[str, float, int]] = []  # a child's start (DENV_LIVE_TRACE)
 
     # serving
     async def serve(self, server: Any, serve: Any, sockets: Any) -> None:
@@ -525,6 +553,8 @@ class Live:
             if mine is None:
                 gc.unfreeze()
         if mine is not None:
+            self.stages = []
+            _trace(self.stages, "cloned")
             try:
                 reseed_or_keep(bool(mine.get("reseed", True)), kept)
                 self._child(mine, writer)
@@ -563,7 +593,7 @@ class Live:
             for srv in self.server.servers:
                 srv.close()
             for conn in list(self.server.server_state.connections):
-                conn.transport.abort()  # our copy only: the parent keeps its own
+                drop_copy(conn.transport)
         if self.ctl is not None:
             self.ctl.close()
         writer.transport.abort()
@@ -580,6 +610,7 @@ class Live:
         os.chmod(path, 0o600)
         boot.listen(1)
         boot.setblocking(False)
+        _trace(self.stages, "repaired")
 
         async def setup() -> None:
             try:
@@ -595,9 +626,13 @@ class Live:
                     req = json.loads(line)
                     if req.get("op") != "setup":
                         os._exit(1)
+                    _trace(self.stages, "asked")
                     try:
                         sock = self._become(spec, boot, path)
+                        _trace(self.stages, "became")
                         await self._start_serving(sock)
+                        _trace(self.stages, "serving")
+                        _trace_log(self.stages)
                         out: dict[str, Any] = {"ok": True, "pid": os.getpid()}
                     except Exception as exc:
                         out = {"error": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}
