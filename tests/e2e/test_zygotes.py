@@ -187,7 +187,7 @@ def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
     server: LocalDenv,
 ) -> None:
     """A live create from a stored version boots the first time and leaves a zygote of that
-    version behind; the next ones copy it. Each copy's /work is the version's, copy-on-write
+    version behind; the next ones copy it (those asked for while it boots wait for it). Each copy's /work is the version's, copy-on-write
     (a write in one is seen by no other), and the copy's first session imports nothing (the
     zygote imported what a server of its configuration imported once it served)."""
     made: list[str] = []
@@ -203,13 +203,12 @@ def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
             made.append(first.id)
             assert str(first.start) == "cold" and note(first) == "saved"
 
-            def new_zygote() -> list[str]:
-                return [z[0] for z in zygotes(server) if z[0] not in before and z[2] == "healthy"]
-
-            zygote_id = wait_for("the version's zygote", new_zygote)[0]
+            # Asked for at once, while the version's zygote boots: they wait for it (rather
+            # than boot two more) and are its copies.
             copies = denv.envs_from_version(version.id, 2, live="auto")
             made += [e.id for e in copies]
             assert [str(e.start) for e in copies] == ["zygote", "zygote"]
+            [zygote_id] = [z[0] for z in zygotes(server) if z[0] not in before]
             assert {e.version_id for e in copies} == {version.id}  # its /work, nothing added
             assert zygote_id not in {e.id for e in copies}
             a, b = copies

@@ -92,7 +92,8 @@ class Zygotes:
         self._zygotes: dict[Key, Zygote] = {}
         self._booting: set[Key] = set()
         self._not_live: set[Key] = set()  # configurations whose server cannot be copied
-        # A zygote that serves but is not copied yet (its preload): its env and when it is.
+        # A zygote on its way (about to boot: no env yet; booting; preloading): its env, and
+        # an event set once it is there to copy or will not be.
         self._pending: dict[Key, tuple[str, threading.Event]] = {}
         self._no_preload: set[Key] = set()  # a preload started a thread: boot them bare
         self._boots = ThreadPoolExecutor(2, thread_name_prefix="denv-zygote")
@@ -122,12 +123,13 @@ class Zygotes:
             zygote = self._zygotes.get(key)
             pending = self._pending.get(key)
         if zygote is None and pending is not None:
-            # Its boot is done and it serves, its preload is a moment away: wait for it
-            # rather than boot (a zygote that serves is copied, as its record says).
+            # Its zygote is booting (it has less of its boot left than a new one would) or
+            # serves and preloads: wait for it rather than boot one env more.
             env_id, settled = pending
-            booted = self.ctx.store.get_env(env_id)
-            if booted is not None and booted.status in READY:
-                settled.wait(SETTLE_WAIT_S)
+            booted = self.ctx.store.get_env(env_id) if env_id else None
+            if not env_id or (booted is not None and booted.status not in FINAL):
+                serves = booted is not None and booted.status in READY
+                settled.wait(SETTLE_WAIT_S if serves else ZYGOTE_BOOT_TIMEOUT_S)
                 with self._lock:
                     zygote = self._zygotes.get(key)
         with self._lock:
@@ -223,15 +225,21 @@ class Zygotes:
                 with self._lock:
                     self._not_live.add(key)
                 return
+            settled = threading.Event()
+            with self._lock:
+                self._pending[key] = ("", settled)
             if not self._fits():
                 log.info("zygote: no room for a zygote of %s (the warm limits)", key[1])
                 return
-            self._boot(key, owner, version, egress, of, first)
+            self._boot(key, owner, version, egress, of, first, settled)
         except Exception:
             log.exception("zygote: booting the zygote of %s failed", key[1])
         finally:
             with self._lock:
                 self._booting.discard(key)
+                pending = self._pending.pop(key, None)
+            if pending is not None:
+                pending[1].set()
 
     def _boot(
         self,
@@ -241,6 +249,7 @@ class Zygotes:
         egress: str,
         of: Of,
         first: EnvRecord,
+        settled: threading.Event,
     ) -> None:
         zowner = zygote_owner(owner)
         # The zygote's own record of the version (a stored version's layers: its /work).
@@ -262,15 +271,9 @@ class Zygotes:
             live_env=True,
         )
         zygote = Zygote(rec.id, zversion.id)
-        settled = threading.Event()
         with self._lock:
             self._pending[key] = (rec.id, settled)
-        try:
-            self._settle(key, zygote, rec.id, first)
-        finally:
-            with self._lock:
-                self._pending.pop(key, None)
-            settled.set()
+        self._settle(key, zygote, rec.id, first)
 
     def _settle(self, key: Key, zygote: Zygote, env_id: str, first: EnvRecord) -> None:
         """Once the zygote serves: its preload, then it is there to copy."""
