@@ -4,9 +4,11 @@ env (own id, no parent, ``start: zygote``, a new OpenEnv session) with fresh ent
 
 One server of its own (zygotes on, idle reaping after 6 s) and one image configuration: the
 echo env's app with a ``/draws`` route that returns a draw of Python's ``random`` and one of
-NumPy's global generator, started by a shell command (no image to build). Its first start
-boots and leaves the zygote behind; the rest copy it. The zygote is found in the server's
-store (owner ``zygote:<key>``), as a client never can.
+NumPy's global generator, and ``/note`` (a file in /work, read and written), started by a
+shell command (no image to build). Its first start boots and leaves the zygote behind; the
+rest copy it. Then a version of one of its envs, started live: its own zygote, copied with
+the version's /work. The zygotes are found in the server's store (owner ``zygote:<key>``),
+as a client never can.
 """
 
 from __future__ import annotations
@@ -187,9 +189,10 @@ def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
     server: LocalDenv,
 ) -> None:
     """A live create from a stored version boots the first time and leaves a zygote of that
-    version behind; the next ones copy it (those asked for while it boots wait for it). Each copy's /work is the version's, copy-on-write
-    (a write in one is seen by no other), and the copy's first session imports nothing (the
-    zygote imported what a server of its configuration imported once it served)."""
+    version behind; the next ones copy it (those asked for while it boots wait for it). Each
+    copy's /work is the version's, copy-on-write (a write in one is seen by no other), and
+    the copy's first session imports nothing (the zygote imported what a server of its
+    configuration imported once it served)."""
     made: list[str] = []
     with Denv(server.url, server.key) as denv:
         try:
