@@ -205,6 +205,9 @@ def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
             [first] = denv.envs_from_version(version.id, live="auto")
             made.append(first.id)
             assert str(first.start) == "cold" and note(first) == "saved"
+            # Its client's session, as a provider's would be (what the zygote learns from).
+            with GenericEnvClient(base_url=first.endpoints[0].url).sync() as session:
+                session.reset()
 
             # Asked for at once, while the version's zygote boots: they wait for it (rather
             # than boot two more) and are its copies.

@@ -273,7 +273,11 @@ class Zygotes:
         zygote = Zygote(rec.id, zversion.id)
         with self._lock:
             self._pending[key] = (rec.id, settled)
-        self._settle(key, zygote, rec.id, first)
+        try:
+            self._settle(key, zygote, rec.id, first)
+        except BaseException:
+            self._delete(zygote, "its set-up failed")  # never kept, so never reaped
+            raise
 
     def _settle(self, key: Key, zygote: Zygote, env_id: str, first: EnvRecord) -> None:
         """Once the zygote serves: its preload, then it is there to copy."""
@@ -313,8 +317,9 @@ class Zygotes:
             learnt = set(node.live_modules(rec.runtime.live))
             missing = sorted(learnt - set(node.live_modules(zygote.runtime.live)))
             out = node.live_preload(zygote.runtime.live, missing) if missing else {}
-        except LiveError as exc:
-            log.info("zygote: preloading %s failed: %s", zygote.id, exc.message)
+        except Exception as exc:  # LiveError, or a cluster node's error: no preload
+            why = exc.message if isinstance(exc, LiveError) else repr(exc)
+            log.info("zygote: preloading %s failed: %s", zygote.id, why)
             return True
         log.info(
             "zygote: %s preloaded %s of %d modules %s served with (%.1f ms)",
