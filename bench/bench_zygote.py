@@ -9,7 +9,8 @@
   own, so no spare or zygote has its configuration). Rounds
   alternate the kinds; each env is deleted outside the timing. Then ``sustained``: zygote
   starts (to `reset()` answered) one after another for S seconds, each env deleted in the
-  background: starts per second.
+  background: starts per second; then the same with 4 clients starting at once
+  (``sustained_parallel``).
 
 Nothing asserts on time; medians and ratios go to bench/results/zygote_start.json.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +34,7 @@ from .harness import Bench, Server, ratio, remove_leftovers, start_server, stop_
 log = logging.getLogger("bench.zygote")
 
 ZYGOTE_WAIT_S = 600.0
+SUSTAINED_CLIENTS = 4  # threads starting envs at once for `sustained_parallel`
 
 
 def _provider(server: Server, **options: Any) -> DenvProvider:
@@ -74,24 +77,34 @@ def _wait_zygote(server: Server, image: str) -> float:
     return first
 
 
-def _sustained(server: Server, image: str, seconds: float) -> dict[str, Any]:
-    done, starts = 0, []
-    with ThreadPoolExecutor(4, thread_name_prefix="bench-zygote-stop") as stops:
-        t0 = time.perf_counter()
+def _sustained(server: Server, image: str, seconds: float, clients: int = 1) -> dict[str, Any]:
+    """Zygote starts to `reset()` answered for `seconds`, by `clients` threads each starting
+    one env after another (each env deleted in the background)."""
+    starts: list[str] = []
+    lock = threading.Lock()
+
+    def loop(t0: float, stops: ThreadPoolExecutor) -> None:
         while time.perf_counter() - t0 < seconds:
             provider = _provider(server)
             url = provider.start_container(image)
             provider.wait_for_ready(url)
             client: Any = GenericEnvClient(base_url=url, provider=provider).sync()
             client.reset()
-            starts.append(str(provider.start))
-            done += 1
+            with lock:
+                starts.append(str(provider.start))
             stops.submit(client.close)
+
+    with ThreadPoolExecutor(4, thread_name_prefix="bench-zygote-stop") as stops:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients, thread_name_prefix="bench-zygote-start") as pool:
+            for f in [pool.submit(loop, t0, stops) for _ in range(clients)]:
+                f.result()
         elapsed = time.perf_counter() - t0
     return {
+        "clients": clients,
         "seconds": round(elapsed, 2),
-        "starts": done,
-        "per_s": round(done / elapsed, 1),
+        "starts": len(starts),
+        "per_s": round(len(starts) / elapsed, 1),
         "zygote_share": sum(s == "zygote" for s in starts) / max(1, len(starts)),
     }
 
@@ -129,6 +142,8 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
                 runs[kind].append(elapsed)
                 starts[kind].append(start)
         sustained = _sustained(server, b.image, float(b.profile.live_sustained_s))
+        b.settle(max_s=60)
+        parallel = _sustained(server, b.image, float(b.profile.live_sustained_s), SUSTAINED_CLIENTS)
     finally:
         if holder is not None:
             holder.close()
@@ -139,11 +154,13 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
     zygote_ms = zygote_median * 1e3
     log.info(
         "start to reset(): zygote %.0f ms, warm %.0f ms, boot %.0f ms (medians); "
-        "sustained %.1f starts/s",
+        "sustained %.1f starts/s (%d clients: %.1f/s)",
         zygote_ms,
         ready["warm"]["median"] * 1e3,
         ready["boot"]["median"] * 1e3,
         sustained["per_s"],
+        SUSTAINED_CLIENTS,
+        parallel["per_s"],
     )
     return {
         "zygote_start": {
@@ -157,7 +174,9 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
                 "boot_over_zygote_median": ratio(ready["boot"]["median"], zygote_median),
                 "warm_over_zygote_median": ratio(ready["warm"]["median"], zygote_median),
             },
-            "sustained": sustained,
+            "sustained": sustained,  # one client
+            "sustained_parallel": parallel,  # SUSTAINED_CLIENTS clients at once
+            "target_sustained_per_s": 50,
             "runs": runs,
         }
     }

@@ -164,6 +164,12 @@ class RemoteNode:
     def live_alive(self, proc: LiveProc) -> bool:
         return cast(bool, self._call(CALL_TIMEOUT_S, "live_alive", proc))
 
+    def live_modules(self, proc: LiveProc) -> list[str]:
+        return cast("list[str]", self._call(CALL_TIMEOUT_S, "live_modules", proc))
+
+    def live_preload(self, proc: LiveProc, modules: list[str]) -> dict[str, Any]:
+        return cast("dict[str, Any]", self._call(LONG_TIMEOUT_S, "live_preload", proc, modules))
+
     def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
         return cast("str | None", self._call(CALL_TIMEOUT_S, "live_exit_reason", env_id, proc))
 

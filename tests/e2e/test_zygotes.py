@@ -4,13 +4,16 @@ env (own id, no parent, ``start: zygote``, a new OpenEnv session) with fresh ent
 
 One server of its own (zygotes on, idle reaping after 6 s) and one image configuration: the
 echo env's app with a ``/draws`` route that returns a draw of Python's ``random`` and one of
-NumPy's global generator, started by a shell command (no image to build). Its first start
-boots and leaves the zygote behind; the rest copy it. The zygote is found in the server's
-store (owner ``zygote:<key>``), as a client never can.
+NumPy's global generator, and ``/note`` (a file in /work, read and written), started by a
+shell command (no image to build). Its first start boots and leaves the zygote behind; the
+rest copy it. Then a version of one of its envs, started live: its own zygote, copied with
+the version's /work. The zygotes are found in the server's store (owner ``zygote:<key>``),
+as a client never can.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import time
@@ -24,7 +27,7 @@ from denv.openenv import DenvProvider
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, message, state_of
 
-from denv import Denv
+from denv import Denv, Env
 from denv.server.auth import create_api_key
 
 pytestmark = pytest.mark.e2e
@@ -32,12 +35,23 @@ pytestmark = pytest.mark.e2e
 IDLE_MINUTES = 0.1  # the zygote is reaped after 6 s without a copy (the reaper runs every 5 s)
 APP = """
 import random
+from pathlib import Path
 import numpy as np
 from echo_env.app import app
 
 @app.get("/draws")
 def draws():
     return {"random": random.random(), "numpy": float(np.random.random())}
+
+@app.get("/note")
+def get_note():
+    p = Path("/work/note")
+    return {"text": p.read_text() if p.exists() else None}
+
+@app.put("/note")
+def put_note(text: str):
+    Path("/work/note").write_text(text)
+    return {"text": text}
 """
 COMMAND = [
     "sh",
@@ -151,3 +165,74 @@ def test_a_live_start_copies_the_keys_zygote(server: LocalDenv) -> None:
         check=True,
     ).stdout
     assert out.split() == []
+
+
+def modules_of(server: LocalDenv, env_id: str) -> set[str]:
+    """The modules the env's server process has imported (its launcher says)."""
+    from denv.server.docker import live
+
+    with sqlite3.connect(server.state_dir / "denv.db") as con:
+        (raw,) = con.execute("SELECT runtime FROM envs WHERE id = ?", (env_id,)).fetchone()
+    proc = json.loads(raw)["live"]
+    return set(live.hello(live.Proc(int(proc["pid"]), int(proc["start"])))["modules"])
+
+
+def note(env: Env, text: str | None = None) -> str | None:
+    url = f"{env.endpoints[0].url.rstrip('/')}/note"
+    r = httpx.put(url, params={"text": text}, timeout=10) if text else httpx.get(url, timeout=10)
+    r.raise_for_status()
+    out: str | None = r.json()["text"]
+    return out
+
+
+def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
+    server: LocalDenv,
+) -> None:
+    """A live create from a stored version boots the first time and leaves a zygote of that
+    version behind; the next ones copy it (those asked for while it boots wait for it). Each
+    copy's /work is the version's, copy-on-write (a write in one is seen by no other), and
+    the copy's first session imports nothing (the zygote imported what a server of its
+    configuration imported once it served)."""
+    made: list[str] = []
+    with Denv(server.url, server.key) as denv:
+        try:
+            src = denv.create_sandbox(ECHO_IMAGE, command=COMMAND, live="auto")
+            made.append(src.id)
+            assert note(src, "saved") == "saved"
+            version = denv.snapshot(src.id)
+            before = {z[0] for z in zygotes(server)}
+
+            [first] = denv.envs_from_version(version.id, live="auto")
+            made.append(first.id)
+            assert str(first.start) == "cold" and note(first) == "saved"
+            # Its client's session, as a provider's would be (what the zygote learns from).
+            with GenericEnvClient(base_url=first.endpoints[0].url).sync() as session:
+                session.reset()
+
+            # Asked for at once, while the version's zygote boots: they wait for it (rather
+            # than boot two more) and are its copies.
+            copies = denv.envs_from_version(version.id, 2, live="auto")
+            made += [e.id for e in copies]
+            assert [str(e.start) for e in copies] == ["zygote", "zygote"]
+            [zygote_id] = [z[0] for z in zygotes(server) if z[0] not in before]
+            assert {e.version_id for e in copies} == {version.id}  # its /work, nothing added
+            assert zygote_id not in {e.id for e in copies}
+            a, b = copies
+            assert note(a) == "saved" and note(b) == "saved"
+            assert note(a, "mine") == "mine"
+            assert note(b) == "saved" and note(first) == "saved" and note(src) == "saved"
+
+            # No module is imported in a copy's first session: the zygote holds them all.
+            provider = DenvProvider(server=server.url, api_key=server.key)
+            client: Any = GenericEnvClient.from_denv_version(version.id, provider=provider)
+            with client.sync() as env:
+                assert str(provider.start) == "zygote"
+                fresh = modules_of(server, provider.env_id or "")
+                env.reset()
+                env.step(message("hello"))
+                assert modules_of(server, provider.env_id or "") - fresh == set()
+        finally:
+            for env_id in made:
+                denv.delete_env(env_id)
+    # Unused, the version's zygote is reaped like any other.
+    wait_for("the zygotes reaped", lambda: all(z[2] == "deleted" for z in zygotes(server)), 30)

@@ -399,3 +399,14 @@ def write_id_maps(pid: int, forker: int | None) -> None:
 def hello(proc: Proc) -> dict[str, Any]:
     with _connect(ctl_path(proc.pid)) as sock:
         return _ask(sock, {"op": "hello"}, sock.makefile("rb"))
+
+
+def modules(proc: Proc) -> list[str]:
+    """The modules a live server process has imported (its launcher's ``hello``)."""
+    return [str(m) for m in hello(proc).get("modules") or []]
+
+
+def preload(proc: Proc, names: list[str], timeout_s: float = 60.0) -> dict[str, Any]:
+    """Have a live server process import ``names`` (see the launcher's ``preload``)."""
+    with _connect(ctl_path(proc.pid), timeout_s) as sock:
+        return _ask(sock, {"op": "preload", "modules": names}, sock.makefile("rb"))

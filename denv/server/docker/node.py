@@ -16,6 +16,7 @@ import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
 from denv.server.docker import boot, cgroups, live, live_apart
@@ -412,6 +413,18 @@ class DockerNode:
 
     def live_alive(self, proc: LiveProc) -> bool:
         return live.alive(live.Proc(proc.pid, proc.start))
+
+    def live_modules(self, proc: LiveProc) -> list[str]:
+        try:
+            return live.modules(live.Proc(proc.pid, proc.start))
+        except (OSError, ValueError, LiveError) as exc:
+            raise LiveError("live_fork_failed", f"asking its launcher failed: {exc}") from exc
+
+    def live_preload(self, proc: LiveProc, modules: list[str]) -> dict[str, Any]:
+        try:
+            return live.preload(live.Proc(proc.pid, proc.start), modules)
+        except (OSError, ValueError, LiveError) as exc:
+            raise LiveError("live_fork_failed", f"asking its launcher failed: {exc}") from exc
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env: its process, its volume slots; the container with the last."""

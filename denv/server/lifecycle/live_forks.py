@@ -83,6 +83,37 @@ class LiveForks:
 
         return self._copy(owner, zygote, zversion, opts, record, fresh=True)
 
+    def from_zygote_of_version(
+        self, owner: str, zygote: EnvRecord, version: VersionRecord, opts: EnvsCreate
+    ) -> tuple[VersionRecord, list[EnvRecord]]:
+        """``opts.count`` new envs of ``owner`` started from the stored ``version``, copied
+        from the zygote that booted on it. Each copy's /work is the version's, copy-on-write:
+        their version is ``version`` itself, or, when the zygote's server wrote to /work
+        while it booted, a version of their own on top of it (as a boot's own writes)."""
+        zversion = self.ctx.store.get_version(zygote.version_id)
+        if zversion is None:
+            raise ApiError(409, "conflict", f"the version of zygote {zygote.id} is gone")
+
+        def record(stacks: list[list[str]]) -> VersionRecord:
+            if stacks == [vol.layers for vol in version.volumes]:
+                return version
+            volumes = [
+                vol.model_copy(update={"layers": layers})
+                for vol, layers in zip(version.volumes, stacks, strict=True)
+            ]
+            made = replace(
+                version,
+                id=ids.new_id("ver"),
+                volumes=volumes,
+                labels={},
+                created_at=iso(now()),
+                parent_version_id=version.id,
+                origin="fork",
+            )
+            return self.versions.add(made, version)
+
+        return self._copy(owner, zygote, zversion, opts, record, fresh=True)
+
     def _copy(
         self,
         owner: str,

@@ -42,6 +42,7 @@ from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.spares import pool_of
 from denv.server.lifecycle.versions import Versions
 from denv.server.lifecycle.warm import mem_available
+from denv.server.node.live import LiveError
 from denv.server.records import (
     FINAL,
     READY,
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 ZYGOTE_OWNER = "zygote:"  # + the key's owner id: the owner of a zygote's env and version
 ZYGOTE_TTL_S = 7 * 86400  # idle reaping comes first; this only bounds a forgotten one
 ZYGOTE_BOOT_TIMEOUT_S = 120.0
+SETTLE_WAIT_S = 10.0  # a create waits this long for a zygote that serves to be ready to copy
 
 
 def zygote_owner(owner: str) -> str:
@@ -74,7 +76,8 @@ class Zygote:
     memory: int = 0  # bytes, measured once it served (before any copy ran in its container)
 
 
-Key = tuple[str, str]  # (owner, the warm pool key of its configuration)
+Key = tuple[str, str]  # (owner, the warm pool key of its configuration[@ a stored version])
+Of = dict[str, str] | None  # a create from a stored version: its env vars; None: a sandbox
 
 
 class Zygotes:
@@ -89,6 +92,10 @@ class Zygotes:
         self._zygotes: dict[Key, Zygote] = {}
         self._booting: set[Key] = set()
         self._not_live: set[Key] = set()  # configurations whose server cannot be copied
+        # A zygote on its way (about to boot: no env yet; booting; preloading): its env, and
+        # an event set once it is there to copy or will not be.
+        self._pending: dict[Key, tuple[str, threading.Event]] = {}
+        self._no_preload: set[Key] = set()  # a preload started a thread: boot them bare
         self._boots = ThreadPoolExecutor(2, thread_name_prefix="denv-zygote")
         self._closed = False
 
@@ -97,16 +104,35 @@ class Zygotes:
         return self.ctx.config.zygotes and not self._closed
 
     @staticmethod
-    def key(owner: str, version: VersionRecord, egress: str) -> Key:
-        return owner, pool_of(version, egress, {}, owner).key
+    def key(owner: str, version: VersionRecord, egress: str, of: Of = None) -> Key:
+        """A sandbox's configuration (its implicit version's, whatever its id), or with
+        ``of`` (a create from a stored version: its env vars) the version itself: its /work
+        is what the zygote booted on."""
+        if of is None:
+            return owner, pool_of(version, egress, {}, owner).key
+        return owner, f"{pool_of(version, egress, of, owner).key}@{version.id}"
 
-    def take(self, owner: str, version: VersionRecord, egress: str) -> EnvRecord | None:
+    def take(
+        self, owner: str, version: VersionRecord, egress: str, of: Of = None
+    ) -> EnvRecord | None:
         """The record of ``owner``'s ready zygote of this configuration, or None."""
         if not self.enabled:
             return None
-        key = self.key(owner, version, egress)
+        key = self.key(owner, version, egress, of)
         with self._lock:
             zygote = self._zygotes.get(key)
+            pending = self._pending.get(key)
+        if zygote is None and pending is not None:
+            # Its zygote is booting (it has less of its boot left than a new one would) or
+            # serves and preloads: wait for it rather than boot one env more.
+            env_id, settled = pending
+            booted = self.ctx.store.get_env(env_id) if env_id else None
+            if not env_id or (booted is not None and booted.status not in FINAL):
+                serves = booted is not None and booted.status in READY
+                settled.wait(SETTLE_WAIT_S if serves else ZYGOTE_BOOT_TIMEOUT_S)
+                with self._lock:
+                    zygote = self._zygotes.get(key)
+        with self._lock:
             if zygote is None:
                 return None
             zygote.last_used = time.monotonic()
@@ -114,60 +140,82 @@ class Zygotes:
         if rec is None or rec.runtime.live is None or rec.status not in READY:
             return None
         if not self.ctx.node.live_alive(rec.runtime.live):
-            self.drop(owner, version, egress, "its server process ended")
+            self.drop(owner, version, egress, "its server process ended", of)
             return None
         return rec
 
     def copy(
-        self, owner: str, planned: VersionRecord, egress: str, opts: EnvsCreate, single: bool
+        self,
+        owner: str,
+        version: VersionRecord,
+        egress: str,
+        opts: EnvsCreate,
+        single: bool,
+        of: Of = None,
     ) -> list[EnvRecord] | None:
-        """``opts.count`` new envs copied from ``owner``'s zygote of this configuration
-        (``planned``: the create's implicit version, recorded here), or None: no zygote, or
-        its copy failed (the zygote is then deleted, and the create boots). ``single``: one
-        env asked for without ``count``, which boots rather than answer failed."""
-        zygote = self.take(owner, planned, egress)
+        """``opts.count`` new envs copied from ``owner``'s zygote of this configuration, or
+        None: no zygote, or its copy failed (the zygote is then deleted, and the create
+        boots). ``version``: the create's implicit version (recorded here), or with ``of``
+        the stored version the create starts from. ``single``: one env asked for, which
+        boots rather than answer failed."""
+        zygote = self.take(owner, version, egress, of)
         if zygote is None:
             return None
         try:
-            _, recs = self.live.from_zygote(owner, zygote, planned, opts)
+            if of is None:
+                made, recs = self.live.from_zygote(owner, zygote, version, opts)
+            else:
+                made, recs = self.live.from_zygote_of_version(owner, zygote, version, opts)
         except ApiError as exc:
             log.warning("zygote: copying %s failed (%s); booting", zygote.id, exc.message)
-            self.drop(owner, planned, egress, exc.message)
+            self.drop(owner, version, egress, exc.message, of)
             return None
         if single and recs[0].status == EnvStatus.FAILED:
             why = recs[0].error.message if recs[0].error else "failed"
             self.envs.delete(recs[0].id)
-            with contextlib.suppress(ApiError):  # its version goes with it
-                self.versions.delete(owner, recs[0].version_id)
-            self.drop(owner, planned, egress, f"its copy failed: {why}")
+            if made.id != version.id or of is None:  # a version of its own goes with it
+                with contextlib.suppress(ApiError):
+                    self.versions.delete(owner, made.id)
+            self.drop(owner, version, egress, f"its copy failed: {why}", of)
             return None
         return recs
 
-    def drop(self, owner: str, version: VersionRecord, egress: str, why: str) -> None:
+    def drop(
+        self, owner: str, version: VersionRecord, egress: str, why: str, of: Of = None
+    ) -> None:
         """Delete the zygote of this configuration (a copy of it failed: boot the next)."""
         with self._lock:
-            zygote = self._zygotes.pop(self.key(owner, version, egress), None)
+            zygote = self._zygotes.pop(self.key(owner, version, egress, of), None)
         if zygote is not None:
             self._delete(zygote, why)
 
-    def leave_behind(self, owner: str, version: VersionRecord, egress: str, env_id: str) -> None:
+    def leave_behind(
+        self, owner: str, version: VersionRecord, egress: str, env_id: str, of: Of = None
+    ) -> None:
         """Boot a zygote of this configuration once ``env_id`` (just created by booting)
-        serves live; nothing when it does not, or when one exists or is booting."""
+        serves live; nothing when it does not, or when one exists or is booting. ``of``:
+        ``env_id`` was created from the stored ``version`` with these env vars."""
         if not self.enabled or owner.startswith(ZYGOTE_OWNER):
             return
-        key = self.key(owner, version, egress)
+        key = self.key(owner, version, egress, of)
         with self._lock:
             if key in self._zygotes or key in self._booting or key in self._not_live:
                 return
             self._booting.add(key)
         try:
-            self._boots.submit(self._boot_after, key, owner, version, egress, env_id)
+            self._boots.submit(self._boot_after, key, owner, version, egress, env_id, of)
         except RuntimeError:  # shut down meanwhile
             with self._lock:
                 self._booting.discard(key)
 
     def _boot_after(
-        self, key: Key, owner: str, version: VersionRecord, egress: str, env_id: str
+        self,
+        key: Key,
+        owner: str,
+        version: VersionRecord,
+        egress: str,
+        env_id: str,
+        of: Of = None,
     ) -> None:
         try:
             first = self.envs.wait(env_id, READY | FINAL, ZYGOTE_BOOT_TIMEOUT_S)
@@ -177,18 +225,34 @@ class Zygotes:
                 with self._lock:
                     self._not_live.add(key)
                 return
+            settled = threading.Event()
+            with self._lock:
+                self._pending[key] = ("", settled)
             if not self._fits():
                 log.info("zygote: no room for a zygote of %s (the warm limits)", key[1])
                 return
-            self._boot(key, owner, version, egress)
+            self._boot(key, owner, version, egress, of, first, settled)
         except Exception:
             log.exception("zygote: booting the zygote of %s failed", key[1])
         finally:
             with self._lock:
                 self._booting.discard(key)
+                pending = self._pending.pop(key, None)
+            if pending is not None:
+                pending[1].set()
 
-    def _boot(self, key: Key, owner: str, version: VersionRecord, egress: str) -> None:
+    def _boot(
+        self,
+        key: Key,
+        owner: str,
+        version: VersionRecord,
+        egress: str,
+        of: Of,
+        first: EnvRecord,
+        settled: threading.Event,
+    ) -> None:
         zowner = zygote_owner(owner)
+        # The zygote's own record of the version (a stored version's layers: its /work).
         zversion = self.versions.add(
             replace(version, id=ids.new_id("ver"), owner=zowner, labels={}, created_at=iso(now()))
         )
@@ -197,7 +261,7 @@ class Zygotes:
             zversion,
             1,
             egress=egress,
-            env={},
+            env=dict(of or {}),
             labels={},
             lease_id=None,
             ttl_s=ZYGOTE_TTL_S,
@@ -207,11 +271,26 @@ class Zygotes:
             live_env=True,
         )
         zygote = Zygote(rec.id, zversion.id)
-        done = self.envs.wait(rec.id, READY | FINAL, ZYGOTE_BOOT_TIMEOUT_S + 30)
+        with self._lock:
+            self._pending[key] = (rec.id, settled)
+        try:
+            self._settle(key, zygote, rec.id, first)
+        except BaseException:
+            self._delete(zygote, "its set-up failed")  # never kept, so never reaped
+            raise
+
+    def _settle(self, key: Key, zygote: Zygote, env_id: str, first: EnvRecord) -> None:
+        """Once the zygote serves: its preload, then it is there to copy."""
+        done = self.envs.wait(env_id, READY | FINAL, ZYGOTE_BOOT_TIMEOUT_S + 30)
         if done.status not in READY or done.runtime.live is None:
             why = done.error.message if done.error else done.status.value
-            log.warning("zygote: %s of %s did not come up live: %s", rec.id, key[1], why)
+            log.warning("zygote: %s of %s did not come up live: %s", env_id, key[1], why)
             self._delete(zygote, "its boot failed")
+            return
+        if key not in self._no_preload and not self._preload(done, first):
+            with self._lock:
+                self._no_preload.add(key)
+            self._delete(zygote, "a module it preloaded started a thread (the next boots bare)")
             return
         zygote.memory = self.ctx.node.memory_bytes(list(done.runtime.containers.values()))
         with self._lock:
@@ -222,7 +301,35 @@ class Zygotes:
         if not keep:
             self._delete(zygote, "the server is stopping")
             return
-        log.info("zygote: %s ready for %s (%d MiB)", rec.id, key[1], zygote.memory // MIB)
+        log.info("zygote: %s ready for %s (%d MiB)", env_id, key[1], zygote.memory // MIB)
+
+    def _preload(self, zygote: EnvRecord, first: EnvRecord) -> bool:
+        """Import in the zygote what ``first`` (the env of its configuration that booted
+        before it, and has served its client since) imported once it served: the modules a
+        server imports in its first session, which each copy would otherwise import in its
+        own (no session is opened on the zygote). False when the zygote now runs a thread
+        of its own (it can no longer be copied); a failure to ask is only logged."""
+        node = self.ctx.node
+        rec = self.ctx.store.get_env(first.id)
+        if rec is None or rec.runtime.live is None or zygote.runtime.live is None:
+            return True
+        try:
+            learnt = set(node.live_modules(rec.runtime.live))
+            missing = sorted(learnt - set(node.live_modules(zygote.runtime.live)))
+            out = node.live_preload(zygote.runtime.live, missing) if missing else {}
+        except Exception as exc:  # LiveError, or a cluster node's error: no preload
+            why = exc.message if isinstance(exc, LiveError) else repr(exc)
+            log.info("zygote: preloading %s failed: %s", zygote.id, why)
+            return True
+        log.info(
+            "zygote: %s preloaded %s of %d modules %s served with (%.1f ms)",
+            zygote.id,
+            out.get("imported", 0),
+            len(missing),
+            first.id,
+            float(out.get("ms", 0.0)),
+        )
+        return not out.get("unknown_threads")
 
     def _fits(self) -> bool:
         """Within the warm pools' limits, zygotes counted beside spares."""

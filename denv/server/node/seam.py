@@ -37,7 +37,7 @@ The calls, by what they serve::
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -249,6 +249,16 @@ class Node(Protocol):
         ...
 
     def live_alive(self, proc: LiveProc) -> bool: ...
+
+    def live_modules(self, proc: LiveProc) -> list[str]:
+        """The modules a live env's server has imported (LiveError when it cannot say)."""
+        ...
+
+    def live_preload(self, proc: LiveProc, modules: list[str]) -> dict[str, Any]:
+        """Have a live env's server (a zygote) import these modules: its copies then do not
+        import them in their first session. Answers what it did and any thread it now runs
+        (``unknown_threads``: it cannot be copied any more)."""
+        ...
 
     def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
         """Which limit of its own a live env whose process ended hit (out of memory, its

@@ -37,7 +37,11 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
 
 ``{"op": "hello"}``
     ``{"pid": ..., "env": id, "threads": [...], "unknown_threads": [...], "frozen": n,
-    "huge_kib": n}`` (objects kept out of collections; memory in huge pages)
+    "huge_kib": n, "modules": [...]}`` (objects kept out of collections; memory in huge
+    pages; the names in ``sys.modules``)
+``{"op": "preload", "modules": [name, ...]}``
+    import each named module not imported yet (a zygote, before its first copy), answer
+    ``{"ok": true, "imported": n, "failed": n, "ms": ..., "unknown_threads": [...]}``
 ``{"op": "gate", "timeout_s": s}``
     close admission (new HTTP requests and each new WebSocket message wait), wait until no
     request and no worker job is in flight, answer ``{"ok": true, "wait_ms": ..., "hold":
@@ -62,6 +66,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import importlib
 import json
 import os
 import selectors
@@ -447,7 +452,7 @@ class Live:
     async def _listen_ctl(self, path: str) -> asyncio.AbstractServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        srv = await asyncio.start_unix_server(self._handle, path)
+        srv = await asyncio.start_unix_server(self._handle, path, limit=CTL_LINE_LIMIT)
         os.chmod(path, 0o600)
         return srv
 
@@ -466,7 +471,10 @@ class Live:
                         "unknown_threads": unknown_threads(),
                         "frozen": gc.get_freeze_count(),
                         "huge_kib": _anon_huge_kib(),
+                        "modules": sorted(sys.modules),
                     }
+                elif op == "preload":
+                    out = preload(req.get("modules") or [])
                 elif op == "gate":
                     self.gate.open.clear()
                     gated = True
@@ -689,6 +697,30 @@ class Live:
             os._exit(0)
 
 
+def preload(names: list[Any]) -> dict[str, Any]:
+    """Import the named modules this process has not (a zygote: what another server of its
+    configuration imported once it served, so that no copy imports them in its first
+    session). A module that fails to import is skipped; a thread one starts is reported
+    (the server is then no longer fork-safe)."""
+    t0 = time.perf_counter()
+    imported, failed = 0, 0
+    for name in sorted({str(n) for n in names[:MAX_PRELOAD]}):
+        if name in sys.modules or not all(p.isidentifier() for p in name.split(".")):
+            continue
+        try:
+            importlib.import_module(name)
+            imported += 1
+        except Exception:
+            failed += 1
+    return {
+        "ok": True,
+        "imported": imported,
+        "failed": failed,
+        "ms": (time.perf_counter() - t0) * 1e3,
+        "unknown_threads": unknown_threads(),
+    }
+
+
 def random_state() -> Any:
     """The state of Python's global ``random`` (None when the server never imported it)."""
     rnd = sys.modules.get("random")
@@ -721,6 +753,8 @@ def reseed_or_keep(reseed: bool, kept: Any) -> None:
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
 SETUP_WAIT_S = 60.0
 REAP_EVERY_S = 0.5
+MAX_PRELOAD = 20000  # module names a preload takes
+CTL_LINE_LIMIT = 1 << 22  # bytes of one control request (a preload's names)
 
 
 def clone_into_namespaces() -> int:

@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from denv.server.config import StoreConfig
 from denv.server.errors import ApiError
@@ -251,6 +251,12 @@ class Routing(Layers):
             return self._routed(proc.group, lambda n: n.live_alive(proc))
         except NodeLost:
             return False
+
+    def live_modules(self, proc: LiveProc) -> list[str]:
+        return self._routed(proc.group, lambda n: n.live_modules(proc))
+
+    def live_preload(self, proc: LiveProc, modules: list[str]) -> dict[str, Any]:
+        return self._routed(proc.group, lambda n: n.live_preload(proc, modules))
 
     def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
         try:
