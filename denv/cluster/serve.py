@@ -43,6 +43,7 @@ def agent_config(settings: ClusterSettings, config: ServerConfig) -> AgentConfig
         limits=config.limits,
         max_envs=settings.caps.max_envs,
         max_memory_mb=settings.caps.max_memory_mb,
+        relay_port=settings.relay_port,
     )
 
 
@@ -79,4 +80,6 @@ def check_ray_auth() -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return server_cli.main(args, make_node=make_node)
+    # The ingress reaches the envs of each node through the node's relay, proving itself
+    # with the key both derive from the cluster's Ray token (``relay``).
+    return server_cli.main(args, make_node=make_node, relay_key=ray_auth.relay_key())
