@@ -48,10 +48,10 @@ from denv.server.ingress.wire import (
     forward_headers,
     header,
     install_log_redaction,
+    no_relay_key_message,
     response_headers,
     send_error,
     split_target,
-    no_relay_key_message,
     upstream_down_message,
 )
 from denv.server.lifecycle.fairness import Fairness, throttled

@@ -142,7 +142,8 @@ async def open_socket(key: bytes, relay: str, ip: str, port: int) -> socket.sock
                 await loop.sock_connect(sock, (host, relay_port))
             except OSError as exc:
                 raise RelayError(f"cannot reach relay {relay} ({exc.strerror or exc})") from exc
-            msg, nonce_r, nonce_c = request(key, await _recv_exactly(loop, sock, HELLO_BYTES), target)
+            first = await _recv_exactly(loop, sock, HELLO_BYTES)
+            msg, nonce_r, nonce_c = request(key, first, target)
             await loop.sock_sendall(sock, msg)
             answer = await _recv_exactly(loop, sock, REPLY_BYTES)
         check_reply(key, answer, nonce_r, nonce_c, target, relay)

@@ -169,7 +169,7 @@ async def _open_upstream(
             close_timeout=CLOSE_TIMEOUT_S,
             ping_interval=None,  # the client's pings are answered by the server side
             max_size=MAX_MESSAGE_BYTES,
-            **({"sock": sock} if sock is not None else {}),
+            **({"sock": sock} if sock is not None else {}),  # type: ignore[arg-type]
         )
     except InvalidStatus as exc:
         # The env's service refused the upgrade: the client sees its status and body.
