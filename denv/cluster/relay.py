@@ -61,6 +61,7 @@ class _Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
         self.pending: list[bytes] = []  # received before the peer was connected
+        self.ended = False  # its end sent EOF
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -83,12 +84,17 @@ class _Side(asyncio.Protocol):
             self._forward(data)
 
     def eof_received(self) -> bool:
-        # Half-close: the other direction may still carry the answer.
-        peer = self.peer.transport if self.peer is not None else None
-        if peer is not None and peer.can_write_eof() and not peer.is_closing():
-            peer.write_eof()
-            return True
-        return False
+        """Half-close: the other direction may still carry the answer. Once both sides
+        have ended theirs, both are closed (False: asyncio closes this one)."""
+        self.ended = True
+        peer = self.peer
+        if peer is None or peer.transport is None or peer.transport.is_closing():
+            return False
+        if peer.ended or not peer.transport.can_write_eof():
+            peer.transport.close()  # after what it still has to write
+            return False
+        peer.transport.write_eof()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.peer is not None and self.peer.transport is not None:
