@@ -106,12 +106,8 @@ def _start(script: str, args: list[str], key: bytes | None) -> subprocess.Popen[
     return proc
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bench_relay")
-    parser.add_argument("--n", type=int, default=3000, help="steps per side and kind")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    args = parser.parse_args(argv)
-
+def measure(n: int) -> dict[str, Any]:
+    """Each kind of step, ``n`` per side: p50, p90 and the relay's added p50 (see above)."""
     from openenv.core.generic_client import GenericEnvClient
     from websockets.sync.client import connect
 
@@ -153,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds = {"openenv_step": openenv_step, "ws_echo_64B": ws_echo}
         for name, kind in kinds.items():
             with ExitStack() as stack:
-                times = alternate(args.n, {side: kind(stack, base[side]) for side in SIDES})
+                times = alternate(n, {side: kind(stack, base[side]) for side in SIDES})
             results[name] = summary(times)
     finally:
         for proc in reversed(procs):
@@ -163,31 +159,44 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    after = conditions()
-    out = {
-        "machine": machine(),
-        "conditions": {"before": before, "after": after},
-        "steps_per_side": args.n,
+    return {
+        "conditions": {"before": before, "after": conditions()},
+        "steps_per_side": n,
         "target_added_p50_us": 1000,
         **results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "relay.json", out)
-    load = f"{before['loadavg'][0]:.1f} before, {after['loadavg'][0]:.1f} after"
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    """The results as Markdown lines: load, then a row per kind of step."""
+    before, after = (result["conditions"][k]["loadavg"][0] for k in ("before", "after"))
     lines = [
-        "# Ingress through a node relay against direct (issue 27), one run",
-        "",
-        f"{args.n} steps per side and kind, alternating batches of 100; load average {load}.",
+        f"{result['steps_per_side']} steps per side and kind, alternating batches of 100; "
+        f"load average {before:.1f} before, {after:.1f} after.",
         "",
         "| step | direct p50 | relay p50 | added p50 | direct p90 | relay p90 |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for name, r in results.items():
+    for name in ("openenv_step", "ws_echo_64B"):
+        r = result[name]
         lines.append(
             f"| {name} | {r['direct']['p50_us']:.0f} us | {r['relay']['p50_us']:.0f} us | "
             f"{r['added_p50_us']:+.0f} us (target <= +1000) | {r['direct']['p90_us']:.0f} us | "
             f"{r['relay']['p90_us']:.0f} us |"
         )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_relay")
+    parser.add_argument("--n", type=int, default=3000, help="steps per side and kind")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    out = {"machine": machine(), **measure(args.n)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "relay.json", out)
+    lines = ["# Ingress through a node relay against direct (issue 27), one run", ""]
+    lines += table(out)
     (args.out / "relay.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -10,6 +10,7 @@ sits in a process's environment or command line.
     spawn([... "ray", "start" ...], log, process_env(path)) # a Ray node or a driver
     use_token(path)                                         # this process, before ray.init
     forget_token()                                          # after ray.shutdown()
+    relay_key()                                             # the node relays' key (relay)
 
 Ray reads ``RAY_AUTH_MODE`` when it is imported; ``use_token`` makes an already imported Ray
 read it again, as Ray's own ``ray.init`` does when it turns token mode on.

@@ -65,8 +65,10 @@ def check_ray_auth() -> None:
     if os.environ.get(ray_auth.MODE_VAR, "").lower() != "token":
         log.warning(
             "Ray runs without token authentication: whoever reaches the cluster's ports can "
-            "run code on every node agent. Set %s=token and %s=<a 0600 file holding the "
-            "cluster's token> for every Ray node and denv serve (docs/cluster.md)",
+            "run code on every node agent, and no node runs an ingress relay (its key comes "
+            "from the token), so only envs on this machine are reachable. Set %s=token and "
+            "%s=<a 0600 file holding the cluster's token> for every Ray node and denv serve "
+            "(docs/cluster.md)",
             ray_auth.MODE_VAR,
             ray_auth.PATH_VAR,
         )
