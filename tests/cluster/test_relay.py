@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +26,10 @@ import pytest
 from cluster_helpers import LocalCluster
 
 from denv.cluster import local, ray_auth
-from denv.server.ingress.relay import RelayError, open_socket
+from denv.server import ids
+from denv.server.ingress.relay import RelayError, open_socket, split_address
+from denv.server.node.seam import BootSpec
+from denv.server.records import ServiceSpec, VolumeSlot
 
 pytestmark = pytest.mark.e2e
 
@@ -143,3 +149,71 @@ def test_the_relay_refuses_whoever_lacks_the_cluster_key(
     with pytest.raises(RelayError, match="no env address of that node"):
         asyncio.run(health(key, host, int(port)))
     print(f"\n  relay {relay}: no key refused, plain HTTP refused, key opens env {ip} only")
+
+
+def test_an_agent_hands_out_its_envs_behind_its_relay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's side without Ray (a ``NodeAgent`` in this process, as Ray would run it):
+    with the cluster's token it starts a relay, ``bring_up`` names the env's address behind
+    it, ``wait_healthy`` probes the env's own address, and an ingress with the derived key
+    reaches the deny env through the relay."""
+    import fastapi
+    import uvicorn
+
+    from denv.cluster.agent import AgentConfig, NodeAgent
+    from denv.server.ingress.proxy import mount_ingress, new_token
+    from denv.server.ingress.routes import IngressTable
+    from denv.server.volumes.mounts import unmount_all
+
+    token = ray_auth.create_token_file(tmp_path / "ray-token")
+    monkeypatch.setenv(ray_auth.MODE_VAR, "token")
+    monkeypatch.setenv(ray_auth.PATH_VAR, str(token))
+    monkeypatch.delenv(ray_auth.TOKEN_VAR, raising=False)
+    agent = NodeAgent("relay-t", AgentConfig(state_root=str(tmp_path / "nodes")))
+    booted = None
+    try:
+        assert agent.relay_address.startswith("127.0.0.1:")  # outside Ray: loopback
+        image = "denv-http-standin:latest"
+        service = ServiceSpec(
+            name="agent",
+            image=image,
+            image_digest=agent.call("inspect_image", image, False).id,
+            command=["python3", "-m", "http.server", "8000", "--directory", "/srv/www"],
+            ports=[8000],
+            volumes=["/work"],
+            health_path="/health",
+        )
+        spec = BootSpec(
+            env_id=ids.new_id("env"),
+            services=[service],
+            agent="agent",
+            egress="deny",
+            volumes=[VolumeSlot(service="agent", n=0, path="/work", layers=[])],
+            timeout_s=60,
+        )
+        booted = agent.call("bring_up", spec)
+        assert split_address(booted.agent_ip)[1] == agent.relay_address, booted.agent_ip
+        agent.call("wait_healthy", spec, booted, 60)
+        table = IngressTable()
+        route = new_token()
+        table.register(route, booted.agent_ip, 8000)
+        app = fastapi.FastAPI()
+        mount_ingress(app, table, relay_key=ray_auth.relay_key(token.read_text()))
+        server = uvicorn.Server(uvicorn.Config(app, port=0, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            while not server.started:
+                time.sleep(0.05)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            res = httpx.get(f"http://127.0.0.1:{port}/ingress/{route}/health", trust_env=False)
+            assert res.status_code == 200, res.text
+        finally:
+            server.should_exit = True
+            thread.join(10)
+    finally:
+        if booted is not None:
+            agent.call("teardown", booted.env_id, list(booted.containers.values()))
+        agent.close()
+        unmount_all(tmp_path)  # the agent's pooled volume filesystems
