@@ -64,6 +64,7 @@ PROXY = textwrap.dedent(
 )
 
 SIDES = ("direct", "relay")
+START_TIMEOUT_S = 300.0  # importing OpenEnv and uvicorn on a busy 2-core machine
 
 
 def alternate(n: int, make: dict[str, Callable[[], Callable[[], None]]]) -> dict[str, list[float]]:
@@ -123,7 +124,7 @@ def measure(n: int) -> dict[str, Any]:
         proxy_args = [str(port), str(up), str(relay), tokens["direct"], tokens["relay"]]
         procs.append(_start(PROXY, proxy_args, key))
         for p, proc in zip((up, relay, port), procs, strict=True):
-            wait_listening(p, proc)
+            wait_listening(p, proc, START_TIMEOUT_S)
         base = {side: f"http://127.0.0.1:{port}/ingress/{tokens[side]}" for side in SIDES}
 
         def ws_echo(stack: ExitStack, url: str) -> Callable[[], Callable[[], None]]:
