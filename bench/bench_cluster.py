@@ -17,6 +17,9 @@ stopped:
   answers 429: 3 nodes should accept 3x one node's envs.
 - ``durable``: after a snapshot of 32 MB written to /work, the time until the version's
   ``storage`` is ``durable`` (packed, uploaded to SeaweedFS), on 3 nodes.
+- ``relay step``: a WebSocket step through the ingress straight to an env against through a
+  node relay in a process of its own (``bench_relay``; issue 27's target: at most 1 ms more
+  at the median).
 
 Medians, ratios and differences go to ``<out>/cluster.json`` and ``<out>/cluster.md``.
 Asserts nothing. Everything it starts is stopped at the end, also on failure.
@@ -38,6 +41,7 @@ import httpx
 
 from denv.cluster import local
 
+from . import bench_relay
 from .harness import write_json
 from .measure import conditions, machine
 
@@ -192,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_cluster")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--cap", type=int, default=4, help="envs per node for the capacity run")
+    parser.add_argument("--relay-steps", type=int, default=2000, help="per side, relay part")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -202,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         three = _with_cluster(root, 3, 0, lambda c: (warm_forks(c, args.rounds), durable(c)))
         cap1 = _with_cluster(root, 1, args.cap, lambda c: capacity(c, 4 * args.cap))
         cap3 = _with_cluster(root, 3, args.cap, lambda c: capacity(c, 4 * args.cap))
+    relay = bench_relay.measure(args.relay_steps)  # processes of its own: no cluster needed
     forks3, store = three
     result = {
         "machine": machine(),
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_ratio": 3,
         },
         "durable": store,
+        "relay_step": relay,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "cluster.json", result)
@@ -237,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{cap3['accepted']} | {cp['ratio']}x (target 3x) |",
         f"| snapshot of {store['mb']} MB to durable | | {store['durable_s']:.2f} s "
         f"(snapshot {store['snapshot_s']:.2f} s) | |",
+        "",
+        "A WebSocket step through the ingress straight to the env against through a node "
+        "relay (bench/bench_relay.py):",
+        "",
+        *bench_relay.table(relay),
         "",
     ]
     (args.out / "cluster.md").write_text("\n".join(lines))

@@ -85,8 +85,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server on port {port} exited with {proc.returncode}")
@@ -95,7 +95,7 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
             return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on port {port} after 60 s")
+    raise RuntimeError(f"nothing listens on port {port} after {timeout_s:g} s")
 
 
 def alternate(

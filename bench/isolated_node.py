@@ -32,6 +32,7 @@ fail the run when they do not hold.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -54,6 +55,7 @@ log = logging.getLogger("bench.isolated_node")
 
 LAN_POOL = ipaddress.ip_network("10.231.0.0/16")  # one /24 per cluster, none routed already
 NODE_BRIDGE_NET = "172.30.0.1/24"  # inside the node's netns only: may repeat across nodes
+BRIDGE_PREFIX = 24
 UNIFIED = Path("/sys/fs/cgroup/unified")  # cgroup2 (hybrid host); /sys/fs/cgroup when pure v2
 DOCKERD_START_S = 60.0
 RAY_JOIN_S = 120.0
@@ -95,6 +97,7 @@ class IsolatedNode:
         self.sock = root / "docker.sock"
         self.host = f"unix://{self.sock}"
         self.ray_sid: int | None = None
+        self.relay_sid: int | None = None
 
     def netns(self, prefix_len: int, gateway: str) -> None:
         sh("ip", "netns", "add", self.ns)
@@ -171,6 +174,29 @@ class IsolatedNode:
         env = {**HEALTH_ENV, **ray_auth.process_env(token), "DOCKER_HOST": self.host}
         self.ray_sid = self.start_in_cgroup(cmd, self.root / "ray.log", env)
 
+    def relay(self, token: Path) -> int:
+        """The node's ingress relay (``denv.cluster.relay``, as its node agent runs it) on
+        the node's address, opening the node bridge's containers only; its port."""
+        port = free_port()
+        bridge = str(ipaddress.ip_network(NODE_BRIDGE_NET, strict=False))
+        script = (
+            "import threading; from denv.cluster import ray_auth; "
+            "from denv.cluster.relay import Relay, env_addresses; "
+            f"r = Relay(ray_auth.relay_key(), env_addresses({bridge!r}, {BRIDGE_PREFIX})); "
+            f"r.start({self.address!r}, {port}); print('relay up', flush=True); "
+            "threading.Event().wait()"
+        )
+        log_path = self.root / "relay.log"
+        self.relay_sid = self.start_in_cgroup(
+            [sys.executable, "-c", script], log_path, ray_auth.process_env(token)
+        )
+        deadline = time.monotonic() + 60
+        while "relay up" not in log_path.read_text(errors="replace"):
+            if not session_pids(self.relay_sid) or time.monotonic() > deadline:
+                raise RuntimeError(f"the node's relay did not start: {tail(log_path)}")
+            time.sleep(0.1)
+        return port
+
     def pids(self) -> list[int]:
         try:
             return [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
@@ -196,7 +222,7 @@ class IsolatedNode:
         """Kill, unmount, delete; what could not be removed, one line each."""
         left: list[str] = []
         self.kill()
-        for sid in (getattr(self, "dockerd_sid", None), self.ray_sid):
+        for sid in (getattr(self, "dockerd_sid", None), self.ray_sid, self.relay_sid):
             if sid is not None:  # the sh wrappers' sessions (and zombies) of this process
                 stop_session(sid, grace_s=1.0)
         for prefix in (str(self.root), str(self.exec_root)):
@@ -302,6 +328,25 @@ def wait_node(
         time.sleep(0.2)
 
 
+async def _get_through(key: bytes, relay: str, ip: str, port: int) -> str:
+    """The status line of ``GET /`` at ``ip:port`` through ``relay``, or the relay's error."""
+    from denv.server.ingress.relay import RelayError, open_socket
+
+    loop = asyncio.get_running_loop()
+    try:
+        sock = await open_socket(key, relay, ip, port)
+    except RelayError as exc:
+        return f"RelayError: {exc}"
+    try:
+        await loop.sock_sendall(sock, b"GET / HTTP/1.0\r\nHost: env\r\n\r\n")
+        answer = b""
+        while chunk := await loop.sock_recv(sock, 65536):
+            answer += chunk
+        return answer.split(b"\r\n", 1)[0].decode("latin-1")
+    finally:
+        sock.close()
+
+
 def run(image: str, work: Path) -> dict[str, Any]:
     cid = secrets.token_hex(3)
     lan = Lan(cid, free_lan())
@@ -377,6 +422,17 @@ def run(image: str, work: Path) -> dict[str, Any]:
                 break
             time.sleep(0.2)
         checks["container_answers_in_node"] = code
+        # From the host, as the control plane: the container only through the node's relay
+        # at the node's address, with the cluster's key; without it, refused.
+        t = time.monotonic()
+        relay = f"{node.address}:{node.relay(token)}"
+        phase("relay_start_s", t)
+        key = ray_auth.relay_key(token.read_text().strip())
+        assert key is not None
+        checks["container_through_relay"] = asyncio.run(_get_through(key, relay, ip, 8000))
+        checks["relay_without_key"] = asyncio.run(
+            _get_through(secrets.token_bytes(32), relay, ip, 8000)
+        )
         # The machine dies: its engine and containers with it.
         before = len(node.pids())
         t = time.monotonic()
@@ -406,6 +462,10 @@ def run(image: str, work: Path) -> dict[str, Any]:
         problems.append("the node's container is visible from the host")
     if checks["container_answers_in_node"] != "200":
         problems.append("the node's container did not answer on the node's bridge")
+    if not str(checks.get("container_through_relay")).startswith("HTTP/1.0 200"):
+        problems.append("the node's container did not answer through the node's relay")
+    if "refused the control plane's relay key" not in str(checks.get("relay_without_key")):
+        problems.append("the node's relay did not refuse a client without the key")
     if checks["processes_left_after_kill"]:
         problems.append("processes outlived the node's kill")
     if left:

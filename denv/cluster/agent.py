@@ -43,16 +43,21 @@ from denv.server.config import (
 from denv.server.docker.boot import WARM_LABEL
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
+from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
 from denv.server.net.subnets import SubnetPool
-from denv.server.node.seam import Node
+from denv.server.node.seam import Booted, Node
 from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
+
+from . import ray_auth
+from .relay import Relay, env_addresses
 
 log = logging.getLogger(__name__)
 
 INSTANCE_FILE = "instance"
+RELAY_PORT_FILE = "relay-port"  # the port the relay had: taken again after a restart
 ACTOR_PREFIX = "denv-node-"  # the agent of node "a" is the actor "denv-node-a"
 NAMESPACE = "denv"
 MAX_CONCURRENCY = 128  # calls at once: boots and waits block a thread for their whole time
@@ -77,6 +82,7 @@ class AgentConfig(BaseModel):
     limits: Limits = DEFAULT_LIMITS
     max_envs: int = 0  # envs (spares included) one node holds; 0: no cap
     max_memory_mb: int = 0  # memory the envs of one node may use together; 0: no cap
+    relay_port: int = 0  # each node's relay port; 0: the one it had, else a free one
 
 
 def instance_id(state_dir: Path) -> str:
@@ -128,7 +134,39 @@ class NodeAgent:
         except Exception:
             log.exception("node %s: the egress rules of running envs were not taken back", name)
         threading.Thread(target=self._watch_guard, name="denv-guard", daemon=True).start()
+        self.relay: Relay | None = None
+        self.relay_address = ""  # "host:port" of the relay; "": envs are reached directly
+        self._start_relay()
         log.info("denv node agent %s (instance %s) on %s", name, self.instance_id, self.state_dir)
+
+    def _start_relay(self) -> None:
+        """The relay that carries the control plane's ingress to this node's envs
+        (``relay``), on the node's address; without the cluster's Ray token there is no
+        key, and no relay: the ingress then connects to env addresses itself, which only
+        works when it runs on this machine."""
+        key = ray_auth.relay_key()
+        if key is None:
+            log.warning(
+                "node %s: no relay (Ray runs without token authentication): the control "
+                "plane reaches this node's envs only if it runs on this machine",
+                self.name,
+            )
+            return
+        host = _ray_place()[1] or "127.0.0.1"
+        kept = self.state_dir / RELAY_PORT_FILE
+        port = self.cfg.relay_port or _read_port(kept)
+        relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
+        try:
+            bound = relay.start(host, port)
+        except OSError:
+            if self.cfg.relay_port or not port:
+                raise
+            log.warning("node %s: relay port %d is taken; a new one", self.name, port)
+            relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
+            bound = relay.start(host, 0)
+        kept.write_text(f"{bound[1]}\n")
+        self.relay, self.relay_address = relay, f"{host}:{bound[1]}"
+        log.info("node %s: relay for the ingress at %s", self.name, self.relay_address)
 
     def _watch_guard(self) -> None:
         while not self._closed.wait(HOST_GUARD_CHECK_S):
@@ -147,7 +185,17 @@ class NodeAgent:
             return self._stop()
         with self._lock:
             node = self.node
-        return getattr(node, method)(*args, **kwargs)
+        if method == "wait_healthy" and self.relay_address:  # the node probes its own side
+            spec, booted, *rest = args
+            ip = split_address(booted.agent_ip)[0]
+            args = (spec, booted.model_copy(update={"agent_ip": ip}), *rest)
+        result = getattr(node, method)(*args, **kwargs)
+        if method == "bring_up" and self.relay_address and isinstance(result, Booted):
+            # The control plane reaches the env through this node's relay.
+            result = result.model_copy(
+                update={"agent_ip": relayed(result.agent_ip, self.relay_address)}
+            )
+        return result
 
     def _stop(self) -> None:
         """The control plane stops: boots in flight end (Cancelled); the agent stays up.
@@ -195,12 +243,22 @@ class NodeAgent:
             "max_memory_mb": self.cfg.max_memory_mb,
             "host_guard": self.guard.status(),
             "egress_unsafe": self.guard.egress_unsafe(),
+            "relay": self.relay_address,
             "time": time.time(),
         }
 
     def close(self) -> None:
-        """Stop the guard's thread (a test running the agent in-process)."""
+        """Stop the guard's thread and the relay (a test running the agent in-process)."""
         self._closed.set()
+        if self.relay is not None:
+            self.relay.close()
+
+
+def _read_port(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def _ray_place() -> tuple[str, str]:

@@ -135,10 +135,11 @@ def _status(cluster_dir: Path, as_json: bool) -> int:
         print(f"server  {server['url']}  {'running' if server['running'] else 'stopped'}")
     if store:
         print(f"store   {store['endpoint']}")
-    print(f"{'NODE':<8}{'STATE':<8}{'ENVS':>6}{'SPARES':>8}{'MEMORY':>10}")
+    print(f"{'NODE':<8}{'STATE':<8}{'ENVS':>6}{'SPARES':>8}{'MEMORY':>10}  RELAY")
     for node in found["nodes"]:
         state = "alive" if node["alive"] else "dead"
         name = node["name"] + (" *" if node["head"] else "")
         memory = f"{node['memory_mb']} MiB"
-        print(f"{name:<8}{state:<8}{node['envs']:>6}{node['spares']:>8}{memory:>10}")
+        relay = node.get("relay") or "-"
+        print(f"{name:<8}{state:<8}{node['envs']:>6}{node['spares']:>8}{memory:>10}  {relay}")
     return 0

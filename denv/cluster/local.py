@@ -340,6 +340,7 @@ def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
                 "spares": len(spares) if spares is not None else len(info.get("warm_env_ids", [])),
                 "memory_mb": int(info.get("memory_bytes", 0)) // (1024 * 1024),
                 "state_dir": info.get("state_dir", str(cluster_dir / "nodes" / node["name"])),
+                "relay": info.get("relay", ""),  # where the ingress reaches its envs
             }
         )
     server = state.get("server")

@@ -10,6 +10,7 @@ sits in a process's environment or command line.
     spawn([... "ray", "start" ...], log, process_env(path)) # a Ray node or a driver
     use_token(path)                                         # this process, before ray.init
     forget_token()                                          # after ray.shutdown()
+    relay_key()                                             # the node relays' key (relay)
 
 Ray reads ``RAY_AUTH_MODE`` when it is imported; ``use_token`` makes an already imported Ray
 read it again, as Ray's own ``ray.init`` does when it turns token mode on.
@@ -17,6 +18,8 @@ read it again, as Ray's own ``ray.init`` does when it turns token mode on.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib
 import os
 import secrets
@@ -29,6 +32,7 @@ PATH_VAR = "RAY_AUTH_TOKEN_PATH"
 TOKEN_VAR = "RAY_AUTH_TOKEN"  # takes precedence over the file: never inherited
 TOKEN_FILE = "ray-token"
 _AUTH_VARS = (MODE_VAR, PATH_VAR, TOKEN_VAR)
+RELAY_KEY_LABEL = b"denv ingress relay key v1"  # the relay key is HMAC(token, label)
 
 # This process's auth variables before use_token changed them (restored by forget_token).
 _saved: dict[str, str | None] | None = None
@@ -105,6 +109,32 @@ def forget_token() -> None:
             os.environ[var] = value
     _saved = None
     _reload()
+
+
+def cluster_token() -> str | None:
+    """The token this process joins its Ray cluster with (``RAY_AUTH_TOKEN``, else the file
+    of ``RAY_AUTH_TOKEN_PATH``), or None when Ray runs without token authentication."""
+    if os.environ.get(MODE_VAR, "").lower() != "token":
+        return None
+    token = os.environ.get(TOKEN_VAR, "").strip()
+    path = os.environ.get(PATH_VAR)
+    if not token and path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError:
+            return None
+    return token or None
+
+
+def relay_key(token: str | None = None) -> bytes | None:
+    """The key that proves the control plane and the node relays to each other
+    (``denv.server.ingress.relay``): derived from the cluster's Ray token (this process's
+    when not given), which every machine of the cluster already holds in a 0600 file, so
+    it needs no file of its own. None without a token: then there are no relays."""
+    token = token if token is not None else cluster_token()
+    if not token:
+        return None
+    return hmac.new(token.encode(), RELAY_KEY_LABEL, hashlib.sha256).digest()
 
 
 def _reload() -> None:

@@ -43,6 +43,7 @@ def agent_config(settings: ClusterSettings, config: ServerConfig) -> AgentConfig
         limits=config.limits,
         max_envs=settings.caps.max_envs,
         max_memory_mb=settings.caps.max_memory_mb,
+        relay_port=settings.relay_port,
     )
 
 
@@ -64,8 +65,10 @@ def check_ray_auth() -> None:
     if os.environ.get(ray_auth.MODE_VAR, "").lower() != "token":
         log.warning(
             "Ray runs without token authentication: whoever reaches the cluster's ports can "
-            "run code on every node agent. Set %s=token and %s=<a 0600 file holding the "
-            "cluster's token> for every Ray node and denv serve (docs/cluster.md)",
+            "run code on every node agent, and no node runs an ingress relay (its key comes "
+            "from the token), so only envs on this machine are reachable. Set %s=token and "
+            "%s=<a 0600 file holding the cluster's token> for every Ray node and denv serve "
+            "(docs/cluster.md)",
             ray_auth.MODE_VAR,
             ray_auth.PATH_VAR,
         )
@@ -79,4 +82,6 @@ def check_ray_auth() -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return server_cli.main(args, make_node=make_node)
+    # The ingress reaches the envs of each node through the node's relay, proving itself
+    # with the key both derive from the cluster's Ray token (``relay``).
+    return server_cli.main(args, make_node=make_node, relay_key=ray_auth.relay_key())

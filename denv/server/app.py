@@ -129,9 +129,12 @@ def _remove_server_json(config: ServerConfig) -> None:
             path.unlink()
 
 
-def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
+def create_app(
+    config: ServerConfig, node: Node | None = None, relay_key: bytes | None = None
+) -> FastAPI:
     """The denv API on the local Docker Engine, with state under ``config.state_dir``; or
-    on ``node`` (a cluster's nodes, ``denv serve --cluster``), which runs every env."""
+    on ``node`` (a cluster's nodes, ``denv serve --cluster``), which runs every env, its
+    ingress reaching envs through node relays with ``relay_key`` (``ingress.relay``)."""
     private_dir(config.state_dir)
     store = Store(config.db_path)
     store.add_key_digest(digest(config.api_key))
@@ -202,7 +205,14 @@ def create_app(config: ServerConfig, node: Node | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(console_router)
-    mount_ingress(app, table, ctx.fair, config.ingress_read_timeout_s, config.ws_idle_timeout_s)
+    mount_ingress(
+        app,
+        table,
+        ctx.fair,
+        config.ingress_read_timeout_s,
+        config.ws_idle_timeout_s,
+        relay_key,
+    )
     app.add_middleware(BoundedJson)  # inside RequestContext: its request id and 1 MiB cap
     app.add_middleware(RequestContext)
     # Outermost: a request to <label>.localhost is an env's, whatever its path (/v1/...).

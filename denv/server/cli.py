@@ -82,12 +82,16 @@ def setup_logging(state_dir: Path, level: str) -> None:
     root.setLevel(level.upper())
 
 
-def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
+def main(
+    args: argparse.Namespace,
+    make_node: NodeFactory | None = None,
+    relay_key: bytes | None = None,
+) -> int:
     """Run the server until interrupted; returns the process exit code.
 
     ``make_node`` builds the node that runs envs from the cluster settings (``denv serve
-    --cluster`` routes through ``denv.cluster.serve``, which passes it); without it, this
-    machine's Docker Engine."""
+    --cluster`` routes through ``denv.cluster.serve``, which passes it and the key that
+    proves the ingress to the nodes' relays); without it, this machine's Docker Engine."""
     import uvicorn
 
     from denv.server.app import create_app
@@ -134,7 +138,7 @@ def main(args: argparse.Namespace, make_node: NodeFactory | None = None) -> int:
     config = dataclasses.replace(config, api_key=key, port=port)
     try:
         node = make_node(cluster, config) if cluster is not None and make_node else None
-        app = create_app(config, node)
+        app = create_app(config, node, relay_key if node is not None else None)
     except (OSError, ConnectionError, RuntimeError) as exc:
         print(f"denv serve: {exc}", file=sys.stderr)
         return 1

@@ -30,11 +30,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import fastapi
+import httpcore
 import httpx
 from starlette.routing import Route, WebSocketRoute
 
 from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S, DEFAULT_WS_IDLE_TIMEOUT_S
 from denv.server.errors import RETRY_AFTER_S
+from denv.server.ingress.relay import RelayBackend, split_address
 from denv.server.ingress.routes import IngressTable
 from denv.server.ingress.websocket import proxy_websocket, reject_websocket
 from denv.server.ingress.wire import (
@@ -46,6 +48,7 @@ from denv.server.ingress.wire import (
     forward_headers,
     header,
     install_log_redaction,
+    no_relay_key_message,
     response_headers,
     send_error,
     split_target,
@@ -91,8 +94,10 @@ class IngressProxy:
         fair: Fairness | None = None,
         read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
         ws_idle_timeout_s: float = DEFAULT_WS_IDLE_TIMEOUT_S,
+        relay_key: bytes | None = None,
     ) -> None:
         self.table = table
+        self.relay_key = relay_key  # the cluster's: proves the control plane to node relays
         self.fair = fair  # caps each key's open connections
         self.ws_idle_timeout_s = ws_idle_timeout_s  # 0: none
         self._timeouts = {
@@ -103,33 +108,48 @@ class IngressProxy:
                 "pool": None,
             }
         }
-        self._transport: httpx.AsyncHTTPTransport | None = None
+        # Upstream pools of the running event loop: None for envs reached directly, else
+        # one per node relay ("host:port"), since two nodes' envs may share addresses.
+        self._transports: dict[str | None, httpx.AsyncHTTPTransport] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def transport(self) -> httpx.AsyncHTTPTransport:
-        """The pooled upstream transport of the running event loop.
+    def transport(self, relay: str | None = None) -> httpx.AsyncHTTPTransport:
+        """The pooled upstream transport of the running event loop (to envs behind
+        ``relay``, a node relay's "host:port", when given).
 
         httpx's connection pool without an ``AsyncClient`` around it: a client would keep a
         cookie jar shared by every caller (one client's cookies sent with another's
         requests), and its redirect, auth and hook layers are work the proxy must not do.
         """
         loop = asyncio.get_running_loop()
-        if self._transport is None or self._loop is not loop:
-            self._loop = loop
-            self._transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(
-                    max_connections=None,  # long polls to one env must not starve another
-                    max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-                    keepalive_expiry=KEEPALIVE_EXPIRY_S,
-                ),
-                trust_env=False,  # never send a container IP through a configured proxy
+        if self._loop is not loop:
+            self._loop, self._transports = loop, {}
+        found = self._transports.get(relay)
+        if found is None:
+            limits = httpx.Limits(
+                max_connections=None,  # long polls to one env must not starve another
+                max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
             )
-        return self._transport
+            # trust_env=False: never send a container IP through a configured proxy
+            found = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+            if relay is not None:
+                assert self.relay_key is not None
+                # httpx takes no network backend: its pool is replaced by the same pool
+                # over one that opens each connection through the node's relay.
+                found._pool = httpcore.AsyncConnectionPool(
+                    max_connections=limits.max_connections,
+                    max_keepalive_connections=limits.max_keepalive_connections,
+                    keepalive_expiry=limits.keepalive_expiry,
+                    network_backend=RelayBackend(self.relay_key, relay),
+                )
+            self._transports[relay] = found
+        return found
 
     async def aclose(self) -> None:
         """Close the pooled upstream connections."""
-        if self._transport is not None:
-            transport, self._transport = self._transport, None
+        transports, self._transports = self._transports, {}
+        for transport in transports.values():
             await transport.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -142,7 +162,12 @@ class IngressProxy:
         try:
             if scope["type"] == "websocket":
                 await proxy_websocket(
-                    self.table.resolve, scope, receive, send, self.ws_idle_timeout_s
+                    self.table.resolve,
+                    scope,
+                    receive,
+                    send,
+                    self.ws_idle_timeout_s,
+                    self.relay_key,
                 )
             else:
                 await self._http(scope, receive, send)
@@ -186,7 +211,12 @@ class IngressProxy:
         path: str,
         body_read: Callable[[], None],
     ) -> None:
-        host, port = target
+        address, port = target
+        host, relay = split_address(address)
+        if relay is not None and self.relay_key is None:
+            body_read()
+            await send_error(send, scope, 502, "internal", no_relay_key_message(relay))
+            return
         headers = forward_headers(scope, host, port, websocket=False)
         content: bytes | AsyncIterator[bytes] | None
         length = header(scope["headers"], b"content-length")
@@ -200,7 +230,7 @@ class IngressProxy:
             body_read()
         query = scope.get("query_string", b"")
         url = f"http://{host}:{port}{path}" + (f"?{query.decode('latin-1')}" if query else "")
-        response = await self._open(scope, send, url, headers, content, port)
+        response = await self._open(scope, send, url, headers, content, port, relay)
         if response is None:
             return
         try:
@@ -238,9 +268,10 @@ class IngressProxy:
         headers: list[tuple[bytes, bytes]],
         content: bytes | AsyncIterator[bytes] | None,
         port: int,
+        relay: str | None = None,
     ) -> httpx.Response | None:
         """Send the request upstream; on failure answer 502 and return None."""
-        transport = self.transport()
+        transport = self.transport(relay)
         method = str(scope["method"])
         # A pooled connection that the env's server closed just as it was reused fails with
         # RemoteProtocolError before any response: retry once when that cannot repeat work.
@@ -260,7 +291,7 @@ class IngressProxy:
                 failure = exc
             except _ClientDisconnected:
                 raise
-            log.info("ingress: env's port %d not answering (%s)", port, type(failure).__name__)
+            log.info("ingress: env's port %d not answering (%s)", port, failure)
             await send_error(send, scope, 502, "internal", upstream_down_message(port))
             return None
 
@@ -319,15 +350,17 @@ def mount_ingress(
     fair: Fairness | None = None,
     read_timeout_s: float = DEFAULT_INGRESS_READ_TIMEOUT_S,
     ws_idle_timeout_s: float = DEFAULT_WS_IDLE_TIMEOUT_S,
+    relay_key: bytes | None = None,
 ) -> None:
-    """Add the ingress routes to ``app``: HTTP (every method) and WebSocket.
+    """Add the ingress routes to ``app``: HTTP (every method) and WebSocket; with
+    ``relay_key`` (a cluster's), envs behind node relays too (``ingress.relay``).
 
     Routes ``/ingress/{token}`` and ``/ingress/{token}/{path:path}`` are raw ASGI endpoints
     (no body parsing, no dependency injection), placed first in the router and left out of
     the OpenAPI schema. The pooled upstream connections close with the app's lifespan. An auth
     middleware must let ``/ingress/`` through: the token is the credential.
     """
-    proxy = IngressProxy(table, fair, read_timeout_s, ws_idle_timeout_s)
+    proxy = IngressProxy(table, fair, read_timeout_s, ws_idle_timeout_s, relay_key)
     app.router.routes[0:0] = [
         Route("/ingress/{token}", proxy, include_in_schema=False),
         Route("/ingress/{token}/{path:path}", proxy, include_in_schema=False),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +26,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.typing import Subprotocol
 
 from denv.server.ingress.pings import LastPing, last_ping
+from denv.server.ingress.relay import RelayError, open_socket, split_address
 from denv.server.ingress.wire import (
     NOT_FOUND_MESSAGE,
     Headers,
@@ -35,6 +37,7 @@ from denv.server.ingress.wire import (
     error_body,
     forward_headers,
     header,
+    no_relay_key_message,
     split_target,
     upstream_down_message,
 )
@@ -105,9 +108,11 @@ async def proxy_websocket(
     receive: Receive,
     send: Send,
     idle_timeout_s: float = 0.0,
+    relay_key: bytes | None = None,
 ) -> None:
     """Proxy one WebSocket connection to the env that the path's token names; close it
-    after ``idle_timeout_s`` without a message or a client's ping (0: never)."""
+    after ``idle_timeout_s`` without a message or a client's ping (0: never). An env behind
+    a node relay is reached through it with ``relay_key`` (``ingress.relay``)."""
     if (await receive())["type"] != "websocket.connect":
         return
     token, path = split_target(scope)
@@ -115,8 +120,21 @@ async def proxy_websocket(
     if target is None:
         await _reject_error(send, scope, 404, "not_found", NOT_FOUND_MESSAGE)
         return
-    host, port = target
-    upstream = await _open_upstream(scope, send, host, port, path)
+    address, port = target
+    host, relay = split_address(address)
+    sock = None
+    if relay is not None:
+        if relay_key is None:
+            await _reject_error(send, scope, 502, "internal", no_relay_key_message(relay))
+            return
+        try:
+            sock = await open_socket(relay_key, relay, host, port)
+        except (OSError, TimeoutError) as exc:  # a RelayError is one
+            why = str(exc) if isinstance(exc, RelayError) else type(exc).__name__
+            log.info("ingress: env's port %d not reachable through its relay (%s)", port, why)
+            await _reject_error(send, scope, 502, "internal", upstream_down_message(port))
+            return
+    upstream = await _open_upstream(scope, send, host, port, path, sock)
     if upstream is None:
         return
     try:
@@ -128,8 +146,9 @@ async def proxy_websocket(
 
 
 async def _open_upstream(
-    scope: Scope, send: Send, host: str, port: int, path: str
+    scope: Scope, send: Send, host: str, port: int, path: str, sock: socket.socket | None = None
 ) -> ClientConnection | None:
+    """The WebSocket to the env (over ``sock``, connected through a relay, when given)."""
     query = scope.get("query_string", b"")
     uri = f"ws://{host}:{port}{path}" + (f"?{query.decode('latin-1')}" if query else "")
     headers = [
@@ -150,6 +169,7 @@ async def _open_upstream(
             close_timeout=CLOSE_TIMEOUT_S,
             ping_interval=None,  # the client's pings are answered by the server side
             max_size=MAX_MESSAGE_BYTES,
+            **({"sock": sock} if sock is not None else {}),  # type: ignore[arg-type]
         )
     except InvalidStatus as exc:
         # The env's service refused the upgrade: the client sees its status and body.
@@ -161,12 +181,22 @@ async def _open_upstream(
         ]
         body = bytes(response.body or b"")
         kept.append((b"content-length", str(len(body)).encode()))
+        _close(sock)
         await _reject(send, scope, response.status_code, kept, body)
         return None
     except (OSError, TimeoutError, InvalidHandshake) as exc:
+        _close(sock)
         log.info("ingress: env's port %d not answering WebSocket (%s)", port, type(exc).__name__)
         await _reject_error(send, scope, 502, "internal", upstream_down_message(port))
         return None
+    except BaseException:
+        _close(sock)
+        raise
+
+
+def _close(sock: socket.socket | None) -> None:
+    if sock is not None:
+        sock.close()  # a no-op when the connection's transport closed it already
 
 
 async def _client_to_upstream(

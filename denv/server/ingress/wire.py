@@ -49,6 +49,14 @@ def upstream_down_message(port: int) -> str:
     )
 
 
+def no_relay_key_message(relay: str) -> str:
+    return (
+        f"the env runs behind the node relay at {relay}, and this server holds no relay key: "
+        "run denv serve --cluster with the cluster's Ray token (RAY_AUTH_MODE=token, "
+        "RAY_AUTH_TOKEN_PATH; docs/cluster.md)"
+    )
+
+
 def error_body(scope: Scope, code: str, message: str) -> tuple[Headers, bytes]:
     """Headers and body of the contract's ``Error`` JSON (request id from the scope if set)."""
     state = scope.get("state")

@@ -32,6 +32,7 @@ class ClusterSettings:
     store: StoreConfig | None
     caps: NodeCaps
     node_state_dir: str = ""  # each node agent's state dir on its machine ("": its default)
+    relay_port: int = 0  # each node's ingress relay port (0: a free one, kept across restarts)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each node agent's state dir (layers, volumes) on its own machine "
         "(default: ~/.local/state/denv/node-NAME)",
     )
+    group.add_argument(
+        "--node-relay-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="the port of each node's ingress relay, on the node's address (default: a free "
+        "one, kept across agent restarts); open it to the control plane only",
+    )
 
 
 def settings(args: argparse.Namespace) -> ClusterSettings | None:
@@ -93,6 +102,7 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
             ("--node-max-envs", args.node_max_envs),
             ("--node-max-memory", args.node_max_memory),
             ("--node-state-dir", args.node_state_dir),
+            ("--node-relay-port", args.node_relay_port),
         ):
             if given:
                 raise ValueError(f"{flag} is an option of a cluster: add --cluster ADDRESS")
@@ -102,6 +112,8 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
 
     if args.node_max_envs < 0 or args.node_max_memory < 0:
         raise ValueError("--node-max-envs and --node-max-memory are >= 0 (0: no cap)")
+    if not 0 <= args.node_relay_port < 65536:
+        raise ValueError("--node-relay-port is a TCP port (1-65535), or 0 for a free one")
     store = None
     if args.store_endpoint:
         if args.store_credentials is None:
@@ -130,4 +142,5 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
         store=store,
         caps=NodeCaps(max_envs=args.node_max_envs, max_memory_mb=args.node_max_memory),
         node_state_dir=args.node_state_dir,
+        relay_port=args.node_relay_port,
     )
