@@ -195,6 +195,7 @@ def test_fork_tree_of_85_renders_and_grows(browser: Any, keyed: Keyed) -> None:
     level = [c.id for p in level for c in denv.fork(p, 20, kind="live", wait="running").envs]
     page = signed_in(browser, keyed.server, keyed.key)
     page.wait_for_selector("#count-envs:text('86')")  # the tree's 85 and the web env
+    page.wait_for_selector("#env-rows .row .mem:has-text('MiB')")  # live forks' use too
     shot(page, "envs")
     page.goto(f"{keyed.server.url}/ui#tree/{root.id}")
     page.wait_for_selector("#tree-counts[data-envs='85']")

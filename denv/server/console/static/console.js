@@ -106,10 +106,11 @@ function showView(list, now = false) {
 }
 
 function showUsage(d) {
+  const before = d.whole ? JSON.stringify([...usage]) : null;
   if (d.whole) usage.clear();
   for (const [id, v] of Object.entries(d.set)) usage.set(id, v);
   for (const id of d.remove) usage.delete(id);
-  draw();
+  if (before === null || before !== JSON.stringify([...usage])) draw(); // the page had it
 }
 
 function start() {
@@ -201,10 +202,11 @@ class VList {
   set(rows, row) { this.rows = rows; this.row = row; this.render(); }
   show(index) { this.el.scrollTop = Math.max(0, index * ROW_PX - 3 * ROW_PX); this.render(); }
   render() {
-    const top = this.el.scrollTop;
-    // Before the page's first layout the list's height is not known (asking would lay the
-    // page out once more): the window's is an upper bound.
-    const height = this.laidOut ? this.el.clientHeight || window.innerHeight : window.innerHeight;
+    // Before the page's first layout its scroll and height are not asked for (asking, even
+    // the window's height, would lay the page out one more time): at the top, and the
+    // screen's height at most.
+    const top = this.laidOut ? this.el.scrollTop : 0;
+    const height = this.laidOut ? this.el.clientHeight || window.innerHeight : screen.height || 1200;
     this.laidOut = true;
     const first = Math.max(0, Math.floor(top / ROW_PX) - OVERSCAN);
     const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + OVERSCAN);
