@@ -205,11 +205,13 @@ class VList {
     // Before the page's first layout its scroll and height are not asked for (asking, even
     // the window's height, would lay the page out one more time): at the top, and the
     // screen's height at most.
+    // The rows past the screen wait for the first scroll.
     const top = this.laidOut ? this.el.scrollTop : 0;
     const height = this.laidOut ? this.el.clientHeight || window.innerHeight : screen.height || 1200;
+    const overscan = this.laidOut ? OVERSCAN : 0;
     this.laidOut = true;
-    const first = Math.max(0, Math.floor(top / ROW_PX) - OVERSCAN);
-    const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + OVERSCAN);
+    const first = Math.max(0, Math.floor(top / ROW_PX) - overscan);
+    const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + overscan);
     this.inner.style.height = `${this.rows.length * ROW_PX}px`;
     this.inner.style.paddingTop = `${first * ROW_PX}px`;
     this.inner.innerHTML = this.rows.slice(first, last).map(this.row).join("");
