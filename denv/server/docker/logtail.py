@@ -55,7 +55,7 @@ def lines_after(
     api: Any, cid: str, cursor: str, tail: int, wait_s: float
 ) -> tuple[list[str], str] | None:
     """Lines written after ``cursor`` (the last ``tail``), waiting up to ``wait_s`` for the
-    first, and the new cursor; None when there is no container."""
+    first, and the new cursor; None when there is no container or it no longer runs."""
     after = int(cursor)
     with engine_errors():
         try:
@@ -70,7 +70,13 @@ def lines_after(
             )
         except docker.errors.NotFound:
             return None
-    timer = threading.Timer(wait_s, stream.close)
+    closed = threading.Event()  # by us: the wait is over; else Docker ended the stream
+
+    def close() -> None:
+        closed.set()
+        stream.close()
+
+    timer = threading.Timer(wait_s, close)
     timer.daemon = True
     timer.start()
     got: list[tuple[int, str]] = []
@@ -85,7 +91,7 @@ def lines_after(
                     got.append(stamped)
             if got and timer.interval != LINGER_S:
                 timer.cancel()
-                timer = threading.Timer(LINGER_S, stream.close)
+                timer = threading.Timer(LINGER_S, close)
                 timer.daemon = True
                 timer.start()
     except Exception:  # closed under the reader: the wait is over
@@ -94,5 +100,6 @@ def lines_after(
         timer.cancel()
         stream.close()
     if not got:
-        return [], cursor
+        # Docker ends a follow stream of its own only when the container stops: no more log.
+        return ([], cursor) if closed.is_set() else None
     return [t for _, t in got[-tail:]], str(got[-1][0])
