@@ -19,8 +19,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import start_server  # noqa: E402
 from denv.openenv import DenvProvider  # noqa: E402
-from denv.server.docker import live  # noqa: E402
 from openenv.core import GenericEnvClient  # noqa: E402
+
+from denv.server.docker import live  # noqa: E402
 
 IMAGE = "denv-echo-env:latest"
 

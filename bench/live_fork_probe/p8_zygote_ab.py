@@ -23,9 +23,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import Server, remove_leftovers, start_server, stop_process  # noqa: E402
 from denv.openenv import DenvProvider  # noqa: E402
 from openenv.core import GenericEnvClient  # noqa: E402
+
+from bench.harness import Server, remove_leftovers, start_server, stop_process  # noqa: E402
 
 IMAGE = "denv-echo-env:latest"
 

@@ -17,7 +17,15 @@ import ray
 import ray.exceptions
 
 from denv.server.config import DOCKER_TIMEOUT_S, StoreConfig
-from denv.server.node.seam import Booted, BootSpec, ImageFacts, NodeLost, Owned
+from denv.server.node.seam import (
+    Booted,
+    BootSpec,
+    ImageFacts,
+    Metered,
+    NodeLost,
+    Owned,
+    Usage,
+)
 from denv.server.records import LiveProc, VolumeSlot
 
 CALL_TIMEOUT_S = float(DOCKER_TIMEOUT_S) + 30.0  # a quick call: a Docker call's limit and some
@@ -144,6 +152,16 @@ class RemoteNode:
 
     def exit_reason(self, env_id: str, service: str) -> str | None:
         return cast("str | None", self._call(CALL_TIMEOUT_S, "exit_reason", env_id, service))
+
+    def logs_after(
+        self, env_id: str, service: str, cursor: str | None, tail: int, wait_s: float
+    ) -> tuple[list[str], str | None]:
+        args = (env_id, service, cursor, tail, wait_s)
+        result = self._call(CALL_TIMEOUT_S + wait_s, "logs_after", *args)
+        return cast(tuple[list[str], "str | None"], result)
+
+    def usage(self, envs: list[Metered]) -> list[Usage]:
+        return cast(list[Usage], self._call(CALL_TIMEOUT_S, "usage", envs))
 
     # live forks
     def live_root(self, env_id: str, container: str, port: int) -> LiveProc:

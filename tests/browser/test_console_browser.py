@@ -2,7 +2,8 @@
 
 One server of its own, one key, two echo envs: a live one and 84 live forks of it
 (milliseconds each) for the tree of 85 envs and deletes from the page, and one with
-OpenEnv's web interface on, whose page steps the env through the host form of ingress. Chromium is
+OpenEnv's web interface on, whose page steps the env through the host form of ingress (and
+which is made busy, and snapshotted, for what the lists show of use and size). Chromium is
 Debian's (/usr/bin/chromium, `make test` installs it: scripts/ensure-chromium.sh), driven
 by Playwright. With DENV_SCREENSHOTS=1 the tests also write docs/images/console-*.png.
 """
@@ -10,6 +11,7 @@ by Playwright. With DENV_SCREENSHOTS=1 the tests also write docs/images/console-
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import LocalDenv, docker_engine, start_server
 
@@ -103,6 +106,48 @@ def row_ids(page: Any, selector: str) -> set[str]:
     return set(page.eval_on_selector_all(selector, "els => els.map(e => e.dataset.id)"))
 
 
+MIB = 1 << 20
+
+
+def cgroup_mib(pattern: str) -> float:
+    """Memory in use (MiB) of the one cgroup ``pattern`` (under the v1 memory hierarchy,
+    as on this machine's hosts) names: read here, beside what the page shows."""
+    [path] = Path("/sys/fs/cgroup/memory").glob(f"{pattern}/memory.usage_in_bytes")
+    return int(path.read_text()) / MIB
+
+
+def live_mib(env_id: str) -> float:
+    """A live env's memory as the console counts it: its server's own cgroup; for its
+    container's first server (the env its container is labelled with), also what the
+    container holds outside every server's cgroup."""
+    [own] = Path("/sys/fs/cgroup/memory").glob(f"*/*/denv-live/{env_id}")
+    container = own.parent.parent
+    mib = cgroup_mib(str(own.relative_to("/sys/fs/cgroup/memory")))
+    if container_of(env_id) == container.name:
+        servers = [d for d in own.parent.iterdir() if d.is_dir()]
+        mib += cgroup_mib(str(container.relative_to("/sys/fs/cgroup/memory")))
+        mib -= sum(cgroup_mib(str(d.relative_to("/sys/fs/cgroup/memory"))) for d in servers)
+    return mib
+
+
+def shown_mib(page: Any, env_id: str) -> float:
+    """The memory the env list shows for ``env_id``, once it shows one."""
+    cell = f"#env-rows .row[data-id='{env_id}'] .mem"
+    page.wait_for_function(f'() => /MiB/.test(document.querySelector("{cell}")?.textContent)')
+    return float(page.inner_text(cell).split()[0])
+
+
+def container_of(env_id: str) -> str:
+    out = subprocess.run(
+        ["docker", "ps", "-q", "--no-trunc", "--filter", f"label=denv.env={env_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    [cid] = out.stdout.split()
+    return cid
+
+
 def test_sign_in_and_the_env_list_matches_the_api(browser: Any, keyed: Keyed) -> None:
     page = browser.new_page()
     page.set_default_timeout(TIMEOUT_MS)
@@ -125,11 +170,20 @@ def test_sign_in_and_the_env_list_matches_the_api(browser: Any, keyed: Keyed) ->
     assert page.evaluate("document.cookie") == ""
     cookie = next(c for c in page.context.cookies() if c["name"] == "denv_console")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
-    # An env's logs, tailing, beside its facts.
+    # What the live env uses, from the cgroups as read here.
+    shown = shown_mib(page, keyed.root.id)
+    actual = live_mib(keyed.root.id)
+    assert abs(shown - actual) <= max(0.25 * actual, 8), (shown, actual)
+    page.wait_for_selector(f"#env-rows .row[data-id='{keyed.root.id}'] .cpu:has-text('%')")
+    # An env's logs, tailing, beside its facts: a line the env writes shows without reload.
     row.locator("button[data-act='logs']").click()
     page.wait_for_selector("#detail-facts dd")
-    page.wait_for_function("() => document.getElementById('logs').textContent.length > 0")
+    page.wait_for_selector("#logs-state:has-text('tailing')")
     assert keyed.root.id in page.inner_text("#detail-title")
+    marker = f"console-tail-{secrets.token_hex(4)}"
+    assert marker not in page.inner_text("#logs")
+    httpx.get(f"{keyed.root.endpoints[0].url}/health?{marker}", timeout=10)  # its access log
+    page.wait_for_selector(f"#logs:has-text('{marker}')", timeout=10_000)
     shot(page, "logs")
     page.context.close()
 
@@ -141,6 +195,7 @@ def test_fork_tree_of_85_renders_and_grows(browser: Any, keyed: Keyed) -> None:
     level = [c.id for p in level for c in denv.fork(p, 20, kind="live", wait="running").envs]
     page = signed_in(browser, keyed.server, keyed.key)
     page.wait_for_selector("#count-envs:text('86')")  # the tree's 85 and the web env
+    page.wait_for_selector("#env-rows .row .mem:has-text('MiB')")  # live forks' use too
     shot(page, "envs")
     page.goto(f"{keyed.server.url}/ui#tree/{root.id}")
     page.wait_for_selector("#tree-counts[data-envs='85']")
@@ -252,3 +307,40 @@ def test_another_key_and_no_key_see_nothing(browser: Any, keyed: Keyed) -> None:
         assert http.get("/ui/api/whoami").status_code == 200
         assert http.delete(f"/ui/api/envs/{keyed.root.id}").status_code == 403
     assert keyed.root.id in keyed.live_ids()
+
+
+def test_the_lists_show_use_and_size(browser: Any, keyed: Keyed) -> None:
+    """A busy env's CPU and its memory in the env list, a version's size in the Versions tab,
+    against what the kernel and the API say. The web env: a container of its own."""
+    web = keyed.denv.wait_env(keyed.web.id, "healthy", timeout_s=240)
+    cid = container_of(web.id)
+    # What the env's volume holds, then a version of it: its size is what the disk holds.
+    write = "head -c 3000000 /dev/urandom > /work/console-blob"
+    subprocess.run(["docker", "exec", cid, "sh", "-c", write], check=True, timeout=60)
+    version = keyed.denv.snapshot(web.id)
+    assert version.size_bytes >= 3_000_000
+    # A busy process in the env, for 45 s at most (or until the env is deleted).
+    spin = "import time; end = time.time() + 45\nwhile time.time() < end: pass"
+    subprocess.run(["docker", "exec", "-d", cid, "python", "-c", spin], check=True, timeout=60)
+    page = signed_in(browser, keyed.server, keyed.key)
+    page.goto(f"{keyed.server.url}/ui#envs")
+    # The oldest env is the list's last row: shown once scrolled to.
+    page.wait_for_selector("#env-rows .row")
+    page.eval_on_selector("#env-rows", "el => { el.scrollTop = el.scrollHeight; }")
+    busy = f"#env-rows .row[data-id='{web.id}'] .cpu"
+    # Sampled by the server every few seconds and pushed: >= 15% of a core for a spinning
+    # process on 2 shared cores.
+    page.wait_for_function(
+        f'() => parseInt(document.querySelector("{busy}")?.textContent) >= 15',
+        timeout=30_000,
+    )
+    shown = shown_mib(page, web.id)
+    actual = cgroup_mib(f"*/{cid}")
+    assert abs(shown - actual) <= max(0.25 * actual, 8), (shown, actual)
+    shot(page, "envs-use")
+    page.goto(f"{keyed.server.url}/ui#versions")
+    size = f"#version-rows .row[data-id='{version.id}'] .size"
+    page.wait_for_selector(size)
+    assert page.inner_text(size) == f"{version.size_bytes / MIB:.1f} MiB"
+    shot(page, "versions")
+    page.context.close()

@@ -17,7 +17,17 @@ from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.net.host_guard import HostGuardWatch
-from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled, ImageFacts, Node, Owned
+from denv.server.node.seam import (
+    Booted,
+    BootFailed,
+    BootSpec,
+    Cancelled,
+    ImageFacts,
+    Metered,
+    Node,
+    Owned,
+    Usage,
+)
 from denv.server.records import (
     ALL,
     FINAL,
@@ -169,6 +179,14 @@ class FakeNode:
 
     def memory_bytes(self, containers: list[str]) -> int:
         return 0
+
+    def logs_after(
+        self, env_id: str, service: str, cursor: str | None, tail: int, wait_s: float
+    ) -> tuple[list[str], str | None]:
+        return [f"log of {service}"], "1"
+
+    def usage(self, envs: list[Metered]) -> list[Usage]:
+        return [Usage(env_id=e.env_id) for e in envs]
 
     def exit_reason(self, env_id: str, service: str) -> str | None:
         return None

@@ -184,3 +184,57 @@ def test_the_feed_makes_a_view_once_per_write(monkeypatch: pytest.MonkeyPatch) -
     assert asyncio.run(woken())
     assert feed.view("a")[0] == 1 and made == ["a", "a"]
     assert feed.kept("a", 1) == {} and feed.kept("a", 0) is None
+
+
+def test_cpu_is_the_share_of_a_core_between_two_samples() -> None:
+    """The meter's arithmetic, with a node that reports fixed use (the node seam is where
+    cgroups are read; the browser tests compare the real ones with the kernel's)."""
+    from denv.server.console.usage import Meter, _Key, diff
+    from denv.server.node.seam import Metered, Usage
+    from denv.server.records import EnvRecord, EnvStatus, Runtime
+
+    class Node:
+        cpu = 10.0
+
+        def usage(self, envs: list[Metered]) -> list[Usage]:
+            return [Usage(env_id=e.env_id, memory_bytes=300 << 20, cpu_s=self.cpu) for e in envs]
+
+    rec = EnvRecord(
+        id="env_1",
+        owner="o",
+        version_id="ver_1",
+        parent_id=None,
+        project=None,
+        agent_service="agent",
+        egress="deny",
+        labels={},
+        status=EnvStatus.HEALTHY,
+        start="cold",
+        created_at="2026-01-01T00:00:00Z",
+        expires_at="9999-12-31T00:00:00Z",
+        runtime=Runtime(containers={"agent": "c1"}),
+    )
+
+    class Store:
+        def list_envs(self, *args: Any) -> list[EnvRecord]:
+            return [rec]
+
+    node = Node()
+    meter = Meter(Store(), node)  # type: ignore[arg-type]
+    key = _Key()
+    first = meter._sample("o", key)
+    assert first == {"env_1": [300.0, None]}  # no CPU share before a second sample
+    when, _ = key.cpu["env_1"]
+    key.cpu["env_1"] = (when - 2.0, 9.0)  # 1 s of CPU in the 2 s before
+    node.cpu = 10.0
+    second = meter._sample("o", key)
+    assert second["env_1"][1] == pytest.approx(50, abs=2)
+    assert diff(first, second) == {"set": {"env_1": second["env_1"]}, "remove": []}
+    assert diff(second, {}) == {"set": {}, "remove": ["env_1"]}
+
+
+def test_docker_log_stamps_to_nanoseconds() -> None:
+    from denv.server.docker.logtail import stamp_ns
+
+    assert stamp_ns("1970-01-01T00:00:01.000000002Z") == 1_000_000_002
+    assert stamp_ns("2026-12-03T06:13:21.5Z") - stamp_ns("2026-12-03T06:13:21Z") == 500_000_000

@@ -3,7 +3,9 @@
 The page calls ``/ui/api/...`` with its cookie (``console.session``), never the bearer API;
 every call goes to the same ``Service`` methods as the API's, for the signed-in key only.
 ``/ui/api/events`` is a Server-Sent Events stream of the key's envs and versions
-(``console.tree``): the whole view, then what changed, pushed after each write to the store.
+(``console.tree``): the whole view, then what changed, pushed after each write to the store;
+and of what its envs use (``console.usage``), sampled while a stream is open.
+``/ui/api/envs/{id}/logs/events`` streams an env's log as it is written.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from denv.server.console import page, tree
+from denv.server.console import page, tree, usage
 from denv.server.console.feed import Feed
 from denv.server.console.session import console_owner, sign_in, sign_out, signed_in_owner
+from denv.server.console.usage import Meter
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.service import Service
 
@@ -36,6 +39,8 @@ COALESCE_S = 0.05
 #: An idle stream sends a comment this often, so proxies and the browser keep it open.
 KEEPALIVE_S = 15.0
 MAX_FORK = 64
+#: A log stream asks the node for new lines this long at a time (its thread is held).
+LOG_WAIT_S = 5.0
 
 
 def service(request: Request) -> Service:
@@ -62,7 +67,11 @@ async def get_page(request: Request) -> Response:
     view = None
     if owner is not None:
         gen, nodes = await asyncio.to_thread(_feed(request).view, owner)
-        view = {"gen": gen, "nodes": list(nodes.values())}
+        view = {
+            "gen": gen,
+            "nodes": list(nodes.values()),
+            "usage": _meter(request).latest(owner)[1],
+        }
     return Response(page.html(view), media_type="text/html", headers=page.headers())
 
 
@@ -89,16 +98,15 @@ async def whoami(owner: Owner) -> dict[str, Any]:
 async def get_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
     def read() -> dict[str, Any]:
         env = s.get_env(owner, env_id)
-        rec = s.owned_env(owner, env_id)
-        live = rec.runtime.live is not None
-        containers = list(rec.runtime.containers.values())
-        memory = None
-        if containers and not live and rec.status.value != "deleted":
+        asked = usage.metered(s.owned_env(owner, env_id))
+        memory = cpu = None
+        if asked is not None:
             try:
-                memory = s.ctx.node.memory_bytes(containers)
+                [used] = s.ctx.node.usage([asked])
+                memory, cpu = used.memory_bytes, used.cpu_s
             except Exception:  # the engine is down: show the env without it
-                log.debug("memory of %s not read", env_id, exc_info=True)
-        return {**env, "memory_bytes": memory}
+                log.debug("usage of %s not read", env_id, exc_info=True)
+        return {**env, "memory_bytes": memory, "cpu_s": cpu}
 
     return await asyncio.to_thread(read)
 
@@ -108,6 +116,37 @@ async def logs(
     s: Dep, owner: Owner, env_id: str, tail: Annotated[int, Query(ge=1, le=2000)] = 200
 ) -> dict[str, Any]:
     return await asyncio.to_thread(s.logs, owner, env_id, None, tail)
+
+
+@router.get("/ui/api/envs/{env_id}/logs/events")
+async def log_events(
+    s: Dep, owner: Owner, env_id: str, tail: Annotated[int, Query(ge=1, le=2000)] = 200
+) -> StreamingResponse:
+    """The env's log as Server-Sent Events: ``lines`` (its last ``tail`` first, then each
+    batch as it is written) and ``end`` when it has no more (its container is gone)."""
+    rec = await asyncio.to_thread(s.owned_env, owner, env_id)  # 404 for another key's env
+    node, service = s.ctx.node, rec.agent_service
+
+    async def stream() -> AsyncIterator[str]:
+        cursor: str | None = None
+        while True:
+            lines, after = await asyncio.to_thread(
+                node.logs_after, env_id, service, cursor, tail, LOG_WAIT_S
+            )
+            if lines or cursor is None:
+                yield _event("lines", {"lines": lines})
+            elif after == cursor:
+                yield ": keep-alive\n\n"  # a closed page ends the stream at this write
+            if after is None:
+                yield _event("end", {})
+                return
+            cursor = after
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
 
 
 @router.delete("/ui/api/envs/{env_id}")
@@ -155,17 +194,19 @@ async def events(
     since: Annotated[int | None, Query(ge=0)] = None,
 ) -> StreamingResponse:
     """The key's view, then its changes, as Server-Sent Events: ``view`` (every node),
-    ``change`` (nodes new or changed, ids gone) and ``ready``. A page rendered with the
-    view of generation ``since`` gets only what changed after it (or the whole view, if
-    that one is no longer kept)."""
-    feed = _feed(request)
+    ``change`` (nodes new or changed, ids gone), ``usage`` (its envs' memory and CPU: all
+    of it, then what changed) and ``ready``. A page rendered with the view of generation
+    ``since`` gets only what changed after it (or the whole view, if that one is no longer
+    kept)."""
+    feed, meter = _feed(request), _meter(request)
 
     async def stream() -> AsyncIterator[str]:
         changed = feed.subscribe()
+        meter.watch(owner, changed)
         try:
             base = feed.kept(owner, since) if since is not None else None
             t0 = time.monotonic()
-            _, nodes = await asyncio.to_thread(feed.view, owner)
+            gen, nodes = await asyncio.to_thread(feed.view, owner)
             took = time.monotonic() - t0
             if base is None:
                 yield _event("view", {"nodes": list(nodes.values())})
@@ -173,6 +214,8 @@ async def events(
                 diff = tree.changes(base, nodes)
                 if diff["upsert"] or diff["remove"]:
                     yield _event("change", diff)
+            used_gen, used = meter.latest(owner)
+            yield _event("usage", {"set": used, "remove": [], "whole": True})
             yield _event("ready", {})
             while True:
                 try:
@@ -180,16 +223,23 @@ async def events(
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
-                await asyncio.sleep(max(COALESCE_S, took))
+                if feed.generation != gen:
+                    await asyncio.sleep(max(COALESCE_S, took))
                 changed.clear()  # before reading: a write from now on is seen next time
-                t0 = time.monotonic()
-                _, after = await asyncio.to_thread(feed.view, owner)
-                took = time.monotonic() - t0
-                diff = tree.changes(nodes, after)
-                nodes = after
-                if diff["upsert"] or diff["remove"]:
-                    yield _event("change", diff)
+                if feed.generation != gen:
+                    t0 = time.monotonic()
+                    gen, after = await asyncio.to_thread(feed.view, owner)
+                    took = time.monotonic() - t0
+                    diff = tree.changes(nodes, after)
+                    nodes = after
+                    if diff["upsert"] or diff["remove"]:
+                        yield _event("change", diff)
+                if meter.latest(owner)[0] != used_gen:
+                    before = used
+                    used_gen, used = meter.latest(owner)
+                    yield _event("usage", usage.diff(before, used))
         finally:
+            meter.unwatch(owner, changed)
             feed.unsubscribe(changed)
 
     return StreamingResponse(
@@ -207,6 +257,16 @@ def _feed(request: Request) -> Feed:
         feed = Feed(s.ctx.store, s.ctx.config.public_url(), s.ctx.ingress_keys)
         request.app.state.console_feed = feed
     return feed
+
+
+def _meter(request: Request) -> Meter:
+    """The app's usage meter, made at its first use."""
+    meter: Meter | None = getattr(request.app.state, "console_meter", None)
+    if meter is None:
+        s: Service = request.app.state.service
+        meter = Meter(s.ctx.store, s.ctx.node)
+        request.app.state.console_meter = meter
+    return meter
 
 
 def _event(name: str, data: Any) -> str:

@@ -83,6 +83,7 @@ def version_node(rec: VersionRecord) -> Node:
             "project": rec.project,
             "image": next((s.image for s in rec.services if s.name == rec.agent_service), ""),
             "layers": max((len(v.layers) for v in rec.volumes), default=0),
+            "size": rec.size_bytes,
             "created_at": rec.created_at,
         }
     )

@@ -121,11 +121,17 @@ def set_cpu_shares(engine: Engine, cid: str, shares: int) -> None:
 
 def memory_bytes(engine: Engine, cid: str) -> int | None:
     """Memory the container uses now (its cgroup's count), None when unknown."""
+    found = cgroup_memory(cid)
+    return found if found is not None else engine.stats_memory(cid)
+
+
+def cgroup_memory(cid: str) -> int | None:
+    """Memory the container uses now, from its cgroup file only (None: not found)."""
     path = _file("memory", cid, "memory.usage_in_bytes", "memory.current")
     if path is not None:
         with suppress(OSError, ValueError):
             return int(path.read_text())
-    return engine.stats_memory(cid)
+    return None
 
 
 def _freezer(cid: str) -> Path | None:

@@ -193,6 +193,58 @@ def exit_reason(group: Group, env_id: str) -> str | None:
     return None
 
 
+def usage(pid: int, first: bool) -> tuple[int | None, float | None]:
+    """Memory (bytes) and CPU time (seconds) of the live server ``pid``, from the cgroups
+    it was moved into (``enter``): its own, not its group's. CPU from its cgroup v2
+    ``cpu.stat`` (kept whether or not a controller is on there); memory from its v1 memory
+    cgroup, else its v2 ``memory.current``, else its proportional share of its pages (a
+    v2-only host, where the server's memory is counted only in its container's).
+
+    A cgroup keeps the pages charged before a process moved in, so a fork's own group
+    counts what the fork added (the pages it shares stay its parent's). ``first``: the
+    container's first server, which booted there: it is counted with what the container
+    holds outside every server's group (its boot's pages, the launcher), so the group's
+    envs add up to the container."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None, None
+    mount = cgroup2_mount()
+    v2: Path | None = None
+    memory: Path | None = None
+    for line in lines:
+        _, ctrls, where = line.split(":", 2)
+        if not ctrls and mount is not None:
+            v2 = mount / where.lstrip("/")
+        elif "memory" in ctrls.split(","):
+            memory = V1_ROOT / ctrls / where.lstrip("/") / "memory.usage_in_bytes"
+    if memory is None and v2 is not None and (v2 / "memory.current").exists():
+        memory = v2 / "memory.current"
+    mem = cpu = None
+    with contextlib.suppress(OSError, ValueError):
+        mem = int(memory.read_text()) if memory is not None else _pss(pid)
+        if first and memory is not None and memory.parent.parent.name == TREE:
+            container = memory.parent.parent.parent
+            servers = sum(
+                int((d / memory.name).read_text())
+                for d in (container / TREE).iterdir()
+                if d.is_dir()
+            )
+            mem += int((container / memory.name).read_text()) - servers
+    if v2 is not None:
+        with contextlib.suppress(OSError, ValueError):
+            cpu = _field(v2 / "cpu.stat", "usage_usec") / 1e6
+    return mem, cpu
+
+
+def _pss(pid: int) -> int:
+    """The process's proportional share of the pages it maps, in bytes."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError("no Pss in smaps_rollup")
+
+
 def release(group: Group, env_id: str, port: int, rule: bool = True, limits: bool = True) -> None:
     """Remove a deleted server's rule and v2 cgroup (unless ``rule`` is False: then
     :class:`Rules` removes them with the container's next fork), and its v1 cgroups,

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
-from denv.server.docker import boot, cgroups, live, live_apart
+from denv.server.docker import boot, cgroups, live, live_apart, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.layers import LayerTransfer
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
-from denv.server.node.seam import Booted, BootSpec, ImageFacts, Owned
+from denv.server.node.seam import Booted, BootSpec, ImageFacts, Metered, Owned, Usage
 from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
@@ -217,6 +217,34 @@ class DockerNode:
 
     def memory_bytes(self, containers: list[str]) -> int:
         return sum(cgroups.memory_bytes(self.engine, cid) or 0 for cid in containers)
+
+    def logs_after(
+        self, env_id: str, service: str, cursor: str | None, tail: int, wait_s: float
+    ) -> tuple[list[str], str | None]:
+        cid = container_name(env_id, service)
+        if cursor is None:
+            got = logtail.last_lines(self.engine.api, cid, tail)
+        else:
+            got = logtail.lines_after(self.engine.api, cid, cursor, tail, wait_s)
+        return ([], None) if got is None else got
+
+    def usage(self, envs: list[Metered]) -> list[Usage]:
+        """Read from cgroup files (no engine call): a container's in its key's group or
+        Docker's, a live server's own (``live_apart.usage``)."""
+        out = []
+        for env in envs:
+            mem: int | None = None
+            cpu: float | None = None
+            if env.live is not None:
+                if live.alive(live.Proc(env.live.pid, env.live.start)):
+                    mem, cpu = live_apart.usage(env.live.pid, env.live.group == env.env_id)
+            elif env.containers:
+                mems = [cgroups.cgroup_memory(cid) for cid in env.containers]
+                cpus = [cgroups.cpu_seconds(cid) for cid in env.containers]
+                mem = None if None in mems else sum(m or 0 for m in mems)
+                cpu = None if None in cpus else sum(c or 0.0 for c in cpus)
+            out.append(Usage(env_id=env.env_id, memory_bytes=mem, cpu_s=cpu))
+        return out
 
     def exit_reason(self, env_id: str, service: str) -> str | None:
         info = self.engine.inspect(container_name(env_id, service))

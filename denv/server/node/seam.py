@@ -26,6 +26,9 @@ The calls, by what they serve::
     changed_bytes(env_id, [VolumeSlot], cap) -> [int]
     cancel(env_id) / teardown(env_id, [container]) / stop()
     states(env_id?) / logs(env_id, service, n) / memory_bytes([container])
+    logs_after(env_id, service, cursor, n, s) -> (lines, cursor)
+                                         a log's new lines, waiting up to s for one
+    usage([Metered]) -> [Usage]          each env's memory and CPU time (its own cgroups)
     exit_reason(env_id, service)         "out of memory ..." when the OOM killer ended it
     owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
     room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
@@ -122,6 +125,24 @@ class NodeLost(Exception):
 
     def __reduce__(self) -> tuple[type[NodeLost], tuple[str, str]]:
         return (NodeLost, (self.node, self.reason))
+
+
+class Metered(Record):
+    """An env whose use of its node is asked for: its containers, or (a live env) its server
+    process, which runs in cgroups of its own inside its group's container."""
+
+    env_id: str
+    containers: list[str] = Field(default_factory=list)
+    live: LiveProc | None = None
+
+
+class Usage(Record):
+    """What an env uses now: memory in bytes, CPU time used so far in seconds (None: not
+    known, e.g. it no longer runs)."""
+
+    env_id: str
+    memory_bytes: int | None = None
+    cpu_s: float | None = None
 
 
 class ImageFacts(Record):
@@ -223,6 +244,20 @@ class Node(Protocol):
     def logs(self, env_id: str, service: str, tail: int) -> list[str]: ...
 
     def memory_bytes(self, containers: list[str]) -> int: ...
+
+    def logs_after(
+        self, env_id: str, service: str, cursor: str | None, tail: int, wait_s: float
+    ) -> tuple[list[str], str | None]:
+        """A service's log as it is written: with no ``cursor``, its last ``tail`` lines at
+        once; else the lines written after ``cursor`` (at most the last ``tail``), waiting up
+        to ``wait_s`` seconds for the first. And the cursor after them (the node's own
+        string), or None when the service has no log (its container is gone)."""
+        ...
+
+    def usage(self, envs: list[Metered]) -> list[Usage]:
+        """Each env's memory and CPU time, read from its cgroups: its containers' for an env
+        of its own containers, its server's own for a live env. In the order asked."""
+        ...
 
     def exit_reason(self, env_id: str, service: str) -> str | None:
         """Why a service's container ended, when the node knows more than its exit: "out of

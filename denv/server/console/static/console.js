@@ -1,11 +1,13 @@
 // The denv console: one page, no library. The server pushes the key's envs and versions
 // (/ui/api/events, Server-Sent Events): a "view" with every node, then "change" events with
-// the nodes that are new or changed and the ids that are gone. Every table and tree is drawn
-// from that map, at most once per animation frame.
+// the nodes that are new or changed and the ids that are gone; and "usage" events with what
+// the envs use (memory, CPU), sampled by the server while the page is open. Every table and
+// tree is drawn from those maps, at most once per animation frame.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const nodes = new Map(); // id -> node ({id, kind: "env"|"version", parent, status, ...})
+const usage = new Map(); // env id -> [memory MiB, CPU % of one core] (null: not known)
 const closed = new Set(); // tree nodes folded by the user
 let tab = "envs";
 let treeRoot = null; // the root of the tree on show
@@ -14,7 +16,7 @@ let wantedShown = false; // scrolled to it once
 let source = null;
 let drawPending = false;
 let detailId = null;
-let logTimer = null;
+let logSource = null;
 
 const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ESC[c]);
@@ -25,6 +27,17 @@ function age(iso) {
   if (s < 3600) return `${Math.floor(s / 60)}m`;
   if (s < 86400) return `${Math.floor(s / 3600)}h`;
   return `${Math.floor(s / 86400)}d`;
+}
+
+// Bytes as a person reads them, as `denv versions` writes them: 812 B, 4.0 KiB, 1.2 GiB.
+function sizeText(n) {
+  let value = n, unit = "B";
+  for (const bigger of ["KiB", "MiB", "GiB", "TiB"]) {
+    if (value < 1024) break;
+    value /= 1024;
+    unit = bigger;
+  }
+  return unit === "B" ? `${n} B` : `${value.toFixed(1)} ${unit}`;
 }
 
 function notice(text, error = false) {
@@ -56,6 +69,7 @@ function showSignIn() {
   if (source) source.close();
   source = null;
   nodes.clear();
+  usage.clear();
   for (const id of ["tabs", "sign-out", "envs", "versions", "trees", "detail"]) $(id).hidden = true;
   $("sign-in").hidden = false;
   $("live").className = "";
@@ -82,13 +96,21 @@ async function signOut() {
 
 // -- the stream
 
-function showView(list) {
+function showView(list, now = false) {
   performance.mark("denv:view"); // for bench/bench_console.py
   nodes.clear();
   for (const n of list) nodes.set(n.id, n);
   $("tabs").hidden = false;
   $("sign-out").hidden = false;
-  draw();
+  if (now) drawNow(); else draw();
+}
+
+function showUsage(d) {
+  const before = d.whole ? JSON.stringify([...usage]) : null;
+  if (d.whole) usage.clear();
+  for (const [id, v] of Object.entries(d.set)) usage.set(id, v);
+  for (const id of d.remove) usage.delete(id);
+  if (before === null || before !== JSON.stringify([...usage])) draw(); // the page had it
 }
 
 function start() {
@@ -100,7 +122,9 @@ function start() {
   if (inline) {
     const view = JSON.parse(inline.textContent);
     inline.remove(); // a later sign-in (another key) must not start from it
-    showView(view.nodes);
+    showUsage({ set: view.usage || {}, remove: [], whole: true });
+    // Drawn before the page's first layout: one layout and one paint show the list.
+    showView(view.nodes, true);
     since = `?since=${view.gen}`;
   }
   openStream(since);
@@ -111,6 +135,7 @@ function openStream(since) {
   const stream = new EventSource(`/ui/api/events${since}`);
   source = stream;
   stream.addEventListener("view", (e) => showView(JSON.parse(e.data).nodes));
+  stream.addEventListener("usage", (e) => showUsage(JSON.parse(e.data)));
   stream.addEventListener("ready", () => { $("live").className = "on"; });
   stream.addEventListener("change", (e) => {
     const d = JSON.parse(e.data);
@@ -137,20 +162,22 @@ function openStream(since) {
 function draw() {
   if (drawPending) return;
   drawPending = true;
-  requestAnimationFrame(() => {
-    drawPending = false;
-    const envs = [...nodes.values()].filter((n) => n.kind === "env" && n.status !== "deleted");
-    $("count-envs").textContent = envs.length;
-    $("count-versions").textContent = [...nodes.values()].filter((n) => n.kind === "version" && n.status !== "deleted").length;
-    if (tab === "envs") drawEnvs(envs);
-    else if (tab === "versions") drawVersions();
-    else drawTrees();
-    if (nodes.size && !performance.getEntriesByName("denv:drawn").length) {
-      // For bench/bench_console.py: drawn, then (the next frame's task) on screen.
-      performance.mark("denv:drawn");
-      requestAnimationFrame(() => setTimeout(() => performance.mark("denv:painted")));
-    }
-  });
+  requestAnimationFrame(() => { if (drawPending) drawNow(); });
+}
+
+function drawNow() {
+  drawPending = false;
+  const envs = [...nodes.values()].filter((n) => n.kind === "env" && n.status !== "deleted");
+  $("count-envs").textContent = envs.length;
+  $("count-versions").textContent = [...nodes.values()].filter((n) => n.kind === "version" && n.status !== "deleted").length;
+  if (tab === "envs") drawEnvs(envs);
+  else if (tab === "versions") drawVersions();
+  else drawTrees();
+  if (nodes.size && !performance.getEntriesByName("denv:drawn").length) {
+    // For bench/bench_console.py: drawn, then (the next frame's task) on screen.
+    performance.mark("denv:drawn");
+    requestAnimationFrame(() => setTimeout(() => performance.mark("denv:painted")));
+  }
 }
 
 // -- lists: only the rows on screen are in the page (rows have one height), so a list of
@@ -175,10 +202,16 @@ class VList {
   set(rows, row) { this.rows = rows; this.row = row; this.render(); }
   show(index) { this.el.scrollTop = Math.max(0, index * ROW_PX - 3 * ROW_PX); this.render(); }
   render() {
-    const top = this.el.scrollTop;
-    const height = this.el.clientHeight || window.innerHeight;
-    const first = Math.max(0, Math.floor(top / ROW_PX) - OVERSCAN);
-    const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + OVERSCAN);
+    // Before the page's first layout its scroll and height are not asked for (asking, even
+    // the window's height, would lay the page out one more time): at the top, and the
+    // screen's height at most.
+    // The rows past the screen wait for the first scroll.
+    const top = this.laidOut ? this.el.scrollTop : 0;
+    const height = this.laidOut ? this.el.clientHeight || window.innerHeight : screen.height || 1200;
+    const overscan = this.laidOut ? OVERSCAN : 0;
+    this.laidOut = true;
+    const first = Math.max(0, Math.floor(top / ROW_PX) - overscan);
+    const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW_PX) + overscan);
     this.inner.style.height = `${this.rows.length * ROW_PX}px`;
     this.inner.style.paddingTop = `${first * ROW_PX}px`;
     this.inner.innerHTML = this.rows.slice(first, last).map(this.row).join("");
@@ -204,13 +237,20 @@ function actions(n) {
     `<button data-act="delete" data-id="${n.id}">delete</button>`;
 }
 
+// What an env uses, as two cells: CPU (% of one core) and memory; "–" while not known.
+function used(id) {
+  const [mem, cpu] = usage.get(id) || [null, null];
+  return `<span class="num cpu">${cpu == null ? "–" : `${cpu}%`}</span>` +
+    `<span class="num mem">${mem == null ? "–" : `${mem} MiB`}</span>`;
+}
+
 function drawEnvs(envs) {
   envs.sort((a, b) => (a.id < b.id ? 1 : -1));
   list("env-rows").set(envs, (n) =>
     `<div class="grid envs row" data-id="${n.id}"><span class="id"><a href="#tree/${n.id}">${n.id}</a></span>` +
     `<span class="status-${esc(n.status)}">${esc(n.status)}</span>` +
     `<span>${esc(n.live ? "live" : n.start)}</span><span>${esc(n.node || "")}</span>` +
-    `<span title="${esc(n.image)}">${esc(n.image)}</span><span>${age(n.created_at)}</span><span>${links(n)}</span>` +
+    `<span title="${esc(n.image)}">${esc(n.image)}</span><span>${age(n.created_at)}</span>${used(n.id)}<span>${links(n)}</span>` +
     `<span>${actions(n)}</span></div>`);
   $("envs-empty").hidden = envs.length > 0;
 }
@@ -227,7 +267,8 @@ function drawVersions() {
   list("version-rows").set(versions, (v) =>
     `<div class="grid versions row" data-id="${v.id}"><span class="id"><a href="#tree/${v.id}">${v.id}</a></span>` +
     `<span>${esc(v.project || v.image)}</span><span class="id">${esc(v.parent || "")}</span>` +
-    `<span>${v.layers}</span><span>${envCount.get(v.id) || 0}</span><span>${age(v.created_at)}</span></div>`);
+    `<span>${v.layers}</span><span class="num size">${sizeText(v.size || 0)}</span>` +
+    `<span>${envCount.get(v.id) || 0}</span><span>${age(v.created_at)}</span></div>`);
 }
 
 // -- trees
@@ -365,37 +406,49 @@ async function openDetail(id) {
   try {
     const env = await api("GET", `/ui/api/envs/${id}`);
     const mem = env.memory_bytes == null ? "–" : `${(env.memory_bytes / 1048576).toFixed(1)} MiB`;
+    const cpu = env.cpu_s == null ? "–" : `${env.cpu_s.toFixed(1)} s`;
     const facts = { status: env.status, start: env.live ? "live" : env.start, node: env.node,
       version: env.version_id, parent: env.parent_id, egress: env.egress, memory: mem,
-      created: env.created_at, expires: env.expires_at };
+      "CPU time": cpu, created: env.created_at, expires: env.expires_at };
     $("detail-facts").innerHTML = Object.entries(facts)
       .map(([k, v]) => `<dt>${k}</dt><dd>${esc(v ?? "–")}</dd>`).join("");
   } catch (err) {
     $("detail-facts").textContent = err.message;
   }
-  tailLogs();
+  tailLogs(id);
 }
 
-async function tailLogs() {
-  clearTimeout(logTimer);
-  if (!detailId) return;
-  const id = detailId;
-  try {
-    const r = await api("GET", `/ui/api/envs/${id}/logs?tail=200`);
-    if (id !== detailId) return;
-    const el = $("logs");
+// The log, pushed by the server as it is written (Server-Sent Events): its last lines, then
+// each new batch. At most MAX_LOG_LINES are kept on the page.
+const MAX_LOG_LINES = 2000;
+
+function tailLogs(id) {
+  if (logSource) logSource.close();
+  const el = $("logs");
+  let lines = [];
+  const stream = new EventSource(`/ui/api/envs/${id}/logs/events?tail=200`);
+  logSource = stream;
+  stream.addEventListener("lines", (e) => {
     const atEnd = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
-    el.textContent = r.lines.join("\n");
+    lines = lines.concat(JSON.parse(e.data).lines).slice(-MAX_LOG_LINES);
+    el.textContent = lines.join("\n");
     if (atEnd) el.scrollTop = el.scrollHeight;
-  } catch (err) {
-    $("logs").textContent = err.message;
-  }
-  logTimer = setTimeout(tailLogs, 2000);
+    $("logs-state").textContent = "(tailing)";
+  });
+  stream.addEventListener("end", () => {
+    stream.close();
+    $("logs-state").textContent = lines.length ? "(ended)" : "(no log)";
+  });
+  stream.onerror = () => {
+    // Reopened by the browser unless the server refused (closed): say so then.
+    if (stream.readyState === EventSource.CLOSED && logSource === stream) $("logs-state").textContent = "(not tailing)";
+  };
 }
 
 function closeDetail() {
   detailId = null;
-  clearTimeout(logTimer);
+  if (logSource) logSource.close();
+  logSource = null;
   $("detail").hidden = true;
 }
 
@@ -413,7 +466,9 @@ function route() {
   draw();
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+// The script is the page's last element: everything it needs is parsed, so it starts now
+// rather than at DOMContentLoaded.
+{
   $("sign-in").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", signOut);
   $("detail-close").addEventListener("click", closeDetail);
@@ -431,4 +486,4 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   // Straight to the stream: a page without a session learns so from its error (onerror).
   start();
-});
+}

@@ -22,9 +22,11 @@ from denv.server.node.seam import (
     BootSpec,
     Cancelled,
     ImageFacts,
+    Metered,
     Node,
     NodeLost,
     Owned,
+    Usage,
 )
 from denv.server.records import LiveProc, VolumeSlot
 
@@ -205,6 +207,33 @@ class Routing(Layers):
             except NodeLost:
                 continue
         return total
+
+    def logs_after(
+        self, env_id: str, service: str, cursor: str | None, tail: int, wait_s: float
+    ) -> tuple[list[str], str | None]:
+        try:
+            return self._routed(
+                env_id, lambda n: n.logs_after(env_id, service, cursor, tail, wait_s)
+            )
+        except NodeLost as exc:
+            return [f"({exc}: no more log)"], None
+
+    def usage(self, envs: list[Metered]) -> list[Usage]:
+        """Asked of each member for its envs (a live env is on its group's member); a lost
+        member's envs are not known."""
+        by_member: defaultdict[str, list[Metered]] = defaultdict(list)
+        for env in envs:
+            name = self._env_member(env.live.group if env.live else env.env_id)
+            if name is not None:
+                by_member[name].append(env)
+        known: dict[str, Usage] = {}
+        for name, some in by_member.items():
+            try:
+                found = self._call(name, lambda n, s=some: n.usage(s))  # type: ignore[misc]
+            except NodeLost:
+                continue
+            known.update((u.env_id, u) for u in found)
+        return [known.get(e.env_id) or Usage(env_id=e.env_id) for e in envs]
 
     def lost_reason(self, env_id: str) -> str | None:
         name = self._env_member(env_id)
