@@ -32,6 +32,9 @@ from typing import Any
 
 from denv import Denv
 from denv.server.docker import live_apart
+from openenv.core import GenericEnvClient
+
+from .harness import Bench, remove_leftovers, start_server, stop_process
 
 log = logging.getLogger("bench.live_density")
 
@@ -116,8 +119,6 @@ def mem_available() -> int:
 
 def step_once(url: str, message: str) -> str:
     """One OpenEnv client session on ``url``: connect, step, close; the echoed message."""
-    from openenv.core import GenericEnvClient
-
     with GenericEnvClient(base_url=url).sync() as env:
         result = env.step({"message": message})
     return str(result.observation["echoed_message"])
@@ -143,7 +144,9 @@ def run(
         root = api.create_sandbox(image, ports=[8000], live=True, wait="healthy")
         root_id = root.id
         out["root_boot_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         step_once(str(root.endpoints[0].url), "root")  # the children continue a served session
+        out["root_step_s"] = time.perf_counter() - t0
         group = live_apart.group_of(container_pid(root_id))
         forks: list[float] = []
         t0 = time.perf_counter()
@@ -206,3 +209,46 @@ def run(
             list(pool.map(api.delete_env, ids))
         out["delete_all_s"] = time.perf_counter() - t0
     return out
+
+
+def bench(b: Bench) -> dict[str, dict[str, Any]]:
+    """``python -m bench --only live_density``: the run above on a server of its own, with
+    the caps raised for ``b.profile.live_density_n`` envs; then what that server left."""
+    n = int(b.profile.live_density_n)
+    state = Path(f"{b.server.state_dir}-density")
+    flags = server_flags(n)
+    server = start_server(state, flags)
+    try:
+        api = Denv(server.url, server.api_key, timeout_s=600)
+        try:
+            result = run(api, b.image, n, server.proc.pid)
+        finally:
+            api.close()
+        time.sleep(2)  # deletes answered; the container's removal may still be in flight
+        result["left"] = _left(server.instance, state)
+    finally:
+        stop_process(server.proc)
+        remove_leftovers(state)
+    result["server_flags"] = list(flags)
+    return {"live_density": result}
+
+
+def _left(instance: str, state: Path) -> dict[str, list[str]]:
+    """The server's containers, key cgroups and mounts under its state dir that remain."""
+    ps = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=denv.instance={instance}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/denv-{instance}-*"))
+    root = str(state.resolve()) + "/"
+    with open("/proc/self/mountinfo") as f:
+        mounts = [ln.split()[4] for ln in f if ln.split()[4].startswith(root)]
+    pool = [m for m in mounts if "/volfs/pool/" in m]  # emptied filesystems kept for reuse
+    return {
+        "containers": ps,
+        "cgroups": cgroups,
+        "mounts": [m for m in mounts if m not in pool],
+        "pooled_filesystems": [f"{len(pool)} emptied, kept mounted for reuse"] if pool else [],
+    }

@@ -53,7 +53,8 @@ def test_many_live_envs_step_through_ingress_hold_little_and_leave_nothing(
             request,
             state,
             f"density: {N} live envs stepped, private {private['uss_median'] / 2**20:.1f} MB "
-            f"median, {mb:.1f} MB max; started in {got['fork_all_s']:.1f}s",
+            f"median, {mb:.1f} MB max; root {got['root_boot_s']:.1f}s, forks {got['fork_all_s']:.1f}s, "
+            f"steps {got['step_all_s']:.1f}s, deletes {got['delete_all_s']:.1f}s",
             quiet=True,
         )
     report(request, line)
