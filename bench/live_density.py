@@ -98,8 +98,15 @@ def process_status(pid: int) -> dict[str, int]:
 
 
 MEMINFO = (
-    "MemAvailable", "AnonPages", "PageTables", "KernelStack", "Slab", "SUnreclaim",
-    "Buffers", "Cached", "Shmem",
+    "MemAvailable",
+    "AnonPages",
+    "PageTables",
+    "KernelStack",
+    "Slab",
+    "SUnreclaim",
+    "Buffers",
+    "Cached",
+    "Shmem",
 )
 
 
@@ -156,7 +163,12 @@ def run(
                 break
             count = min(BATCH, n - len(children))
             t1 = time.perf_counter()
-            fork = api.fork(root_id, count, kind="live", wait="healthy")
+            try:
+                fork = api.fork(root_id, count, kind="live", wait="healthy")
+            except Exception as exc:  # measure the envs that are up; say why there are no more
+                out["stopped_because"] = f"a fork failed: {type(exc).__name__}: {exc}"
+                log.warning("live density: %s", out["stopped_because"])
+                break
             forks.append(time.perf_counter() - t1)
             for env in fork.envs:
                 children[env.id] = str(env.endpoints[0].url)
@@ -166,6 +178,7 @@ def run(
             if len(forks) % 8 == 0:
                 progress(f"live density: {len(children)} envs ({forks[-1]:.2f}s for the last fork)")
         out["fork_all_s"] = time.perf_counter() - t0
+        out["envs"] = len(children)
         out["fork_request_s"] = forks
         out["mem_available_drop_after_forks_bytes"] = avail0 - mem_available()
 

@@ -48,13 +48,13 @@ def test_many_live_envs_step_through_ingress_hold_little_and_leave_nothing(
         assert got["stepped"] == N, f"{got['stepped']} of {N} live envs answered a step"
         private = got["private_bytes"]
         mb = private["uss_max"] / 2**20
-        assert mb <= PRIVATE_MAX_MB, f"a live env holds {mb:.1f} MB private (bound {PRIVATE_MAX_MB})"
+        assert mb <= PRIVATE_MAX_MB, f"a live env holds {mb:.1f} MB (bound {PRIVATE_MAX_MB})"
         line = assert_nothing_left(
             request,
             state,
             f"density: {N} live envs stepped, private {private['uss_median'] / 2**20:.1f} MB "
-            f"median, {mb:.1f} MB max; root {got['root_boot_s']:.1f}s, forks {got['fork_all_s']:.1f}s, "
-            f"steps {got['step_all_s']:.1f}s, deletes {got['delete_all_s']:.1f}s",
+            f"median, {mb:.1f} MB max; root {got['root_boot_s']:.1f}s, "
+            f"forks {got['fork_all_s']:.1f}s, steps {got['step_all_s']:.1f}s, deletes {got['delete_all_s']:.1f}s",
             quiet=True,
         )
     report(request, line)
