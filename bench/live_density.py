@@ -120,6 +120,24 @@ def meminfo() -> dict[str, int]:
     return out
 
 
+def idle_wakeups(group: live_apart.Group, env_ids: list[str], seconds: float = 2.0) -> float:
+    """How often an idle live env's server wakes, per second (the median over ``env_ids``):
+    the kernel's count of times its main thread ran (``/proc/PID/schedstat``)."""
+
+    def runs() -> dict[str, int]:
+        out = {}
+        for env_id in env_ids:
+            pid = (group.directory(env_id) / "cgroup.procs").read_text().split()[0]
+            out[env_id] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[2])
+        return out
+
+    before = runs()
+    time.sleep(seconds)
+    after = runs()
+    rates = sorted((after[e] - before[e]) / seconds for e in env_ids)
+    return rates[len(rates) // 2] if rates else 0.0
+
+
 def mem_available() -> int:
     return meminfo()["MemAvailable"]
 
@@ -129,6 +147,14 @@ def step_once(url: str, message: str) -> str:
     with GenericEnvClient(base_url=url).sync() as env:
         result = env.step({"message": message})
     return str(result.observation["echoed_message"])
+
+
+def _step_or_error(url: str, message: str, errors: list[str]) -> str:
+    try:
+        return step_once(url, message)
+    except Exception as exc:  # counted as not stepped; the first few kept
+        errors.append(f"{type(exc).__name__}: {exc}")
+        return ""
 
 
 def run(
@@ -155,6 +181,7 @@ def run(
         step_once(str(root.endpoints[0].url), "root")  # the children continue a served session
         out["root_step_s"] = time.perf_counter() - t0
         group = live_apart.group_of(container_pid(root_id))
+        root_charged = env_memory(group, root_id).get("cgroup")
         forks: list[float] = []
         t0 = time.perf_counter()
         while len(children) < n:
@@ -179,24 +206,31 @@ def run(
                 progress(f"live density: {len(children)} envs ({forks[-1]:.2f}s for the last fork)")
         out["fork_all_s"] = time.perf_counter() - t0
         out["envs"] = len(children)
+        out["idle_wakeups_per_s"] = idle_wakeups(group, list(children)[:16])
+        out["root_cgroup_bytes"] = {"before_forks": root_charged}
         out["fork_request_s"] = forks
         out["mem_available_drop_after_forks_bytes"] = avail0 - mem_available()
 
         t0 = time.perf_counter()
-        items, stepped = list(children.items()), 0
+        items, stepped, errors = list(children.items()), 0, []
         with ThreadPoolExecutor(STEP_THREADS) as pool:
             for start in range(0, len(items), 4 * BATCH):
                 if mem_available() < reserve:
                     out["stopped_because"] = f"MemAvailable fell under {reserve >> 20} MiB"
                     break
                 chunk = items[start : start + 4 * BATCH]
-                echoed = pool.map(lambda item: step_once(item[1], item[0]), chunk)
+                echoed = pool.map(lambda item: _step_or_error(item[1], item[0], errors), chunk)
                 stepped += sum(e == i for e, (i, _) in zip(echoed, chunk, strict=True))
         out["step_all_s"] = time.perf_counter() - t0
         out["stepped"] = stepped
+        out["step_errors"] = errors[:5]
         progress(f"live density: {out['stepped']} of {n} envs answered a step")
 
         mem = {env_id: env_memory(group, env_id) for env_id in children}
+        try:
+            root_now: dict[str, int] = env_memory(group, root_id)
+        except OSError:  # its process ended (its cgroup went with it)
+            root_now, out["root_ended"] = {}, True
         uss = sorted(m["uss"] for m in mem.values())
         out["private_bytes"] = {
             "uss_median": uss[len(uss) // 2],
@@ -204,7 +238,8 @@ def run(
             "uss_max": uss[-1],
             "uss_total": sum(uss),
             "cgroup_median": sorted(m.get("cgroup", 0) for m in mem.values())[len(uss) // 2],
-            "root_uss": env_memory(group, root_id)["uss"],
+            "root_uss": root_now.get("uss"),
+            "root_cgroup_after": root_now.get("cgroup"),
             "processes_per_env_max": max(m["processes"] for m in mem.values()),
         }
         out["over_15mb"] = sum(u > 15 * MB for u in uss)
