@@ -49,6 +49,10 @@ def server_flags(n: int) -> tuple[str, ...]:
         *("--max-envs-per-key", str(n + 8)),
         *("--max-creates-per-key", "0", "--max-starting-per-key", "0"),
         *("--max-ingress-per-key", "0", "--max-leases-per-key", "0"),
+        # The parent's own memory cgroup is charged ~5.5 MB per live child it forked (the
+        # pages a child writes before the node moves it into its cgroup, and its page
+        # tables; kernels since 6.13 no longer move charges): 2 GiB holds ~300 children.
+        *("--env-memory", str(max(2048, 256 + n * 8))),
         "--no-zygotes",
     )
 

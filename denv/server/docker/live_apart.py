@@ -139,25 +139,12 @@ def limit(group: Group, template: str | None, env_ids: list[str]) -> None:
             for env_id in env_ids:
                 mine = group.limited(env_id)[ctrl]
                 mine.mkdir(parents=True, exist_ok=True)
-                if ctrl == "memory":
-                    _take_charges(mine)
                 _shift(container, ctrl, one, +1)  # the container's first: a server never exceeds it
                 for name in reversed(LIMITS[ctrl]):  # memory, then memory+swap
                     if one.get(name) is not None:
                         (mine / name).write_text(str(one[name]))
     except OSError as exc:
         raise ApartError(f"setting the env's limits failed: {exc}") from exc
-
-
-def _take_charges(memory: Path) -> None:
-    """Have the server's memory cgroup take the charges of the pages its process wrote
-    before it entered (v1 ``move_charge_at_immigrate``, anonymous pages). A child is cloned
-    in its parent's cgroup and sets itself up (~5 MB of copied pages for the echo env) before
-    the node moves it: without this, those pages stayed charged to the parent, and a parent
-    of a few hundred children was OOM-killed at its own limit (issue 24's density run).
-    A kernel without the file keeps today's accounting."""
-    with contextlib.suppress(OSError):
-        (memory / "memory.move_charge_at_immigrate").write_text("1")
 
 
 def lend_pids(group: Group, env_id: str, n: int) -> None:
