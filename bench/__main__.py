@@ -32,6 +32,7 @@ from . import (
     bench_trainer,
     bench_upload,
     bench_zygote,
+    live_density,
     report,
 )
 from .harness import IMAGE, Bench, start_server, write_json
@@ -70,6 +71,7 @@ class Profile:
     live_tree: tuple[int, ...] = (4, 4)  # branching, depth of the tree search (bench_live)
     live_tree_compare: bool = True  # also the tree by warm volume forks and by replay
     live_sustained_s: int = 60  # seconds of live fork(8) after fork(8)
+    live_density_n: int = 1000  # live envs at once (bench/live_density.py)
 
 
 FULL = Profile(
@@ -118,6 +120,7 @@ QUICK = Profile(
     diff_reps=5,
     live_tree=(2, 3),
     live_sustained_s=10,
+    live_density_n=16,
 )
 
 Runner = Callable[[Bench], dict[str, dict[str, Any]]]
@@ -132,6 +135,7 @@ BENCHMARKS: dict[str, Runner] = {
     "live_tree": bench_live.run_tree,
     "upload": bench_upload.run,
     "zygote": bench_zygote.run,
+    "live_density": live_density.bench,
 }
 
 

@@ -7,6 +7,7 @@ the conditions the numbers were taken under (bench.measure). Nothing here assert
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -132,6 +133,11 @@ def remove_leftovers(state_dir: Path) -> None:
         nets = sh("docker", "network", "ls", "-q", "--filter", label, check=False).split()
         if nets:
             sh("docker", "network", "rm", *nets, check=False)
+        # its API keys' CPU groups (denv.server.docker.cgroups.key_parent), empty once its
+        # containers are gone
+        for group in Path("/sys/fs/cgroup").glob(f"*/denv-{inst}-*"):
+            with contextlib.suppress(OSError):
+                group.rmdir()
     root = str(state_dir.resolve()) + "/"
     for _ in range(10):
         with open("/proc/self/mountinfo") as f:

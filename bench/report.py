@@ -237,6 +237,15 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"({fmt_bytes(g('density', 'memory_per_env_bytes', 'cgroup_usage', 'median'))}) "
             f"| stopped at: {g('density', 'stopped_because')} | |"
         )
+    if g("live_density", "stepped") is not None:
+        lines.append(
+            f"| live echo envs at once, each stepped through ingress (private memory each, "
+            f"median / max) | {g('live_density', 'stepped')} of {g('live_density', 'n')} "
+            f"({fmt_bytes(g('live_density', 'private_bytes', 'uss_median'))} / "
+            f"{fmt_bytes(g('live_density', 'private_bytes', 'uss_max'))}) | total "
+            f"{fmt_bytes(g('live_density', 'private_bytes', 'uss_total'))}, all started in "
+            f"{g('live_density', 'fork_all_s'):.0f} s | 1,000, 15 MB |"
+        )
     lines.append("")
     lines += [f"![{name}]({prefix}{name}.png)" for name, _, _ in SECTIONS if name in plots]
     return "\n".join(lines)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from denv.server import ids
 from denv.server.auth import KeyRing, create_api_key, digest
 from denv.server.db import Store
-from denv.server.records import EnvRecord, EnvStatus, VersionRecord, Volume
+from denv.server.records import EnvRecord, EnvStatus, LiveProc, Runtime, VersionRecord, Volume
 
 CONTRACT_ENV_ID = re.compile(r"^env_[0-9A-HJKMNP-TV-Z]{26}$")
 
@@ -74,6 +75,29 @@ def test_store_envs_versions_and_pages(tmp_path: Path) -> None:
     store.mark_version_deleted(vid)
     assert store.get_version(vid) is None
     assert store.get_version(vid, include_deleted=True) is not None
+    store.close()
+
+
+def test_live_group_selects_the_envs_of_one_container_not_deleted(tmp_path: Path) -> None:
+    # A live fork picks its children's ports, and a delete decides whether the container
+    # goes, from the envs of one group: the store selects them, among envs of other groups
+    # and envs that are not live.
+    store = Store(tmp_path / "denv.db")
+    vid = ids.new_id("ver")
+    store.insert_version(version("o1", vid))
+    made: dict[str, list[str]] = {"g1": [], "g2": [], "none": []}
+    for i, group in enumerate(["g1", "g1", "g2", "none", "g1"]):
+        rec = env("o1", vid)
+        if group != "none":
+            proc = LiveProc(group=group, container="c", pid=100 + i, start=1, port=20001 + i)
+            rec = replace(rec, runtime=Runtime(live=proc))
+        store.insert_env(rec)
+        made[group].append(rec.id)
+    assert sorted(e.id for e in store.live_group("g1")) == sorted(made["g1"])
+    assert [e.runtime.live.port for e in store.live_group("g2") if e.runtime.live] == [20003]
+    assert store.set_status(made["g1"][0], EnvStatus.DELETED)
+    assert sorted(e.id for e in store.live_group("g1")) == sorted(made["g1"][1:])
+    assert store.live_group("none") == [] and store.live_group("g3") == []
     store.close()
 
 

@@ -42,6 +42,9 @@ BIN = "/.denv/bin"
 CTL_DIR = "/.denv/ctl"
 WORK_DIR = "/.denv/work"
 CTL_TIMEOUT_S = 10.0
+# A fork's wait grows by this much per child: the parent clones them one after another and
+# each sets up on CPU the machine shares, so fork(32) on a loaded machine outlasts 10 s.
+CHILD_TIMEOUT_S = 0.5
 # pid 1: the launcher under the image's Python (any will do: it needs the standard library);
 # the image's own command follows as arguments and runs unchanged. Without a Python the
 # container exits at once with NO_PYTHON_EXIT (its command never ran, with or without the
@@ -212,8 +215,28 @@ def fork(
 
     The parent's gate stays closed from the gate to the end of ``snapshot()`` (so /work is
     captured as the children see it); a launcher without ``hold`` (started by an older
-    denv) is asked in the old order: snapshot, then fork.
+    denv) is asked in the old order: snapshot, then fork. Each wait is ``timeout_s`` plus
+    ``CHILD_TIMEOUT_S`` per child; one that runs out is a ``LiveError`` saying so.
     """
+    timeout_s += CHILD_TIMEOUT_S * len(children)
+    try:
+        return _fork(parent, children, snapshot, depth, placed, timeout_s)
+    except TimeoutError as exc:  # a socket's read or the answer's wait: not an internal error
+        raise LiveError(
+            "live_fork_failed",
+            f"the env's launcher did not answer within {timeout_s:.0f} s ({exc or 'timed out'}): "
+            "the machine may be short of CPU; retry, or fork fewer children at once",
+        ) from exc
+
+
+def _fork(
+    parent: Proc,
+    children: list[ChildSpec],
+    snapshot: Any,
+    depth: int,
+    placed: Callable[[str, int], None] | None,
+    timeout_s: float,
+) -> tuple[list[Proc | LiveError], dict[str, float]]:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if not alive(parent):

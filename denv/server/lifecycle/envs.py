@@ -351,10 +351,7 @@ class Envs:
             ctx.ingress.unregister(token)
         if rec is not None and rec.runtime.live is not None:
             proc = rec.runtime.live
-            last = not any(
-                e.id != env_id and e.runtime.live and e.runtime.live.group == proc.group
-                for e in ctx.store.live_envs()
-            )
+            last = not any(e.id != env_id for e in ctx.store.live_group(proc.group))
             ctx.node.live_teardown(env_id, proc, last)
             return
         ctx.node.teardown(env_id, list(rec.runtime.containers.values()) if rec else [])

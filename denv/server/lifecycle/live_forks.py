@@ -156,8 +156,8 @@ class LiveForks:
     def _free_ports(self, proc: Any, n: int) -> list[int]:
         used = {
             e.runtime.live.port
-            for e in self.ctx.store.live_envs()
-            if e.runtime.live is not None and e.runtime.live.group == proc.group
+            for e in self.ctx.store.live_group(proc.group)
+            if e.runtime.live is not None
         }
         ports: list[int] = []
         port = live.CHILD_PORT_BASE

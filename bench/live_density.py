@@ -1,0 +1,307 @@
+"""Live density (issue 24 item 7): N live envs of the echo image at once, each answering a
+WebSocket step through ingress, each's private memory, and nothing left once they are deleted.
+
+The envs are live forks of one booted root (``fork(kind="live")``, at most ``count=32`` per
+request): every one a copy of the root's running server, in its own cgroups and behind its
+own port rule, in the root's container. Measured:
+
+- ``fork_all_s``: from the first fork request to the last child serving (the root's boot is
+  ``root_boot_s``, apart);
+- each env's **private memory** after its step: the sum of ``Private_Clean`` and
+  ``Private_Dirty`` in ``/proc/PID/smaps_rollup`` (its USS) over the processes in its own
+  cgroup, and what its memory cgroup (v1) was charged; the host's ``MemAvailable`` drop;
+- the step: one OpenEnv ``GenericEnvClient`` per env over its ingress URL (connect, ``step``,
+  close), ``STEP_THREADS`` at a time;
+- what the denv server held at the peak (threads, file descriptors, resident memory);
+- after every env is deleted: the server's containers, cgroups and mounts left (none expected).
+
+Used by ``python -m bench --only live_density`` (its own server, with the per-key caps raised
+by flags) and, at smaller counts, by tests/reliability/test_density.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from openenv.core import GenericEnvClient
+
+from denv import Denv
+from denv.server.docker import live_apart
+
+from .harness import Bench, remove_leftovers, start_server, stop_process
+
+log = logging.getLogger("bench.live_density")
+
+BATCH = 32  # the API's most children per fork request
+STEP_THREADS = 16
+MB = 1024 * 1024
+
+
+def server_flags(n: int) -> tuple[str, ...]:
+    """What a server must be given to hold ``n`` live envs of one key (its per-key caps)."""
+    return (
+        *("--max-envs-per-key", str(n + 8)),
+        *("--max-creates-per-key", "0", "--max-starting-per-key", "0"),
+        *("--max-ingress-per-key", "0", "--max-leases-per-key", "0"),
+        # The parent's own memory cgroup is charged ~5.5 MB per live child it forked (the
+        # pages a child writes before the node moves it into its cgroup, and its page
+        # tables; kernels since 6.13 no longer move charges): 2 GiB holds ~300 children.
+        *("--env-memory", str(max(2048, 256 + n * 8))),
+        "--no-zygotes",
+    )
+
+
+def private_bytes(pid: int) -> int:
+    """A process's unique set size: the pages only it maps (smaps_rollup Private_*)."""
+    total = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:", "Private_Hugetlb:")):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def env_memory(group: live_apart.Group, env_id: str) -> dict[str, int]:
+    """``uss``: the private memory of the processes in the env's cgroup; ``cgroup``: what
+    its v1 memory cgroup was charged (where the host has one), less inactive file cache."""
+    pids = [int(p) for p in (group.directory(env_id) / "cgroup.procs").read_text().split()]
+    out = {"uss": sum(private_bytes(p) for p in pids), "processes": len(pids)}
+    memory = group.limited(env_id).get("memory")
+    if memory is not None:
+        usage = int((memory / "memory.usage_in_bytes").read_text())
+        stat = dict(line.split() for line in (memory / "memory.stat").read_text().splitlines())
+        out["cgroup"] = usage - int(stat.get("total_inactive_file", 0))
+    return out
+
+
+def container_pid(env_id: str) -> int:
+    out = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Pid}}", f"denv-{env_id.lower()}-agent"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+def process_status(pid: int) -> dict[str, int]:
+    """Threads, open file descriptors and resident memory (bytes) of a process."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return {
+        "threads": int(fields["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
+    }
+
+
+MEMINFO = (
+    "MemAvailable",
+    "AnonPages",
+    "PageTables",
+    "KernelStack",
+    "Slab",
+    "SUnreclaim",
+    "Buffers",
+    "Cached",
+    "Shmem",
+)
+
+
+def meminfo() -> dict[str, int]:
+    """The host's /proc/meminfo fields of ``MEMINFO``, in bytes."""
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in MEMINFO:
+            out[name] = int(value.split()[0]) * 1024
+    return out
+
+
+def idle_wakeups(group: live_apart.Group, env_ids: list[str], seconds: float = 2.0) -> float:
+    """How often an idle live env's server wakes, per second (the median over ``env_ids``):
+    the kernel's count of times its main thread ran (``/proc/PID/schedstat``)."""
+
+    def runs() -> dict[str, int]:
+        out = {}
+        for env_id in env_ids:
+            pid = (group.directory(env_id) / "cgroup.procs").read_text().split()[0]
+            out[env_id] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[2])
+        return out
+
+    before = runs()
+    time.sleep(seconds)
+    after = runs()
+    rates = sorted((after[e] - before[e]) / seconds for e in env_ids)
+    return rates[len(rates) // 2] if rates else 0.0
+
+
+def mem_available() -> int:
+    return meminfo()["MemAvailable"]
+
+
+def step_once(url: str, message: str) -> str:
+    """One OpenEnv client session on ``url``: connect, step, close; the echoed message."""
+    with GenericEnvClient(base_url=url).sync() as env:
+        result = env.step({"message": message})
+    return str(result.observation["echoed_message"])
+
+
+def _step_or_error(url: str, message: str, errors: list[str]) -> str:
+    try:
+        return step_once(url, message)
+    except Exception as exc:  # counted as not stepped; the first few kept
+        errors.append(f"{type(exc).__name__}: {exc}")
+        return ""
+
+
+def run(
+    api: Denv,
+    image: str,
+    n: int,
+    server_pid: int | None = None,
+    progress: Callable[[str], None] = log.info,
+) -> dict[str, Any]:
+    """Start ``n`` live envs, step each, measure, delete them all; the measures. Deletes
+    whatever it started, also when it fails."""
+    info0 = meminfo()
+    avail0 = info0["MemAvailable"]
+    reserve = max(2 * 1024 * MB, avail0 // 10)  # stop before the machine runs short
+    root_id: str | None = None
+    children: dict[str, str] = {}  # env id -> ingress URL
+    out: dict[str, Any] = {"n": n, "batch": BATCH, "step_threads": STEP_THREADS}
+    try:
+        t0 = time.perf_counter()
+        root = api.create_sandbox(image, ports=[8000], live=True, wait="healthy")
+        root_id = root.id
+        out["root_boot_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        step_once(str(root.endpoints[0].url), "root")  # the children continue a served session
+        out["root_step_s"] = time.perf_counter() - t0
+        group = live_apart.group_of(container_pid(root_id))
+        root_charged = env_memory(group, root_id).get("cgroup")
+        forks: list[float] = []
+        t0 = time.perf_counter()
+        while len(children) < n:
+            if mem_available() < reserve:
+                out["stopped_because"] = f"MemAvailable fell under {reserve >> 20} MiB"
+                break
+            count = min(BATCH, n - len(children))
+            t1 = time.perf_counter()
+            try:
+                fork = api.fork(root_id, count, kind="live", wait="healthy")
+            except Exception as exc:  # measure the envs that are up; say why there are no more
+                out["stopped_because"] = f"a fork failed: {type(exc).__name__}: {exc}"
+                log.warning("live density: %s", out["stopped_because"])
+                break
+            forks.append(time.perf_counter() - t1)
+            for env in fork.envs:
+                children[env.id] = str(env.endpoints[0].url)
+            bad = [e.id for e in fork.envs if e.status != "healthy"]
+            if bad:
+                raise RuntimeError(f"fork gave children that are not healthy: {bad[:5]}")
+            if len(forks) % 8 == 0:
+                progress(f"live density: {len(children)} envs ({forks[-1]:.2f}s for the last fork)")
+        out["fork_all_s"] = time.perf_counter() - t0
+        out["envs"] = len(children)
+        out["idle_wakeups_per_s"] = idle_wakeups(group, list(children)[:16])
+        out["root_cgroup_bytes"] = {"before_forks": root_charged}
+        out["fork_request_s"] = forks
+        out["mem_available_drop_after_forks_bytes"] = avail0 - mem_available()
+
+        t0 = time.perf_counter()
+        items, stepped, errors = list(children.items()), 0, []
+        with ThreadPoolExecutor(STEP_THREADS) as pool:
+            for start in range(0, len(items), 4 * BATCH):
+                if mem_available() < reserve:
+                    out["stopped_because"] = f"MemAvailable fell under {reserve >> 20} MiB"
+                    break
+                chunk = items[start : start + 4 * BATCH]
+                echoed = pool.map(lambda item: _step_or_error(item[1], item[0], errors), chunk)
+                stepped += sum(e == i for e, (i, _) in zip(echoed, chunk, strict=True))
+        out["step_all_s"] = time.perf_counter() - t0
+        out["stepped"] = stepped
+        out["step_errors"] = errors[:5]
+        progress(f"live density: {out['stepped']} of {n} envs answered a step")
+
+        mem = {env_id: env_memory(group, env_id) for env_id in children}
+        try:
+            root_now: dict[str, int] = env_memory(group, root_id)
+        except OSError:  # its process ended (its cgroup went with it)
+            root_now, out["root_ended"] = {}, True
+        uss = sorted(m["uss"] for m in mem.values())
+        out["private_bytes"] = {
+            "uss_median": uss[len(uss) // 2],
+            "uss_p90": uss[int(len(uss) * 0.9)],
+            "uss_max": uss[-1],
+            "uss_total": sum(uss),
+            "cgroup_median": sorted(m.get("cgroup", 0) for m in mem.values())[len(uss) // 2],
+            "root_uss": root_now.get("uss"),
+            "root_cgroup_after": root_now.get("cgroup"),
+            "processes_per_env_max": max(m["processes"] for m in mem.values()),
+        }
+        out["over_15mb"] = sum(u > 15 * MB for u in uss)
+        info1 = meminfo()
+        out["mem_available_drop_bytes"] = avail0 - info1["MemAvailable"]
+        out["meminfo_growth_bytes"] = {k: info1[k] - info0[k] for k in MEMINFO}
+        if server_pid is not None:
+            out["server_at_peak"] = process_status(server_pid)
+        container = process_status(group.pid)
+        out["container_pid1"] = container
+    finally:
+        t0 = time.perf_counter()
+        ids = [*children, *([root_id] if root_id else [])]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(api.delete_env, ids))
+        out["delete_all_s"] = time.perf_counter() - t0
+    return out
+
+
+def bench(b: Bench) -> dict[str, dict[str, Any]]:
+    """``python -m bench --only live_density``: the run above on a server of its own, with
+    the caps raised for ``b.profile.live_density_n`` envs; then what that server left."""
+    n = int(b.profile.live_density_n)
+    state = Path(f"{b.server.state_dir}-density")
+    flags = server_flags(n)
+    server = start_server(state, flags)
+    try:
+        api = Denv(server.url, server.api_key, timeout_s=600)
+        try:
+            result = run(api, b.image, n, server.proc.pid)
+        finally:
+            api.close()
+        time.sleep(2)  # deletes answered; the container's removal may still be in flight
+        result["left"] = _left(server.instance, state)
+    finally:
+        stop_process(server.proc)
+        remove_leftovers(state)
+    result["server_flags"] = list(flags)
+    return {"live_density": result}
+
+
+def _left(instance: str, state: Path) -> dict[str, list[str]]:
+    """The server's containers, key cgroups and mounts under its state dir that remain."""
+    ps = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=denv.instance={instance}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/denv-{instance}-*"))
+    root = str(state.resolve()) + "/"
+    with open("/proc/self/mountinfo") as f:
+        mounts = [ln.split()[4] for ln in f if ln.split()[4].startswith(root)]
+    pool = [m for m in mounts if "/volfs/pool/" in m]  # emptied filesystems kept for reuse
+    return {
+        "containers": ps,
+        "cgroups": cgroups,
+        "mounts": [m for m in mounts if m not in pool],
+        "pooled_filesystems": [f"{len(pool)} emptied, kept mounted for reuse"] if pool else [],
+    }
