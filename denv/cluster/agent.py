@@ -152,7 +152,7 @@ class NodeAgent:
                 self.name,
             )
             return
-        host = _ray_place()[1] or "127.0.0.1"
+        host = _ray_place(actor=True)[1] or "127.0.0.1"
         kept = self.state_dir / RELAY_PORT_FILE
         port = self.cfg.relay_port or _read_port(kept)
         relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
@@ -261,12 +261,16 @@ def _read_port(path: Path) -> int:
         return 0
 
 
-def _ray_place() -> tuple[str, str]:
-    """(Ray node id, IP) of the process, ("", "") outside Ray."""
+def _ray_place(actor: bool = False) -> tuple[str, str]:
+    """(Ray node id, IP) of the process, ("", "") outside Ray (or, with ``actor``, outside
+    a Ray actor: a driver's IP is Ray's guess from its default route, not a node's
+    address)."""
     try:
         import ray
 
         if not ray.is_initialized():
+            return "", ""
+        if actor and ray.get_runtime_context().get_actor_id() is None:
             return "", ""
         ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         return ray.get_runtime_context().get_node_id(), ip

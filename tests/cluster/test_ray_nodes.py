@@ -32,6 +32,7 @@ from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
 from denv.cluster.remote import RemoteNode
 from denv.server import ids
 from denv.server.errors import ApiError
+from denv.server.ingress.relay import split_address
 from denv.server.node.seam import BootFailed, BootSpec, NodeLost
 from denv.server.records import ServiceSpec, VolumeSlot
 
@@ -124,8 +125,11 @@ def test_a_remote_node_boots_a_real_env_and_tears_it_down(
     try:
         node.wait_healthy(spec, booted, 60)
         up_s = time.monotonic() - started
-        with urllib.request.urlopen(f"http://{booted.agent_ip}:8000/health", timeout=10) as r:
-            assert r.status == 200  # the env answers on its node's network
+        # The env answers on its node's network (its address, behind the node's relay for
+        # the control plane: this machine is the node here, so it reaches it directly).
+        env_ip = split_address(booted.agent_ip)[0]
+        with urllib.request.urlopen(f"http://{env_ip}:8000/health", timeout=10) as r:
+            assert r.status == 200
         assert set(node.states(spec.env_id).values()) == {"running"}
         label = f"label=denv.instance={cluster.instance_ids()['n1']}"
         mine = subprocess.run(
