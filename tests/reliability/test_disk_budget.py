@@ -25,6 +25,7 @@ import pytest
 from conftest import clean, docker_engine, start_server
 from reliability_helpers import STANDIN, STANDIN_CMD, api, container_of, ok, report
 
+from bench.soak_checks import usage
 from denv.cli import main
 from denv.server.auth import create_api_key
 
@@ -34,20 +35,6 @@ MIB = 1024 * 1024
 QUOTA_MB = 40
 WRITE_MB = 10  # what each env of the loop writes to /work before it is forked
 BUDGET = ["--max-disk-per-key", f"{QUOTA_MB}M", "--version-grace", "0", "--gc-interval", "0"]
-
-
-def usage(path: Path) -> int:
-    """Bytes of disk ``path`` and the files under it use (0: it does not exist)."""
-    if not path.exists():
-        return 0
-    total = path.lstat().st_blocks * 512
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                continue
-    return total
 
 
 def held(state: Path, but: str = "") -> int:
