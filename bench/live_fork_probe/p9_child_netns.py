@@ -36,6 +36,8 @@ A round is one fork(n) of one case; the cases alternate round by round:
   with its child's end made directly in the child's netns, the bridge end isolated and up,
   and a permanent neighbour entry for the child's address.
 - ``netns_create_netlink``: the same as 3n messages in one send on the held socket.
+- ``netns_create_netlink_del``: the same, and at the delete the host removes the n pairs
+  (n RTM_DELLINK in one send, timed) before the kill, rather than waiting for the kernel.
 
 In every case the host writes each child's uid/gid maps (as the node does today) and then
 lets the children go. A netns child brings up ``lo`` and its interface with a MAC derived
@@ -85,7 +87,7 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
 
 # --- netlink, just what the probe sends ---------------------------------------------------
-RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE, NLMSG_ERROR = 16, 20, 24, 2
+RTM_NEWLINK, RTM_DELLINK, RTM_NEWADDR, RTM_NEWROUTE, NLMSG_ERROR = 16, 17, 20, 24, 2
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 1, 4, 0x100, 0x200, 0x400
 RTM_NEWNEIGH, NDA_DST, NDA_LLADDR, NUD_PERMANENT = 28, 1, 2, 0x80
 IFLA_ADDRESS, IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_NET_NS_PID = 1, 3, 10, 18, 19
@@ -162,6 +164,15 @@ def move_slots_netlink(sock: socket.socket, moves: list[tuple[str, int]]) -> Non
                                _rta(IFLA_NET_NS_PID, struct.pack("=I", pid))))
         for name, pid in moves
     ])  # fmt: skip
+
+
+def delete_links_netlink(sock: socket.socket, names: list[str]) -> None:
+    """On the host, at a delete: each child's pair, by its bridge end, n RTM_DELLINK in one
+    send (the child's end goes with it), so its port and address go at once."""
+    netlink_send(
+        sock,
+        [(RTM_DELLINK, 0, _link(0, False, _rta(IFLA_IFNAME, n.encode() + b"\0"))) for n in names],
+    )
 
 
 def mac_of(ip: str) -> bytes:
@@ -596,7 +607,7 @@ COMMIT
         row["host_maps_ms"] = (time.perf_counter() - tm) * 1e3
         tn, cpu_self, cpu_kids = time.perf_counter(), time.process_time(), children_cpu_ms()
         moves = list(zip(slots, self.kid_pids, strict=True))
-        if case == "netns_create_netlink":
+        if case.startswith("netns_create_netlink"):
             assert self.nl is not None
             create_slots_netlink(self.nl, moves, [ip for ip, _ in targets], self.br0)
         elif case == "netns_create_ipbatch":
@@ -663,6 +674,12 @@ COMMIT
                 shown = run("ip", "-n", CTR_NS, "-d", "-o", "link", "show", "dev", dev)
                 row["checks"]["sibling_port_isolated"] = "isolated on" in shown
         kw0, tk = kworker_ms(), time.perf_counter()
+        if case == "netns_create_netlink_del":  # the node deletes the pairs, then the kill
+            assert self.nl is not None
+            td, cd = time.perf_counter(), time.process_time()
+            delete_links_netlink(self.nl, [f"p{name}" for name in slots])
+            row["host_del_ms"] = (time.perf_counter() - td) * 1e3
+            row["host_del_cpu_ms"] = (time.process_time() - cd) * 1e3
         self.ask({"op": "kill"})
         self.kid_pids = []
         if not net:
@@ -751,6 +768,7 @@ def main() -> int:
         "netns_move_netlink",
         "netns_create_ipbatch",
         "netns_create_netlink",
+        "netns_create_netlink_del",
     ]
     probe = Probe(args.n, args.ballast_mb)
     result: dict[str, Any] = {
