@@ -3,6 +3,7 @@
 Run as root from the repository root (no Docker; it makes and deletes its own namespaces):
 
     python3 bench/live_fork_probe/p9_child_netns.py [--rounds 10] [--n 8] [--ballast-mb 64]
+    python3 bench/live_fork_probe/p9_child_netns.py --memory 200   # kernel memory only
 
 The set-up stands in for a node and one env's container, each a network namespace:
 
@@ -50,7 +51,7 @@ gone estimates the kernel's teardown of the namespaces.
 
 Round 0 of each case also checks what separates the children (and that the checks can
 fail: the plain case is expected to reach its sibling). Writes ``p9_child_netns.json``
-next to itself.
+next to itself; ``--memory N`` writes ``p9_child_netns_memory.json`` instead.
 """
 
 from __future__ import annotations
@@ -750,13 +751,88 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: round(statistics.median(r[k] for r in rows if k in r), 3) for k in keys}
 
 
+def meminfo_kib() -> dict[str, int]:
+    keys = ("SUnreclaim", "Percpu", "Slab", "MemAvailable")
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in keys:
+            out[name] = int(rest.split()[0])
+    return out
+
+
+def kernel_memory(count: int) -> dict[str, Any]:
+    """The kernel memory of ``count`` children's networks: a named netns each (standing in
+    for a child's) with its end of a veth pair, the other end on an isolated bridge port.
+    Read from /proc/meminfo, so the rest of the machine moves it too: run it twice."""
+    bridge_ns = f"lfp9-mem-{os.getpid()}"
+    names = [f"lfp9-m{os.getpid()}-{i}" for i in range(count)]
+    made: list[str] = []
+    out: dict[str, Any] = {"count": count}
+    try:
+        run("ip", "netns", "add", bridge_ns)
+        made.append(bridge_ns)
+        run(
+            "ip",
+            "-n",
+            bridge_ns,
+            "-batch",
+            "-",
+            stdin="link add br0 type bridge\nlink set br0 up\n",
+        )
+        time.sleep(1)
+        before = meminfo_kib()
+        t0, c0 = time.perf_counter(), children_cpu_ms()
+        run("ip", "-batch", "-", stdin="".join(f"netns add {n}\n" for n in names))
+        made += names
+        run("ip", "-n", bridge_ns, "-batch", "-", stdin="".join(
+            f"link add p{i} type veth peer name eth0 netns {n}\n"
+            f"link set p{i} master br0\n"
+            f"link set dev p{i} type bridge_slave isolated on\n"
+            f"link set p{i} up\n" for i, n in enumerate(names)))  # fmt: skip
+        home = f"/proc/self/task/{threading.get_native_id()}/ns/net"
+        home_fd = os.open(home, os.O_RDONLY)
+        try:
+            for n in names:  # up in each, as a child would do it: one netlink send
+                setns(f"/run/netns/{n}")
+                with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as nl:
+                    eth0 = socket.if_nametoindex("eth0")
+                    netlink_send(nl, [(RTM_NEWLINK, 0, _link(1, True)),
+                                      (RTM_NEWLINK, 0, _link(eth0, True))])  # fmt: skip
+        finally:
+            libc.setns(home_fd, CLONE_NEWNET)
+            os.close(home_fd)
+        out["make_ms"] = (time.perf_counter() - t0) * 1e3
+        out["make_cpu_ms"] = children_cpu_ms() - c0
+        time.sleep(1)
+        after = meminfo_kib()
+        out["per_child_kib"] = {k: round((after[k] - before[k]) / count, 1) for k in before}
+    finally:
+        for n in reversed(made):
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    time.sleep(3)
+    gone = meminfo_kib()
+    out["per_child_kib_after_delete"] = {k: round((gone[k] - before[k]) / count, 1) for k in before}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--ballast-mb", type=int, default=64)
     ap.add_argument("--parent", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--memory", type=int, default=0, metavar="N", help="only: kernel memory of N children"
+    )
     args = ap.parse_args()
+    if args.memory:
+        mem: dict[str, Any] = {"loadavg_before": os.getloadavg()}
+        mem["runs"] = [kernel_memory(args.memory) for _ in range(2)]
+        mem["loadavg_after"] = os.getloadavg()
+        (HERE / "p9_child_netns_memory.json").write_text(json.dumps(mem, indent=2) + "\n")
+        print(json.dumps(mem, indent=2))
+        return 0
     if args.parent:
         parent_main(args.ballast_mb)
         return 0
