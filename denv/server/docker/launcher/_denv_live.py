@@ -521,7 +521,12 @@ class Live:
                 "error": "busy",
                 "message": f"a step was still running after {timeout_s:g} s",
             }
-        strangers = unknown_threads()
+        # A thread of the server's own that is about to end (a step's short-lived pool, a
+        # worker between its start and its pool's books) would make a fork unsafe for a
+        # moment only: wait for it, the gate closed, before refusing.
+        deadline = time.perf_counter() + STRANGERS_WAIT_S
+        while (strangers := unknown_threads()) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
         if strangers:
             return {
                 "error": "fork_unsafe",
@@ -756,6 +761,8 @@ SETUP_WAIT_S = 60.0
 REAP_EVERY_S = 0.5
 MAX_PRELOAD = 20000  # module names a preload takes
 CTL_LINE_LIMIT = 1 << 22  # bytes of one control request (a preload's names)
+# How long a fork waits for threads of the server's own to end before it is refused.
+STRANGERS_WAIT_S = 1.0
 
 
 def clone_into_namespaces() -> int:
