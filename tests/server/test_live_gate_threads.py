@@ -9,11 +9,11 @@ thread that ends within the wait lets the fork go on; one that stays still refus
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import threading
 import time
 from typing import Any
+
+from forked_child import in_a_child
 
 from denv.server.docker.launcher import _denv_live as launcher
 
@@ -21,32 +21,24 @@ from denv.server.docker.launcher import _denv_live as launcher
 def _gate_in_a_child(thread_lives_s: float | None) -> dict[str, Any]:
     """The gate's answer in a fresh child process, with one thread of the server's own
     that ends after ``thread_lives_s`` (None: never, until the answer)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: answer and leave at once, whatever happens
-        try:
-            stop = threading.Event()
-            lives = thread_lives_s if thread_lives_s is not None else 3600.0
-            threading.Thread(target=stop.wait, args=(lives,), name="server-own").start()
 
-            async def gate() -> dict[str, Any]:
-                g = launcher.Gate(inner=None)
-                g.bind()
-                started = time.perf_counter()
-                answer = await launcher.Live(None, g, "env_test")._gate(5.0)
-                return {**answer, "waited_s": time.perf_counter() - started}
+    def gate_answer() -> dict[str, Any]:
+        stop = threading.Event()
+        lives = thread_lives_s if thread_lives_s is not None else 3600.0
+        threading.Thread(target=stop.wait, args=(lives,), name="server-own").start()
 
-            out = asyncio.run(gate())
-            stop.set()
-            os.write(write, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+        async def gate() -> dict[str, Any]:
+            g = launcher.Gate(inner=None)
+            g.bind()
+            started = time.perf_counter()
+            answer = await launcher.Live(None, g, "env_test")._gate(5.0)
+            return {**answer, "waited_s": time.perf_counter() - started}
+
+        out = asyncio.run(gate())
+        stop.set()
+        return out
+
+    return in_a_child(gate_answer)
 
 
 def test_a_thread_about_to_end_is_waited_for_not_refused() -> None:

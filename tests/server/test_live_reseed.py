@@ -7,12 +7,11 @@ runs the launcher's own ``reseed_or_keep``, as a live child does before it serve
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from typing import Any
 
 import numpy as np
+from forked_child import in_a_child
 
 from denv.server.docker.launcher import _denv_live as launcher
 
@@ -20,21 +19,12 @@ from denv.server.docker.launcher import _denv_live as launcher
 def _child_draws(reseed: bool) -> dict[str, Any]:
     """Fork like a live fork with ``reseed``: the child's next draws of random and NumPy."""
     kept = launcher.random_state() if not reseed else None
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: answer and leave at once, whatever happens
-        try:
-            launcher.reseed_or_keep(reseed, kept)
-            out = {"random": random.random(), "numpy": float(np.random.random())}
-            os.write(write, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+
+    def draws() -> dict[str, Any]:
+        launcher.reseed_or_keep(reseed, kept)
+        return {"random": random.random(), "numpy": float(np.random.random())}
+
+    return in_a_child(draws)
 
 
 def test_reseeded_children_draw_apart_and_kept_ones_draw_the_parents_next() -> None:
