@@ -5,8 +5,10 @@ fails a fork. Needs root, as the server does."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,12 @@ def group() -> Iterator[live_apart.Group]:
     proc = subprocess.Popen(["unshare", "--net", "sleep", "300"])
     path = f"/denv-test-{secrets.token_hex(4)}"
     try:
+        # Until unshare has run, the process is in this namespace: rules would go to the host's.
+        host = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{proc.pid}/ns/net") == host:
+            assert time.monotonic() < deadline, "unshare --net did not make a namespace in 10 s"
+            time.sleep(0.005)
         yield live_apart.Group(proc.pid, path, mount, {})
     finally:
         proc.kill()
