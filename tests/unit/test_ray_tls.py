@@ -1,0 +1,102 @@
+"""The cluster's TLS files (denv/cluster/ray_tls.py), checked with a real TLS handshake on
+loopback: a peer holding the cluster's certificate gets through, in both directions, and a
+peer without one is refused, as Ray's gRPC (mutual TLS) treats them. Ray itself running with
+these files is tested on the cluster (tests/cluster/test_ray_tls_cluster.py)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from denv.cluster import ray_tls
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return ray_tls.create(tmp_path_factory.mktemp("c") / ray_tls.TLS_DIR, ["192.0.2.7"])
+
+
+def test_the_files_are_private_and_the_env_names_them(tls: Path) -> None:
+    assert stat.S_IMODE(tls.stat().st_mode) == 0o700
+    for name in (ray_tls.CA_CERT, ray_tls.CA_KEY, ray_tls.NODE_CERT, ray_tls.NODE_KEY):
+        assert stat.S_IMODE((tls / name).stat().st_mode) == 0o600, name
+    env = ray_tls.tls_env(tls)
+    assert env == {
+        "RAY_USE_TLS": "1",
+        "RAY_TLS_SERVER_CERT": str(tls / "node.crt"),
+        "RAY_TLS_SERVER_KEY": str(tls / "node.key"),
+        "RAY_TLS_CA_CERT": str(tls / "ca.crt"),
+    }
+    assert ray_tls.tls_env(tls.parent / "none") == {}
+
+
+def test_the_node_certificate_names_every_address_and_the_ca_signed_it(tls: Path) -> None:
+    ca = x509.load_pem_x509_certificate((tls / ray_tls.CA_CERT).read_bytes())
+    node = x509.load_pem_x509_certificate((tls / ray_tls.NODE_CERT).read_bytes())
+    node.verify_directly_issued_by(ca)
+    sans = node.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(a) for a in sans.get_values_for_type(x509.IPAddress)} == {
+        "127.0.0.1",
+        "192.0.2.7",
+    }
+
+
+def _serve_once(server: ssl.SSLContext) -> tuple[int, list[str]]:
+    """A loopback TLS server for one connection; the outcome lands in the list."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    outcome: list[str] = []
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        try:
+            with server.wrap_socket(conn, server_side=True) as s:
+                s.sendall(b"ok")
+                outcome.append("accepted")
+        except (ssl.SSLError, OSError) as exc:
+            outcome.append(f"refused: {exc}")
+        finally:
+            listener.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener.getsockname()[1], outcome
+
+
+def _contexts(tls: Path, client_cert: bool) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tls / ray_tls.NODE_CERT, tls / ray_tls.NODE_KEY)
+    server.load_verify_locations(tls / ray_tls.CA_CERT)
+    server.verify_mode = ssl.CERT_REQUIRED  # as Ray's gRPC servers: the client shows one too
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(tls / ray_tls.CA_CERT)
+    if client_cert:
+        client.load_cert_chain(tls / ray_tls.NODE_CERT, tls / ray_tls.NODE_KEY)
+    return server, client
+
+
+def test_two_holders_of_the_files_connect_by_address(tls: Path) -> None:
+    server, client = _contexts(tls, client_cert=True)
+    port, outcome = _serve_once(server)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        client.wrap_socket(raw, server_hostname="127.0.0.1") as s,
+    ):
+        assert s.recv(2) == b"ok"
+    assert outcome == ["accepted"]
+
+
+def test_a_peer_without_the_clusters_certificate_is_refused(tls: Path) -> None:
+    server, client = _contexts(tls, client_cert=False)
+    port, outcome = _serve_once(server)
+    with (
+        pytest.raises((ssl.SSLError, ConnectionError)),
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        client.wrap_socket(raw, server_hostname="127.0.0.1") as s,
+    ):
+        s.recv(2)  # TLS 1.3: the server's refusal arrives after the client's handshake
+    assert outcome and outcome[0].startswith("refused"), outcome
