@@ -14,6 +14,10 @@ sits in a process's environment or command line.
 
 Ray reads ``RAY_AUTH_MODE`` when it is imported; ``use_token`` makes an already imported Ray
 read it again, as Ray's own ``ray.init`` does when it turns token mode on.
+
+Where the token file has the cluster's TLS files beside it (``ray_tls.TLS_DIR``, which
+``denv cluster up`` makes), ``process_env`` and ``use_token`` turn Ray's TLS on with them too:
+the token then never crosses the wire in clear.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from denv.cluster import ray_tls
+
 MODE_VAR = "RAY_AUTH_MODE"
 PATH_VAR = "RAY_AUTH_TOKEN_PATH"
 TOKEN_VAR = "RAY_AUTH_TOKEN"  # takes precedence over the file: never inherited
 TOKEN_FILE = "ray-token"
-_AUTH_VARS = (MODE_VAR, PATH_VAR, TOKEN_VAR)
+_AUTH_VARS = (MODE_VAR, PATH_VAR, TOKEN_VAR, *ray_tls.TLS_VARS)
 RELAY_KEY_LABEL = b"denv ingress relay key v1"  # the relay key is HMAC(token, label)
 
 # This process's auth variables before use_token changed them (restored by forget_token).
@@ -76,8 +82,13 @@ def check_token_file(path: Path) -> Path:
 
 def process_env(path: Path) -> dict[str, str]:
     """The variables a Ray process (node or driver) started with them joins with the token
-    in ``path``; the caller drops an inherited ``RAY_AUTH_TOKEN`` (``inherited_env``)."""
-    return {MODE_VAR: "token", PATH_VAR: str(path)}
+    in ``path`` (and over TLS with the cluster's files beside it, when there are some); the
+    caller drops an inherited ``RAY_AUTH_TOKEN`` (``inherited_env``)."""
+    return {
+        MODE_VAR: "token",
+        PATH_VAR: str(path),
+        **ray_tls.tls_env(path.parent / ray_tls.TLS_DIR),
+    }
 
 
 def inherited_env() -> dict[str, str]:
@@ -92,6 +103,8 @@ def use_token(path: Path) -> None:
     if _saved is None:
         _saved = {var: os.environ.get(var) for var in _AUTH_VARS}
     os.environ.pop(TOKEN_VAR, None)
+    for var in ray_tls.TLS_VARS:  # none inherited: only the cluster's own files, if any
+        os.environ.pop(var, None)
     os.environ.update(process_env(path))
     _reload()
 

@@ -100,3 +100,20 @@ def test_a_peer_without_the_clusters_certificate_is_refused(tls: Path) -> None:
     ):
         s.recv(2)  # TLS 1.3: the server's refusal arrives after the client's handshake
     assert outcome and outcome[0].startswith("refused"), outcome
+
+
+def test_a_token_with_the_files_beside_it_turns_tls_on(tls: Path) -> None:
+    """``ray_auth.process_env`` (every Ray process ``denv cluster up`` starts, and drivers
+    through ``use_token``) adds the TLS variables where the files sit beside the token."""
+    from denv.cluster import ray_auth
+
+    token = ray_auth.create_token_file(tls.parent / ray_auth.TOKEN_FILE)
+    assert ray_auth.process_env(token) == {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        **ray_tls.tls_env(tls),
+    }
+    alone = tls.parent / "alone"
+    alone.mkdir()
+    bare = ray_auth.create_token_file(alone / ray_auth.TOKEN_FILE)
+    assert "RAY_USE_TLS" not in ray_auth.process_env(bare)
