@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,12 +47,15 @@ from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
 from denv.server.net.subnets import SubnetPool
-from denv.server.node.seam import Booted, Node
+from denv.server.node.seam import Booted, Node, NodeLost
 from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
 
 from . import ray_auth
 from .relay import Relay, env_addresses
+
+if TYPE_CHECKING:
+    from .remote import RemoteNode
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ class NodeAgent:
         self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
         if self.volumes.fs is not None:
             self.volumes.fs.check()  # OSError naming the fix, before any env
-        self.node = DockerNode(self.engine, self.volumes, cfg.limits)
+        self.node = DockerNode(self.engine, self.volumes, cfg.limits, peers=peer_agent)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         try:  # the firewall rules of envs that outlived the last agent process
@@ -206,7 +209,7 @@ class NodeAgent:
         """
         with self._lock:
             stopped = self.node
-            self.node = DockerNode(self.engine, self.volumes, self.cfg.limits)
+            self.node = DockerNode(self.engine, self.volumes, self.cfg.limits, peers=peer_agent)
         stopped.stop()
 
     def ping(self) -> str:
@@ -252,6 +255,20 @@ class NodeAgent:
         self._closed.set()
         if self.relay is not None:
             self.relay.close()
+
+
+def peer_agent(name: str) -> RemoteNode:
+    """The agent of node ``name`` of this cluster, for a layer copied straight from it
+    (``DockerNode.copy_layer``); NodeLost when it has none running."""
+    import ray  # here: the agent's module is imported without Ray by `denv cluster` commands
+
+    from .remote import RemoteNode
+
+    try:
+        handle = ray.get_actor(ACTOR_PREFIX + name, namespace=NAMESPACE)
+    except ValueError as exc:
+        raise NodeLost(name, "it has no node agent running") from exc
+    return RemoteNode(name, handle)
 
 
 def _read_port(path: Path) -> int:

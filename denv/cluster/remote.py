@@ -6,7 +6,9 @@ answers, as ``DockerNode``'s calls do. Exceptions come back as their own class
 unwrapped). A node that does not answer raises ``NodeLost(name)``: its Ray node died (Ray's
 health checks notice within seconds), its agent died, or the call outlived its time limit:
 a few seconds past the boot's own limit for ``bring_up`` and ``wait_healthy``, generous ones
-for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the quick calls.
+for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the quick calls (a chunk of a
+layer is one: a layer crosses as a stream of chunks, ``read_layer``, pulled by the node that
+copies it straight from its origin's agent, never through the control plane).
 """
 
 from __future__ import annotations
@@ -214,11 +216,12 @@ class RemoteNode:
     def layer_digest(self, layer_id: str) -> str:
         return cast(str, self._call(LONG_TIMEOUT_S, "layer_digest", layer_id))
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        return cast(tuple[str, bytes], self._call(LONG_TIMEOUT_S, "read_layer", layer_id))
+    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes:
+        # A chunk (a Ray object of a few MiB) from a layer packed already: a quick call.
+        return cast(bytes, self._call(CALL_TIMEOUT_S, "read_layer", layer_id, offset, size))
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        self._call(LONG_TIMEOUT_S, "write_layer", layer_id, digest, data)
+    def copy_layer(self, layer_id: str, origin: str) -> int:
+        return cast(int, self._call(LONG_TIMEOUT_S, "copy_layer", layer_id, origin))
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
         return cast(str, self._call(LONG_TIMEOUT_S, "upload_layer", layer_id, store))

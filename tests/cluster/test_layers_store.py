@@ -1,7 +1,10 @@
 """Layers moving between nodes: through a real SeaweedFS (S3) and agent to agent (issue 18).
 
 Each "node" is a ``DockerNode`` on its own state dir, as the node agents run it; the layer
-transfer calls touch no container, so nothing here starts one. Needs root (overlay mounts).
+transfer calls touch no container, so nothing here starts one. A node copies a layer from a
+peer through the node seam's calls (``layer_digest``, ``read_layer`` chunk by chunk): here the
+peers are the other ``DockerNode``s, called in-process where a node agent calls them over Ray
+(test_layer_stream.py does that, on the session's cluster). Needs root (overlay mounts).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from cluster_helpers import snapshot_layers, tree_manifest
 from denv.cluster import seaweed as sw
 from denv.server.config import StoreConfig
 from denv.server.docker.engine import Engine
+from denv.server.docker.layers import read_ahead
 from denv.server.docker.node import DockerNode
+from denv.server.node.seam import NodeLost
 from denv.server.volumes.layerpack import LayerDigestMismatch, file_digest
 from denv.server.volumes.mounts import mount_points_under
 from denv.server.volumes.object_store import LayerNotStored, LayerStore, StoreError
@@ -30,9 +35,35 @@ from denv.server.volumes.overlay import Volumes
 pytestmark = pytest.mark.e2e
 
 
-def make_node(root: Path, name: str) -> DockerNode:
+def make_node(root: Path, name: str, peers: dict[str, Any] | None = None) -> DockerNode:
+    """A node on its own state dir whose peers (for ``copy_layer``) are those of ``peers``."""
+
+    def peer(other: str) -> Any:
+        if peers is None or other not in peers:
+            raise NodeLost(other, "not a peer of this test")
+        return peers[other]
+
     # The engine is never reached: layer transfer is files and S3 only.
-    return DockerNode(Engine(f"h2test-{name}"), Volumes(root / name))
+    return DockerNode(Engine(f"h2test-{name}"), Volumes(root / name), peers=peer)
+
+
+class Flaky:
+    """A peer that hands out its layer's chunks damaged (a flipped bit in the first) or
+    stops answering after ``fail_after`` chunks: a node lost mid-copy, at the seam where a
+    real copy meets Ray (``RemoteNode`` raises this NodeLost when the origin dies)."""
+
+    def __init__(self, node: DockerNode, fail_after: int | None = None) -> None:
+        self.node, self.fail_after, self.reads = node, fail_after, 0
+
+    def layer_digest(self, layer_id: str) -> str:
+        return self.node.layer_digest(layer_id)
+
+    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes:
+        self.reads += 1
+        if self.fail_after is not None and offset >= self.fail_after * size:
+            raise NodeLost("origin", "its agent died")
+        data = self.node.read_layer(layer_id, offset, size)
+        return data if offset or self.fail_after is not None else bytes([data[0] ^ 1]) + data[1:]
 
 
 def leftovers(node: DockerNode) -> list[str]:
@@ -56,7 +87,10 @@ def s3(store: StoreConfig) -> Any:
 def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
     tmp_path: Path, seaweed: StoreConfig
 ) -> None:
-    origin, other, peer = (make_node(tmp_path, n) for n in ("origin", "other", "peer"))
+    nodes: dict[str, Any] = {}
+    origin, other, peer = (make_node(tmp_path, n, nodes) for n in ("origin", "other", "peer"))
+    nodes.update(origin=origin, other=other)
+    peer.layers.chunk_bytes = 64 << 10  # many chunks, a few in flight
     base, top = snapshot_layers(origin.volumes)
     layers = LayerStore(seaweed)
 
@@ -76,14 +110,16 @@ def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
         assert tree_manifest(other.volumes.layer_path(x)) == tree_manifest(
             origin.volumes.layer_path(x)
         )
-        digest, data = origin.read_layer(x)  # agent to agent, no store
-        assert digest == digests[x]
-        peer.write_layer(x, digest, data)
+        packed = origin.packed_dir / f"{x}.tar"
+        size = peer.copy_layer(x, "other" if x == top else "origin")  # node to node, no store
+        assert size == packed.stat().st_size and peer.copy_layer(x, "origin") == 0
+        assert file_digest(peer.packed_dir / f"{x}.tar") == digests[x]
         assert tree_manifest(peer.volumes.layer_path(x)) == tree_manifest(
             origin.volumes.layer_path(x)
         )
     # The fetched node keeps the packed form: it can pass the layer on, same digest.
-    assert other.read_layer(top) == origin.read_layer(top)
+    assert file_digest(other.packed_dir / f"{top}.tar") == digests[top]
+    assert other.read_layer(top, 0, 1 << 20) == origin.read_layer(top, 0, 1 << 20)
     assert other.layer_ids() == origin.layer_ids() == {base, top}
 
     # Mounted as a volume, the fetched stack shows what the original shows.
@@ -134,10 +170,52 @@ def test_a_tampered_object_is_refused_with_both_digests(
     assert not other.has_layer(top) and leftovers(other) == []
 
     # A node handed damaged bytes by a peer refuses them too.
-    with pytest.raises(LayerDigestMismatch):
-        other.write_layer(top, digest, tampered)
+    peers = {"origin": Flaky(origin)}
+    other = make_node(tmp_path, "other", peers)
+    with pytest.raises(LayerDigestMismatch, match="from node origin") as err:
+        other.copy_layer(top, "origin")
+    assert digest in str(err.value)
     assert not other.has_layer(top) and leftovers(other) == []
     LayerStore(seaweed).delete([top])
+
+
+def test_a_copy_cut_short_leaves_no_layer_and_names_the_lost_node(tmp_path: Path) -> None:
+    origin = make_node(tmp_path, "origin")
+    _, top = snapshot_layers(origin.volumes, big_bytes=2 << 20)
+    peers: dict[str, Any] = {"origin": Flaky(origin, fail_after=5)}
+    other = make_node(tmp_path, "other", peers)
+    other.layers.chunk_bytes = 64 << 10
+    with pytest.raises(NodeLost) as err:
+        other.copy_layer(top, "origin")
+    assert err.value.node == "origin" and "its agent died" in str(err.value)
+    assert not other.has_layer(top) and leftovers(other) == []
+    assert peers["origin"].reads < 5 + 8  # it stopped asking soon after the failure
+    with pytest.raises(NodeLost, match="no-such-node"):
+        other.copy_layer(top, "no-such-node")
+    # A node of no cluster has no peers; and no chunk is ever a whole layer.
+    alone = DockerNode(Engine("h2test-alone"), Volumes(tmp_path / "alone"))
+    with pytest.raises(NodeLost, match="in no cluster"):
+        alone.copy_layer(top, "origin")
+    with pytest.raises(ValueError, match="chunk by chunk"):
+        origin.read_layer(top, 0, 1 << 30)
+    peers["origin"] = origin
+    assert other.copy_layer(top, "origin") > 2 << 20
+    assert file_digest(other.packed_dir / f"{top}.tar") == origin.layer_digest(top)
+
+
+def test_read_ahead_hands_out_every_byte_once_in_order() -> None:
+    data = os.urandom(10 * 4096 + 123)
+    for size in (0, 1, 4095, 4096, 3 * 4096, len(data)):
+        calls: list[int] = []
+
+        def read(offset: int, n: int, size: int = size) -> bytes:
+            calls.append(offset)
+            return data[:size][offset : offset + n]
+
+        chunks = list(read_ahead(read, 4096, 3))
+        assert b"".join(chunks) == data[:size], size
+        assert all(len(c) == 4096 for c in chunks[:-1]) and all(chunks), size
+        assert len(calls) <= size // 4096 + 1 + 3, (size, calls)
 
 
 def _closed_port() -> int:

@@ -34,8 +34,9 @@ The calls, by what they serve::
     room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
     layer_ids() / delete_layers([layer]) / layer_sizes([layer]) / free_disk_bytes()
-    layer_digest / read_layer / write_layer / upload_layer / fetch_layer
-                                         layers between nodes and object storage (layerpack)
+    layer_digest / read_layer(layer, offset, size) / copy_layer(layer, origin)
+    upload_layer / fetch_layer           layers between nodes and object storage (layerpack),
+                                         as streams: a chunk at a time, never a whole layer
 """
 
 from __future__ import annotations
@@ -349,13 +350,17 @@ class Node(Protocol):
         """The digest ("sha256:<hex>") of the layer packed (once, then cached on the node)."""
         ...
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        """The packed layer and its digest, to copy it to another node."""
+    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes (at most 64 MiB) of the packed layer from ``offset``, b""
+        past its end: one chunk of a copy to another node (``copy_layer``)."""
         ...
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        """Check ``data`` has ``digest``, unpack it and publish the layer (a no-op when the
-        node has it); LayerDigestMismatch when the digest differs."""
+    def copy_layer(self, layer_id: str, origin: str) -> int:
+        """Copy the layer from node ``origin`` of the same cluster, chunk by chunk (its
+        ``read_layer``, a few chunks in flight), check its digest, unpack and publish it (a
+        no-op when the node has it); the bytes copied. NodeLost naming ``origin`` when that
+        node stops answering, LayerDigestMismatch when the digest differs; either way no
+        partial layer is left."""
         ...
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:

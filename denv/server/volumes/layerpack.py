@@ -43,8 +43,9 @@ class UnsafeLayer(ValueError):
     """A packed layer holds an entry :func:`unpack_layer` refuses to write."""
 
 
-class _HashingWriter:
-    """A write-only file that hashes and counts what goes through it."""
+class HashingWriter:
+    """A write-only file that hashes and counts what goes through it (a packed layer being
+    written, or received chunk by chunk: its digest without reading it back)."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
@@ -59,6 +60,10 @@ class _HashingWriter:
     def tell(self) -> int:
         return self.size
 
+    def digest(self) -> str:
+        """``sha256:<hex>`` of what was written."""
+        return DIGEST_PREFIX + self.hash.hexdigest()
+
 
 def pack_layer(layer_dir: Path, dest: Path) -> tuple[str, int]:
     """Pack ``layer_dir`` into ``dest`` (replaced atomically): its digest and size in bytes.
@@ -71,7 +76,7 @@ def pack_layer(layer_dir: Path, dest: Path) -> tuple[str, int]:
     part = dest.with_name(f"{dest.name}.part-{secrets.token_hex(4)}")
     try:
         with open(part, "wb") as raw:
-            out = _HashingWriter(raw)
+            out = HashingWriter(raw)
             # The writer is no real file: tarfile only calls write() (and tell() nowhere).
             with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
                 tar.copybufsize = BUFSIZE
@@ -80,7 +85,7 @@ def pack_layer(layer_dir: Path, dest: Path) -> tuple[str, int]:
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    return DIGEST_PREFIX + out.hash.hexdigest(), out.size
+    return out.digest(), out.size
 
 
 def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
@@ -193,13 +198,15 @@ def check_digest(path: Path, digest: str) -> None:
         )
 
 
-def check_bytes(data: bytes, digest: str) -> None:
-    """:func:`check_digest` of a packed layer held in memory."""
-    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+def check_received(written: HashingWriter, digest: str, what: str) -> None:
+    """LayerDigestMismatch naming both digests when what went through ``written`` (a layer
+    received from ``what``) does not have ``digest``."""
+    actual = written.digest()
     if actual != digest:
         raise LayerDigestMismatch(
-            f"packed layer ({len(data)} bytes) has digest {actual}, expected {digest}: it "
-            "was changed or damaged on its way; fetch it again from its origin node or the store"
+            f"packed layer ({written.size} bytes from {what}) has digest {actual}, expected "
+            f"{digest}: it was changed or damaged on its way; fetch it again from its origin "
+            "node or the store"
         )
 
 
