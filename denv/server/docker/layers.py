@@ -14,8 +14,10 @@ once however many ask at the same time.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +35,8 @@ from denv.server.volumes.layerpack import (
 )
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import Volumes
+
+log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 8 << 20  # one read of a peer's packed layer (a Ray object on a cluster)
 READ_AHEAD = 4  # chunks in flight: at most (READ_AHEAD + 1) * CHUNK_BYTES held at once
@@ -127,19 +131,31 @@ class LayerTransfer:
             tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self._has(layer_id):
                 return 0
-            digest = source.layer_digest(layer_id)
+            started = time.monotonic()
+            digest = source.layer_digest(layer_id)  # packs it there, if it was not yet
             self.packed_dir.mkdir(parents=True, exist_ok=True)
             part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
             try:
+                streamed = time.monotonic()
                 with open(part, "wb") as raw:
                     out = HashingWriter(raw)
                     read = lambda at, n: source.read_layer(layer_id, at, n)  # noqa: E731
                     for chunk in read_ahead(read, self.chunk_bytes):
                         out.write(chunk)
                 check_received(out, digest, f"node {origin}")
+                unpacked = time.monotonic()
                 self._publish_packed(layer_id, digest, part, checked=True)
             finally:
                 part.unlink(missing_ok=True)
+            log.info(
+                "layer %s from node %s: %d bytes; digest %.2f s, stream %.2f s, unpack %.2f s",
+                layer_id,
+                origin,
+                out.size,
+                streamed - started,
+                unpacked - streamed,
+                time.monotonic() - unpacked,
+            )
             return out.size
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
