@@ -129,7 +129,9 @@ class NodeAgent:
         self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
         if self.volumes.fs is not None:
             self.volumes.fs.check()  # OSError naming the fix, before any env
-        self.node = DockerNode(self.engine, self.volumes, cfg.limits, peers=peer_agent)
+        # Where other nodes reach this one (its layer offers): the Ray node's address.
+        self.address = _ray_place(actor=True)[1] or "127.0.0.1"
+        self.node = self._docker_node()
         self._lock = threading.Lock()
         self._closed = threading.Event()
         try:  # the firewall rules of envs that outlived the last agent process
@@ -141,6 +143,11 @@ class NodeAgent:
         self.relay_address = ""  # "host:port" of the relay; "": envs are reached directly
         self._start_relay()
         log.info("denv node agent %s (instance %s) on %s", name, self.instance_id, self.state_dir)
+
+    def _docker_node(self) -> DockerNode:
+        return DockerNode(
+            self.engine, self.volumes, self.cfg.limits, peers=peer_agent, address=self.address
+        )
 
     def _start_relay(self) -> None:
         """The relay that carries the control plane's ingress to this node's envs
@@ -155,7 +162,7 @@ class NodeAgent:
                 self.name,
             )
             return
-        host = _ray_place(actor=True)[1] or "127.0.0.1"
+        host = self.address
         kept = self.state_dir / RELAY_PORT_FILE
         port = self.cfg.relay_port or _read_port(kept)
         relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
@@ -209,7 +216,7 @@ class NodeAgent:
         """
         with self._lock:
             stopped = self.node
-            self.node = DockerNode(self.engine, self.volumes, self.cfg.limits, peers=peer_agent)
+            self.node = self._docker_node()
         stopped.stop()
 
     def ping(self) -> str:

@@ -2,9 +2,10 @@
 
 Each "node" is a ``DockerNode`` on its own state dir, as the node agents run it; the layer
 transfer calls touch no container, so nothing here starts one. A node copies a layer from a
-peer through the node seam's calls (``layer_digest``, ``read_layer`` chunk by chunk): here the
-peers are the other ``DockerNode``s, called in-process where a node agent calls them over Ray
-(test_layer_stream.py does that, on the session's cluster). Needs root (overlay mounts).
+peer by taking the peer's offer (``offer_layer``: a port on 127.0.0.1 here that streams the
+packed file) and reading it over TCP: the peers are the other ``DockerNode``s, asked in-process
+where a node agent asks over Ray (the cluster tests' cross-node forks do that). Needs root
+(overlay mounts).
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from cluster_helpers import snapshot_layers, tree_manifest
 from denv.cluster import seaweed as sw
 from denv.server.config import StoreConfig
 from denv.server.docker.engine import Engine
-from denv.server.docker.layers import read_ahead
 from denv.server.docker.node import DockerNode
-from denv.server.node.seam import NodeLost
+from denv.server.node.seam import LayerOffer, NodeLost
 from denv.server.volumes.layerpack import LayerDigestMismatch, file_digest
 from denv.server.volumes.mounts import mount_points_under
 from denv.server.volumes.object_store import LayerNotStored, LayerStore, StoreError
@@ -48,22 +48,16 @@ def make_node(root: Path, name: str, peers: dict[str, Any] | None = None) -> Doc
 
 
 class Flaky:
-    """A peer that hands out its layer's chunks damaged (a flipped bit in the first) or
-    stops answering after ``fail_after`` chunks: a node lost mid-copy, at the seam where a
-    real copy meets Ray (``RemoteNode`` raises this NodeLost when the origin dies)."""
+    """A peer whose offer is not what its node offers: a wrong digest (damaged on its way),
+    or more bytes than its port sends (the origin died mid-stream). A fault injected at the
+    seam where a real copy meets Ray, the offer record."""
 
-    def __init__(self, node: DockerNode, fail_after: int | None = None) -> None:
-        self.node, self.fail_after, self.reads = node, fail_after, 0
+    def __init__(self, node: DockerNode, **change: Any) -> None:
+        self.node, self.change = node, change
 
-    def layer_digest(self, layer_id: str) -> str:
-        return self.node.layer_digest(layer_id)
-
-    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes:
-        self.reads += 1
-        if self.fail_after is not None and offset >= self.fail_after * size:
-            raise NodeLost("origin", "its agent died")
-        data = self.node.read_layer(layer_id, offset, size)
-        return data if offset or self.fail_after is not None else bytes([data[0] ^ 1]) + data[1:]
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        offer = self.node.offer_layer(layer_id)
+        return offer.model_copy(update={k: v(offer) for k, v in self.change.items()})
 
 
 def leftovers(node: DockerNode) -> list[str]:
@@ -90,7 +84,6 @@ def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
     nodes: dict[str, Any] = {}
     origin, other, peer = (make_node(tmp_path, n, nodes) for n in ("origin", "other", "peer"))
     nodes.update(origin=origin, other=other)
-    peer.layers.chunk_bytes = 64 << 10  # many chunks, a few in flight
     base, top = snapshot_layers(origin.volumes)
     layers = LayerStore(seaweed)
 
@@ -119,7 +112,7 @@ def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
         )
     # The fetched node keeps the packed form: it can pass the layer on, same digest.
     assert file_digest(other.packed_dir / f"{top}.tar") == digests[top]
-    assert other.read_layer(top, 0, 1 << 20) == origin.read_layer(top, 0, 1 << 20)
+    assert other.offer_layer(top).digest == origin.offer_layer(top).digest == digests[top]
     assert other.layer_ids() == origin.layer_ids() == {base, top}
 
     # Mounted as a volume, the fetched stack shows what the original shows.
@@ -170,11 +163,11 @@ def test_a_tampered_object_is_refused_with_both_digests(
     assert not other.has_layer(top) and leftovers(other) == []
 
     # A node handed damaged bytes by a peer refuses them too.
-    peers = {"origin": Flaky(origin)}
+    peers = {"origin": Flaky(origin, digest=lambda o: "sha256:" + "0" * 64)}
     other = make_node(tmp_path, "other", peers)
     with pytest.raises(LayerDigestMismatch, match="from node origin") as err:
         other.copy_layer(top, "origin")
-    assert digest in str(err.value)
+    assert digest in str(err.value) and "0" * 64 in str(err.value)
     assert not other.has_layer(top) and leftovers(other) == []
     LayerStore(seaweed).delete([top])
 
@@ -182,40 +175,103 @@ def test_a_tampered_object_is_refused_with_both_digests(
 def test_a_copy_cut_short_leaves_no_layer_and_names_the_lost_node(tmp_path: Path) -> None:
     origin = make_node(tmp_path, "origin")
     _, top = snapshot_layers(origin.volumes, big_bytes=2 << 20)
-    peers: dict[str, Any] = {"origin": Flaky(origin, fail_after=5)}
+    peers: dict[str, Any] = {"origin": Flaky(origin, size=lambda o: o.size + 4096)}
     other = make_node(tmp_path, "other", peers)
-    other.layers.chunk_bytes = 64 << 10
     with pytest.raises(NodeLost) as err:
         other.copy_layer(top, "origin")
-    assert err.value.node == "origin" and "its agent died" in str(err.value)
+    assert err.value.node == "origin" and "stream" in str(err.value), err.value
     assert not other.has_layer(top) and leftovers(other) == []
-    assert peers["origin"].reads < 5 + 8  # it stopped asking soon after the failure
+    # An offer whose port is gone (its node died before the taker came).
+    peers["origin"] = Flaky(origin, address=lambda o: f"127.0.0.1:{_closed_port()}")
+    with pytest.raises(NodeLost, match="origin is lost: streaming"):
+        other.copy_layer(top, "origin")
     with pytest.raises(NodeLost, match="no-such-node"):
         other.copy_layer(top, "no-such-node")
-    # A node of no cluster has no peers; and no chunk is ever a whole layer.
+    assert not other.has_layer(top) and leftovers(other) == []
+    # A node of no cluster has no peers.
     alone = DockerNode(Engine("h2test-alone"), Volumes(tmp_path / "alone"))
     with pytest.raises(NodeLost, match="in no cluster"):
         alone.copy_layer(top, "origin")
-    with pytest.raises(ValueError, match="chunk by chunk"):
-        origin.read_layer(top, 0, 1 << 30)
     peers["origin"] = origin
     assert other.copy_layer(top, "origin") > 2 << 20
     assert file_digest(other.packed_dir / f"{top}.tar") == origin.layer_digest(top)
 
 
-def test_read_ahead_hands_out_every_byte_once_in_order() -> None:
-    data = os.urandom(10 * 4096 + 123)
-    for size in (0, 1, 4095, 4096, 3 * 4096, len(data)):
-        calls: list[int] = []
+def test_an_offer_streams_to_the_token_holder_only(tmp_path: Path) -> None:
+    origin = make_node(tmp_path, "origin")
+    _, top = snapshot_layers(origin.volumes, big_bytes=1 << 20)
+    offer = origin.offer_layer(top)
+    assert offer.token not in repr(offer)
+    host, port = offer.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"\0" * 32)  # a wrong token: dropped, nothing sent
+        assert s.recv(1) == b""
+    # The offer stands for its taker.
+    peers: dict[str, Any] = {"origin": Flaky(origin)}
+    peers["origin"].offer_layer = lambda layer_id: offer
+    other = make_node(tmp_path, "other", peers)
+    assert other.copy_layer(top, "origin") == offer.size
+    # Taken once: the port is closed.
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=10).close()
 
-        def read(offset: int, n: int, size: int = size) -> bytes:
-            calls.append(offset)
-            return data[:size][offset : offset + n]
 
-        chunks = list(read_ahead(read, 4096, 3))
-        assert b"".join(chunks) == data[:size], size
-        assert all(len(c) == 4096 for c in chunks[:-1]) and all(chunks), size
-        assert len(calls) <= size // 4096 + 1 + 3, (size, calls)
+BIG_LAYER = 256 << 20  # far more than any buffer of a transfer; cheap enough for CI
+MEMORY_BOUND = 64 << 20  # a quarter of it: what a move may add to the peak resident memory
+
+
+def _rss() -> dict[str, int]:
+    status = Path("/proc/self/status").read_text().splitlines()
+    return {
+        k: int(v.split()[0]) << 10
+        for k, _, v in (ln.partition(":") for ln in status)
+        if k in ("VmRSS", "VmHWM")
+    }
+
+
+def _peak_growth(move: Any) -> int:
+    """How much ``move()`` raised this process's peak resident memory (VmHWM, reset first)."""
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _rss()["VmRSS"]
+    move()
+    return _rss()["VmHWM"] - before
+
+
+def test_a_layer_far_bigger_than_any_buffer_moves_in_bounded_memory(
+    tmp_path: Path, seaweed: StoreConfig
+) -> None:
+    """Node to node (offer, TCP stream, check, unpack), node to store and store to node,
+    each both ends in this one process: its peak memory grows by far less than the layer."""
+    nodes: dict[str, Any] = {}
+    origin, peer, other = (make_node(tmp_path, n, nodes) for n in ("origin", "peer", "other"))
+    nodes["origin"] = origin
+    layer, tmp = origin.volumes.new_layer_dir()
+    block = os.urandom(8 << 20)
+    for i in range(BIG_LAYER // len(block)):  # 32 files of 8 MiB, each its own bytes
+        (tmp / f"f{i:02d}").write_bytes(i.to_bytes(4) + block[4:])
+    origin.volumes.publish(layer, tmp)
+    LayerStore(seaweed).digest_of(layer)  # boto3 loaded before the measures: not a transfer's
+
+    grown = {"pack": _peak_growth(lambda: origin.layer_digest(layer))}
+    digest = origin.layer_digest(layer)
+    grown["node_to_node"] = _peak_growth(lambda: peer.copy_layer(layer, "origin"))
+    grown["node_to_store"] = _peak_growth(lambda: origin.upload_layer(layer, seaweed))
+    grown["store_to_node"] = _peak_growth(lambda: other.fetch_layer(layer, digest, seaweed))
+    print(
+        f"\n  peak RSS growth moving a {BIG_LAYER >> 20} MiB layer, MiB: "
+        + ", ".join(f"{k} {v / (1 << 20):.1f}" for k, v in grown.items())
+    )
+
+    for node in (peer, other):
+        assert file_digest(node.packed_dir / f"{layer}.tar") == digest
+        assert tree_manifest(node.volumes.layer_path(layer)) == tree_manifest(
+            origin.volumes.layer_path(layer)
+        )
+    assert all(v < MEMORY_BOUND for v in grown.values()), grown
+    assert [leftovers(n) for n in (origin, peer, other)] == [[], [], []]
+    LayerStore(seaweed).delete([layer])
+    for node in (origin, peer, other):
+        node.delete_layers([layer])
 
 
 def _closed_port() -> int:

@@ -3,13 +3,13 @@
 A layer leaves a node packed (a tar and its digest, made once and kept under
 ``<state>/packed/``), to another node or through object storage (``upload_layer``/
 ``fetch_layer``). Always as a stream, so memory stays bounded whatever the layer's size: a
-node copies a layer from a peer (``copy_from``) in chunks of ``CHUNK_BYTES`` read with
-``read_chunk`` on the peer, ``READ_AHEAD`` of them in flight, each written to a partial file
-as it arrives and hashed on the way; the store's transfers go file to file (``LayerStore``).
-What arrives is checked against its digest before it becomes a layer (a partial file is
-removed when anything fails, and ``drop_partial`` removes what a crash left), and stays
-packed for the next node that asks. Each layer has its own lock, so one is packed or unpacked
-once however many ask at the same time.
+node copies a layer from a peer (``copy_from``) by taking the peer's offer (``offer``: a
+port that sends the packed file, see ``layer_stream``) and writing what arrives to a partial
+file, hashed on the way; the store's transfers go file to file (``LayerStore``). What arrives
+is checked against its digest before it becomes a layer (a partial file is removed when
+anything fails, and ``drop_partial`` removes what a crash left), and stays packed for the
+next node that asks. Each layer has its own lock, so one is packed or unpacked once however
+many ask at the same time.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import logging
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from denv.server.config import StoreConfig
+from denv.server.docker import layer_stream
 from denv.server.locks import NamedLocks
+from denv.server.node.seam import LayerOffer
 from denv.server.volumes.layerpack import (
     HashingWriter,
     LayerDigestMismatch,
@@ -38,18 +38,12 @@ from denv.server.volumes.overlay import Volumes
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 8 << 20  # one read of a peer's packed layer (a Ray object on a cluster)
-READ_AHEAD = 4  # chunks in flight: at most (READ_AHEAD + 1) * CHUNK_BYTES held at once
-MAX_CHUNK_BYTES = 64 << 20  # the most one read_chunk returns: a layer never crosses whole
-
 
 class LayerSource(Protocol):
-    """A peer node's packed layers, as the node seam offers them (``Node.layer_digest``,
-    ``Node.read_layer``): a ``RemoteNode`` on a cluster, another ``DockerNode`` in tests."""
+    """A peer node's packed layers, as the node seam offers them (``Node.offer_layer``): a
+    ``RemoteNode`` on a cluster, another ``DockerNode`` in tests."""
 
-    def layer_digest(self, layer_id: str) -> str: ...
-
-    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes: ...
+    def offer_layer(self, layer_id: str) -> LayerOffer: ...
 
 
 Peers = Callable[[str], LayerSource]  # node name -> that node's layers (NodeLost if none)
@@ -65,7 +59,6 @@ class LayerTransfer:
         self._locks = NamedLocks()
         self._guard = threading.Lock()  # over the dicts, never across a transfer
         self._stores: dict[StoreConfig, LayerStore] = {}
-        self.chunk_bytes = CHUNK_BYTES  # of a copy from a peer (tests make it small)
 
     def _lock(self, layer_id: str) -> threading.Lock:
         return self._locks(layer_id)
@@ -104,51 +97,43 @@ class LayerTransfer:
         with self._lock(layer_id):
             return self._pack(layer_id)[0]
 
-    def read_chunk(self, layer_id: str, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes of the packed layer from ``offset`` (b"" past its end),
-        packing it first if needed; ValueError for a chunk over ``MAX_CHUNK_BYTES``."""
-        if offset < 0 or not 0 < size <= MAX_CHUNK_BYTES:
-            raise ValueError(
-                f"read_layer({layer_id!r}, offset={offset}, size={size}): a chunk is 1 to "
-                f"{MAX_CHUNK_BYTES} bytes at an offset >= 0; read a layer chunk by chunk"
-            )
-        tar, digest_file = self._packed(layer_id)
-        if not (tar.exists() and digest_file.exists()):
-            with self._lock(layer_id):
-                tar = self._pack(layer_id)[1]
-        fd = os.open(tar, os.O_RDONLY)
-        try:
-            return os.pread(fd, size, offset)
-        finally:
-            os.close(fd)
+    def offer(self, layer_id: str, host: str) -> LayerOffer:
+        """The packed layer (packed first if need be) offered to one taker on ``host``."""
+        with self._lock(layer_id):
+            digest, tar = self._pack(layer_id)
+            # Open now (a delete meanwhile cannot cut the stream); the offer's thread closes it.
+            packed = open(tar, "rb")  # noqa: SIM115
+        size = os.fstat(packed.fileno()).st_size
+        port, token = layer_stream.offer(packed, host)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return LayerOffer(address=address, token=token, digest=digest, size=size)
 
     def copy_from(self, layer_id: str, origin: str, source: LayerSource) -> int:
         """Copy the layer from a peer node (``origin``, its name for messages) as a stream:
-        chunks into a partial file, hashed on the way, checked, unpacked and published. The
-        bytes copied (0 when the layer is here already). Whatever fails (the peer stops
-        answering: its NodeLost; a digest mismatch) leaves no partial file and no layer."""
+        its offer's bytes into a partial file, hashed on the way, checked, unpacked and
+        published. The bytes copied (0 when the layer is here already). Whatever fails (the
+        peer stops answering: its NodeLost; a digest mismatch) leaves no partial file and no
+        layer."""
         with self._lock(layer_id):
             tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self._has(layer_id):
                 return 0
             started = time.monotonic()
-            digest = source.layer_digest(layer_id)  # packs it there, if it was not yet
+            taken = source.offer_layer(layer_id)  # packs it there, if it was not yet
             self.packed_dir.mkdir(parents=True, exist_ok=True)
             part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
             try:
                 streamed = time.monotonic()
                 with open(part, "wb") as raw:
                     out = HashingWriter(raw)
-                    read = lambda at, n: source.read_layer(layer_id, at, n)  # noqa: E731
-                    for chunk in read_ahead(read, self.chunk_bytes):
-                        out.write(chunk)
-                check_received(out, digest, f"node {origin}")
+                    layer_stream.receive(taken, out, origin)
+                check_received(out, taken.digest, f"node {origin}")
                 unpacked = time.monotonic()
-                self._publish_packed(layer_id, digest, part, checked=True)
+                self._publish_packed(layer_id, taken.digest, part, checked=True)
             finally:
                 part.unlink(missing_ok=True)
             log.info(
-                "layer %s from node %s: %d bytes; digest %.2f s, stream %.2f s, unpack %.2f s",
+                "layer %s from node %s: %d bytes; offer %.2f s, stream %.2f s, unpack %.2f s",
                 layer_id,
                 origin,
                 out.size,
@@ -206,33 +191,6 @@ class LayerTransfer:
             with self._guard:
                 found = self._stores.setdefault(cfg, made)
         return found
-
-
-def read_ahead(
-    read: Callable[[int, int], bytes], chunk: int = CHUNK_BYTES, ahead: int = READ_AHEAD
-) -> Iterator[bytes]:
-    """The chunks ``read(offset, size)`` returns, in order, until a short one (the end),
-    with ``ahead`` reads in flight on threads of their own (each one a round trip to a peer).
-    Memory: at most ``ahead`` chunks waiting plus the one handed out."""
-    pool = ThreadPoolExecutor(ahead, thread_name_prefix="denv-layer-read")
-    pending: deque[Future[bytes]] = deque()
-    try:
-        offset = 0
-        for _ in range(ahead):
-            pending.append(pool.submit(read, offset, chunk))
-            offset += chunk
-        while pending:
-            data = pending.popleft().result()
-            if len(data) < chunk:  # the end: reads past it return b""
-                if data:
-                    yield data
-                return
-            pending.append(pool.submit(read, offset, chunk))
-            offset += chunk
-            yield data
-    finally:
-        # A failed or abandoned copy waits for no read in flight (each has its own timeout).
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _write_atomic(path: Path, text: str) -> None:

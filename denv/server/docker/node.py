@@ -25,7 +25,16 @@ from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.layers import LayerTransfer, Peers
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
-from denv.server.node.seam import Booted, BootSpec, ImageFacts, Metered, NodeLost, Owned, Usage
+from denv.server.node.seam import (
+    Booted,
+    BootSpec,
+    ImageFacts,
+    LayerOffer,
+    Metered,
+    NodeLost,
+    Owned,
+    Usage,
+)
 from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
@@ -40,11 +49,13 @@ class DockerNode:
         volumes: Volumes,
         limits: Limits | None = None,
         peers: Peers | None = None,
+        address: str = "127.0.0.1",
     ) -> None:
         """``peers``: the other nodes of its cluster by name (a node agent's), so that
-        ``copy_layer`` can reach them; None: a machine of its own, it has none."""
+        ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
+        where other nodes reach this one (its layer offers listen there)."""
         self.engine = engine
-        self._peers = peers
+        self._peers, self._address = peers, address
         self.volumes = volumes
         self._limits = limits or Limits()
         self.guard = boot.Guard()  # the env locks boots share with teardown and snapshots
@@ -479,8 +490,8 @@ class DockerNode:
     def layer_digest(self, layer_id: str) -> str:
         return self.layers.layer_digest(layer_id)
 
-    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes:
-        return self.layers.read_chunk(layer_id, offset, size)
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        return self.layers.offer(layer_id, self._address)
 
     def copy_layer(self, layer_id: str, origin: str) -> int:
         if self._peers is None:

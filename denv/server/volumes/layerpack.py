@@ -52,7 +52,7 @@ class HashingWriter:
         self.hash = hashlib.sha256()
         self.size = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         self.hash.update(data)
         self.size += len(data)
         return self._raw.write(data)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from denv.server.config import StoreConfig
-from denv.server.node.seam import BootFailed, Node, NodeLost
+from denv.server.node.seam import BootFailed, LayerOffer, Node, NodeLost
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import EMPTY_LAYER
 
@@ -84,7 +84,7 @@ class Layers(Placement):
         started = time.monotonic()
         for origin in self._holders(layer, exclude=name):
             try:
-                # The member pulls it from the origin itself, as a stream (node to node:
+                # The member takes it from the origin itself, as a stream (node to node:
                 # the control plane never holds the layer's bytes).
                 size = self._call(name, lambda n, o=origin: n.copy_layer(layer, o))  # type: ignore[misc]
             except NodeLost as exc:
@@ -289,8 +289,8 @@ class Layers(Placement):
     def layer_digest(self, layer_id: str) -> str:
         return self._call(self._holder(layer_id), lambda n: n.layer_digest(layer_id))
 
-    def read_layer(self, layer_id: str, offset: int, size: int) -> bytes:
-        return self._call(self._holder(layer_id), lambda n: n.read_layer(layer_id, offset, size))
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        return self._call(self._holder(layer_id), lambda n: n.offer_layer(layer_id))
 
     def copy_layer(self, layer_id: str, origin: str) -> int:
         name = self._least_loaded()
