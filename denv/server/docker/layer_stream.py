@@ -6,9 +6,10 @@ connection that sends the offer's random token within ``TOKEN_WAIT_S`` gets the 
 a connection without the token is dropped, and an offer nobody took in ``OFFER_TIMEOUT_S``
 is withdrawn. The token travels to the taker inside the ``LayerOffer`` (over Ray on a
 cluster, which only the cluster's token holders reach). The taker (:func:`receive`) reads
-the bytes ``BUF_BYTES`` at a time into a file, hashed on the way: both sides hold a buffer,
-never the layer, whatever its size. The bytes are not encrypted, like Ray's own traffic;
-their digest is checked by the taker before the layer is used.
+the bytes ``BUF_BYTES`` at a time into a file, hashed on the way: both sides hold buffers
+(the taker ``QUEUED`` of them at most), never the layer, whatever its size. The bytes are
+not encrypted, like Ray's own traffic; their digest is checked by the taker before the
+layer is used.
 
 A stream that fails (no connection, a reset, silence for ``IO_TIMEOUT_S``, fewer bytes than
 offered) raises ``NodeLost`` naming the offering node, so a cluster tries another holder or
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import hmac
 import logging
+import queue
 import secrets
 import socket
 import threading
 import time
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from denv.server.node.seam import LayerOffer, NodeLost
 
@@ -35,6 +37,7 @@ TOKEN_WAIT_S = 5.0  # a connection must show the token within this, else it is d
 CONNECT_TIMEOUT_S = 10.0
 IO_TIMEOUT_S = 60.0  # no byte moving for this long ends a transfer
 BUF_BYTES = 1 << 20  # what the taker reads at once
+QUEUED = 8  # pieces received but not yet hashed and written: at most 8 MiB held
 
 
 class Sink(Protocol):
@@ -100,24 +103,49 @@ def _recv_exactly(conn: socket.socket, n: int) -> bytes:
 
 def receive(taken: LayerOffer, out: Sink, origin: str) -> None:
     """Read the offered layer's ``size`` bytes into ``out``; NodeLost naming ``origin`` when
-    the stream cannot be opened or breaks off."""
-    host, _, port = taken.address.rpartition(":")
-    done = 0
+    the stream cannot be opened or breaks off. A thread of its own receives while this one
+    hashes and writes, at most ``QUEUED`` pieces of ``BUF_BYTES`` apart."""
+    pieces: queue.Queue[memoryview | None] = queue.Queue(QUEUED)
+    stop = threading.Event()
+    got: dict[str, Any] = {"done": 0, "error": None}
+
+    def put(piece: memoryview | None) -> None:
+        while not stop.is_set():
+            try:
+                pieces.put(piece, timeout=1.0)
+                return
+            except queue.Full:
+                continue
+
+    def read() -> None:
+        host, _, port = taken.address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S) as c:
+                c.settimeout(IO_TIMEOUT_S)
+                c.sendall(bytes.fromhex(taken.token))
+                while got["done"] < taken.size and not stop.is_set():
+                    piece = bytearray(min(BUF_BYTES, taken.size - got["done"]))
+                    n = c.recv_into(piece)
+                    if n == 0:
+                        break
+                    put(memoryview(piece)[:n])
+                    got["done"] += n
+        except (OSError, ValueError) as exc:  # ValueError: a token that is no hex
+            got["error"] = exc
+        finally:
+            put(None)
+
+    threading.Thread(target=read, name="denv-layer-receive", daemon=True).start()
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S) as conn:
-            conn.settimeout(IO_TIMEOUT_S)
-            conn.sendall(bytes.fromhex(taken.token))
-            buf = memoryview(bytearray(BUF_BYTES))
-            while done < taken.size:
-                n = conn.recv_into(buf, min(BUF_BYTES, taken.size - done))
-                if n == 0:
-                    break
-                out.write(buf[:n])
-                done += n
-    except OSError as exc:
+        while (piece := pieces.get()) is not None:
+            out.write(piece)
+    finally:
+        stop.set()  # a failed write: the receiving thread ends within a second or a timeout
+    done, error = got["done"], got["error"]
+    if error is not None:
         raise NodeLost(
-            origin, f"streaming its layer from {taken.address} failed after {done} bytes: {exc}"
-        ) from exc
+            origin, f"streaming its layer from {taken.address} failed after {done} bytes: {error}"
+        ) from error
     if done < taken.size:
         raise NodeLost(
             origin,
