@@ -15,6 +15,9 @@ one (``Volumes`` on n1's state dir). Then, through the node seam (``RemoteNode``
 - ``node_to_node``: n2 copies it from n1 (``copy_layer``: n2's agent takes n1's offer over
   Ray and reads the packed layer from n1's port over TCP, hashing it into a partial file,
   then checks and unpacks it);
+- ``cp_a``: beside it, ``cp -a`` of the layer dir on the same disk in this process (the
+  copy a machine makes of 2 GB without any network, digest or tar: a yardstick for the
+  machine's load at that moment);
 - ``unpack``: that copy's last step alone (``unpack_layer`` of the same tar in this process),
   so ``node_to_node`` minus it is the stream;
 - ``node_to_store``: n1 uploads it to SeaweedFS (``upload_layer``, multipart from the file);
@@ -38,6 +41,7 @@ import os
 import random
 import secrets
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -189,6 +193,14 @@ def measure(total_mb: int, work_root: Path | None = None) -> dict[str, Any]:
         content = total_mb * MB
         moves: dict[str, Any] = {"pack": _move("pack", pack, who("n1"), content)}
         packed = packed_tar.stat().st_size
+        layer_dir = cluster_dir / "nodes" / "n1" / "layers" / layer_id
+        moves["cp_a"] = _move(
+            "cp_a",
+            lambda: subprocess.run(["cp", "-a", str(layer_dir), str(work / "cp")], check=True),
+            who(),
+            content,
+        )
+        shutil.rmtree(work / "cp")
         moves["node_to_node"] = _move(
             "node_to_node",
             lambda: nodes["n2"].copy_layer(layer_id, "n1"),
@@ -234,6 +246,7 @@ def measure(total_mb: int, work_root: Path | None = None) -> dict[str, Any]:
             "moves": moves,
             "node_to_node_unpack_s": round(unpack_s, 3),
             "node_to_node_stream_mb_per_s": round(packed / MB / stream_s, 1),
+            "node_to_node_ratio_to_cp_a": round(moves["cp_a"]["seconds"] / n2n["seconds"], 2),
             "digest_equal": {"node_to_node": copied_ok, "store_to_node": fetched_ok == digest},
             "target_mb_s": TARGET_MB_S,
             "target_extra_rss_mb": TARGET_EXTRA_RSS_MB,
@@ -284,7 +297,9 @@ def table(result: dict[str, Any]) -> str:
         f"node_to_node is n2 taking n1's offer and reading the layer over TCP (1 MiB reads, "
         "sendfile on n1), checking the digest and unpacking; the unpack alone took "
         f"{result['node_to_node_unpack_s']} s here, so "
-        f"the stream itself ran at {result['node_to_node_stream_mb_per_s']} MB/s. Digests "
+        f"the stream itself ran at {result['node_to_node_stream_mb_per_s']} MB/s. Node to "
+        f"node against cp -a of the same layer in the same run: "
+        f"{result['node_to_node_ratio_to_cp_a']}x its speed. Digests "
         f"equal after the moves: {result['digest_equal']}. Worst agent peak growth: "
         f"{result['worst_agent_peak_growth_mb']} MB. Meets the target: "
         f"{result['meets_target']}.",
