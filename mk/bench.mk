@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster bench-relay bench-upload bench-console
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster bench-relay bench-upload bench-layer-stream bench-console
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -57,3 +57,9 @@ bench-relay: $(VENV_STAMP)
 ## (bench/bench_upload.py; no images; ~3 min).
 bench-upload: $(VENV_STAMP)
 	$(PY) -m bench.bench_upload
+
+## Issue 27's streaming layers: a 2 GB layer node to node, to the store and back on a local
+## 3-node cluster, MB/s and each agent's peak RSS growth (bench/bench_layer_stream.py; ~3 min,
+## ~10 GB of disk while it runs).
+bench-layer-stream: $(VENV_STAMP)
+	$(PY) -m bench.bench_layer_stream $(BENCH_ARGS)

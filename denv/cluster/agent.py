@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,12 +47,15 @@ from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
 from denv.server.net.subnets import SubnetPool
-from denv.server.node.seam import Booted, Node
+from denv.server.node.seam import Booted, Node, NodeLost
 from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
 
 from . import ray_auth
 from .relay import Relay, env_addresses
+
+if TYPE_CHECKING:
+    from .remote import RemoteNode
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,9 @@ class NodeAgent:
         self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
         if self.volumes.fs is not None:
             self.volumes.fs.check()  # OSError naming the fix, before any env
-        self.node = DockerNode(self.engine, self.volumes, cfg.limits)
+        # Where other nodes reach this one (its layer offers): the Ray node's address.
+        self.address = _ray_place(actor=True)[1] or "127.0.0.1"
+        self.node = self._docker_node()
         self._lock = threading.Lock()
         self._closed = threading.Event()
         try:  # the firewall rules of envs that outlived the last agent process
@@ -138,6 +143,11 @@ class NodeAgent:
         self.relay_address = ""  # "host:port" of the relay; "": envs are reached directly
         self._start_relay()
         log.info("denv node agent %s (instance %s) on %s", name, self.instance_id, self.state_dir)
+
+    def _docker_node(self) -> DockerNode:
+        return DockerNode(
+            self.engine, self.volumes, self.cfg.limits, peers=peer_agent, address=self.address
+        )
 
     def _start_relay(self) -> None:
         """The relay that carries the control plane's ingress to this node's envs
@@ -152,7 +162,7 @@ class NodeAgent:
                 self.name,
             )
             return
-        host = _ray_place(actor=True)[1] or "127.0.0.1"
+        host = self.address
         kept = self.state_dir / RELAY_PORT_FILE
         port = self.cfg.relay_port or _read_port(kept)
         relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
@@ -206,7 +216,7 @@ class NodeAgent:
         """
         with self._lock:
             stopped = self.node
-            self.node = DockerNode(self.engine, self.volumes, self.cfg.limits)
+            self.node = self._docker_node()
         stopped.stop()
 
     def ping(self) -> str:
@@ -252,6 +262,20 @@ class NodeAgent:
         self._closed.set()
         if self.relay is not None:
             self.relay.close()
+
+
+def peer_agent(name: str) -> RemoteNode:
+    """The agent of node ``name`` of this cluster, for a layer copied straight from it
+    (``DockerNode.copy_layer``); NodeLost when it has none running."""
+    import ray  # here: the agent's module is imported without Ray by `denv cluster` commands
+
+    from .remote import RemoteNode
+
+    try:
+        handle = ray.get_actor(ACTOR_PREFIX + name, namespace=NAMESPACE)
+    except ValueError as exc:
+        raise NodeLost(name, "it has no node agent running") from exc
+    return RemoteNode(name, handle)
 
 
 def _read_port(path: Path) -> int:

@@ -6,7 +6,9 @@ answers, as ``DockerNode``'s calls do. Exceptions come back as their own class
 unwrapped). A node that does not answer raises ``NodeLost(name)``: its Ray node died (Ray's
 health checks notice within seconds), its agent died, or the call outlived its time limit:
 a few seconds past the boot's own limit for ``bring_up`` and ``wait_healthy``, generous ones
-for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the quick calls.
+for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the quick calls. A layer's bytes
+never cross Ray: the node that copies one takes its origin's ``offer_layer`` (a small record)
+and streams the bytes over a TCP connection of their own (``layer_stream``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from denv.server.node.seam import (
     Booted,
     BootSpec,
     ImageFacts,
+    LayerOffer,
     Metered,
     NodeLost,
     Owned,
@@ -214,11 +217,11 @@ class RemoteNode:
     def layer_digest(self, layer_id: str) -> str:
         return cast(str, self._call(LONG_TIMEOUT_S, "layer_digest", layer_id))
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        return cast(tuple[str, bytes], self._call(LONG_TIMEOUT_S, "read_layer", layer_id))
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        return cast(LayerOffer, self._call(LONG_TIMEOUT_S, "offer_layer", layer_id))
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        self._call(LONG_TIMEOUT_S, "write_layer", layer_id, digest, data)
+    def copy_layer(self, layer_id: str, origin: str) -> int:
+        return cast(int, self._call(LONG_TIMEOUT_S, "copy_layer", layer_id, origin))
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
         return cast(str, self._call(LONG_TIMEOUT_S, "upload_layer", layer_id, store))

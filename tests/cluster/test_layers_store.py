@@ -1,7 +1,11 @@
 """Layers moving between nodes: through a real SeaweedFS (S3) and agent to agent (issue 18).
 
 Each "node" is a ``DockerNode`` on its own state dir, as the node agents run it; the layer
-transfer calls touch no container, so nothing here starts one. Needs root (overlay mounts).
+transfer calls touch no container, so nothing here starts one. A node copies a layer from a
+peer by taking the peer's offer (``offer_layer``: a port on 127.0.0.1 here that streams the
+packed file) and reading it over TCP: the peers are the other ``DockerNode``s, asked in-process
+where a node agent asks over Ray (the cluster tests' cross-node forks do that). Needs root
+(overlay mounts).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from denv.cluster import seaweed as sw
 from denv.server.config import StoreConfig
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
+from denv.server.node.seam import LayerOffer, NodeLost
 from denv.server.volumes.layerpack import LayerDigestMismatch, file_digest
 from denv.server.volumes.mounts import mount_points_under
 from denv.server.volumes.object_store import LayerNotStored, LayerStore, StoreError
@@ -30,9 +35,29 @@ from denv.server.volumes.overlay import Volumes
 pytestmark = pytest.mark.e2e
 
 
-def make_node(root: Path, name: str) -> DockerNode:
+def make_node(root: Path, name: str, peers: dict[str, Any] | None = None) -> DockerNode:
+    """A node on its own state dir whose peers (for ``copy_layer``) are those of ``peers``."""
+
+    def peer(other: str) -> Any:
+        if peers is None or other not in peers:
+            raise NodeLost(other, "not a peer of this test")
+        return peers[other]
+
     # The engine is never reached: layer transfer is files and S3 only.
-    return DockerNode(Engine(f"h2test-{name}"), Volumes(root / name))
+    return DockerNode(Engine(f"h2test-{name}"), Volumes(root / name), peers=peer)
+
+
+class Flaky:
+    """A peer whose offer is not what its node offers: a wrong digest (damaged on its way),
+    or more bytes than its port sends (the origin died mid-stream). A fault injected at the
+    seam where a real copy meets Ray, the offer record."""
+
+    def __init__(self, node: DockerNode, **change: Any) -> None:
+        self.node, self.change = node, change
+
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        offer = self.node.offer_layer(layer_id)
+        return offer.model_copy(update={k: v(offer) for k, v in self.change.items()})
 
 
 def leftovers(node: DockerNode) -> list[str]:
@@ -56,7 +81,9 @@ def s3(store: StoreConfig) -> Any:
 def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
     tmp_path: Path, seaweed: StoreConfig
 ) -> None:
-    origin, other, peer = (make_node(tmp_path, n) for n in ("origin", "other", "peer"))
+    nodes: dict[str, Any] = {}
+    origin, other, peer = (make_node(tmp_path, n, nodes) for n in ("origin", "other", "peer"))
+    nodes.update(origin=origin, other=other)
     base, top = snapshot_layers(origin.volumes)
     layers = LayerStore(seaweed)
 
@@ -76,14 +103,16 @@ def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
         assert tree_manifest(other.volumes.layer_path(x)) == tree_manifest(
             origin.volumes.layer_path(x)
         )
-        digest, data = origin.read_layer(x)  # agent to agent, no store
-        assert digest == digests[x]
-        peer.write_layer(x, digest, data)
+        packed = origin.packed_dir / f"{x}.tar"
+        size = peer.copy_layer(x, "other" if x == top else "origin")  # node to node, no store
+        assert size == packed.stat().st_size and peer.copy_layer(x, "origin") == 0
+        assert file_digest(peer.packed_dir / f"{x}.tar") == digests[x]
         assert tree_manifest(peer.volumes.layer_path(x)) == tree_manifest(
             origin.volumes.layer_path(x)
         )
     # The fetched node keeps the packed form: it can pass the layer on, same digest.
-    assert other.read_layer(top) == origin.read_layer(top)
+    assert file_digest(other.packed_dir / f"{top}.tar") == digests[top]
+    assert other.offer_layer(top).digest == origin.offer_layer(top).digest == digests[top]
     assert other.layer_ids() == origin.layer_ids() == {base, top}
 
     # Mounted as a volume, the fetched stack shows what the original shows.
@@ -134,10 +163,115 @@ def test_a_tampered_object_is_refused_with_both_digests(
     assert not other.has_layer(top) and leftovers(other) == []
 
     # A node handed damaged bytes by a peer refuses them too.
-    with pytest.raises(LayerDigestMismatch):
-        other.write_layer(top, digest, tampered)
+    peers = {"origin": Flaky(origin, digest=lambda o: "sha256:" + "0" * 64)}
+    other = make_node(tmp_path, "other", peers)
+    with pytest.raises(LayerDigestMismatch, match="from node origin") as err:
+        other.copy_layer(top, "origin")
+    assert digest in str(err.value) and "0" * 64 in str(err.value)
     assert not other.has_layer(top) and leftovers(other) == []
     LayerStore(seaweed).delete([top])
+
+
+def test_a_copy_cut_short_leaves_no_layer_and_names_the_lost_node(tmp_path: Path) -> None:
+    origin = make_node(tmp_path, "origin")
+    _, top = snapshot_layers(origin.volumes, big_bytes=2 << 20)
+    peers: dict[str, Any] = {"origin": Flaky(origin, size=lambda o: o.size + 4096)}
+    other = make_node(tmp_path, "other", peers)
+    with pytest.raises(NodeLost) as err:
+        other.copy_layer(top, "origin")
+    assert err.value.node == "origin" and "stream" in str(err.value), err.value
+    assert not other.has_layer(top) and leftovers(other) == []
+    # An offer whose port is gone (its node died before the taker came).
+    peers["origin"] = Flaky(origin, address=lambda o: f"127.0.0.1:{_closed_port()}")
+    with pytest.raises(NodeLost, match="origin is lost: streaming"):
+        other.copy_layer(top, "origin")
+    with pytest.raises(NodeLost, match="no-such-node"):
+        other.copy_layer(top, "no-such-node")
+    assert not other.has_layer(top) and leftovers(other) == []
+    # A node of no cluster has no peers.
+    alone = DockerNode(Engine("h2test-alone"), Volumes(tmp_path / "alone"))
+    with pytest.raises(NodeLost, match="in no cluster"):
+        alone.copy_layer(top, "origin")
+    peers["origin"] = origin
+    assert other.copy_layer(top, "origin") > 2 << 20
+    assert file_digest(other.packed_dir / f"{top}.tar") == origin.layer_digest(top)
+
+
+def test_an_offer_streams_to_the_token_holder_only(tmp_path: Path) -> None:
+    origin = make_node(tmp_path, "origin")
+    _, top = snapshot_layers(origin.volumes, big_bytes=1 << 20)
+    offer = origin.offer_layer(top)
+    assert offer.token not in repr(offer)
+    host, port = offer.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"\0" * 32)  # a wrong token: dropped, nothing sent
+        assert s.recv(1) == b""
+    # The offer stands for its taker.
+    peers: dict[str, Any] = {"origin": Flaky(origin)}
+    peers["origin"].offer_layer = lambda layer_id: offer
+    other = make_node(tmp_path, "other", peers)
+    assert other.copy_layer(top, "origin") == offer.size
+    # Taken once: the port is closed.
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=10).close()
+
+
+BIG_LAYER = 256 << 20  # far more than any buffer of a transfer; cheap enough for CI
+MEMORY_BOUND = 64 << 20  # a quarter of it: what a move may add to the peak resident memory
+
+
+def _rss() -> dict[str, int]:
+    status = Path("/proc/self/status").read_text().splitlines()
+    return {
+        k: int(v.split()[0]) << 10
+        for k, _, v in (ln.partition(":") for ln in status)
+        if k in ("VmRSS", "VmHWM")
+    }
+
+
+def _peak_growth(move: Any) -> int:
+    """How much ``move()`` raised this process's peak resident memory (VmHWM, reset first)."""
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _rss()["VmRSS"]
+    move()
+    return _rss()["VmHWM"] - before
+
+
+def test_a_layer_far_bigger_than_any_buffer_moves_in_bounded_memory(
+    tmp_path: Path, seaweed: StoreConfig
+) -> None:
+    """Node to node (offer, TCP stream, check, unpack), node to store and store to node,
+    each both ends in this one process: its peak memory grows by far less than the layer."""
+    nodes: dict[str, Any] = {}
+    origin, peer, other = (make_node(tmp_path, n, nodes) for n in ("origin", "peer", "other"))
+    nodes["origin"] = origin
+    layer, tmp = origin.volumes.new_layer_dir()
+    block = os.urandom(8 << 20)
+    for i in range(BIG_LAYER // len(block)):  # 32 files of 8 MiB, each its own bytes
+        (tmp / f"f{i:02d}").write_bytes(i.to_bytes(4) + block[4:])
+    origin.volumes.publish(layer, tmp)
+    LayerStore(seaweed).digest_of(layer)  # boto3 loaded before the measures: not a transfer's
+
+    grown = {"pack": _peak_growth(lambda: origin.layer_digest(layer))}
+    digest = origin.layer_digest(layer)
+    grown["node_to_node"] = _peak_growth(lambda: peer.copy_layer(layer, "origin"))
+    grown["node_to_store"] = _peak_growth(lambda: origin.upload_layer(layer, seaweed))
+    grown["store_to_node"] = _peak_growth(lambda: other.fetch_layer(layer, digest, seaweed))
+    print(
+        f"\n  peak RSS growth moving a {BIG_LAYER >> 20} MiB layer, MiB: "
+        + ", ".join(f"{k} {v / (1 << 20):.1f}" for k, v in grown.items())
+    )
+
+    for node in (peer, other):
+        assert file_digest(node.packed_dir / f"{layer}.tar") == digest
+        assert tree_manifest(node.volumes.layer_path(layer)) == tree_manifest(
+            origin.volumes.layer_path(layer)
+        )
+    assert all(v < MEMORY_BOUND for v in grown.values()), grown
+    assert [leftovers(n) for n in (origin, peer, other)] == [[], [], []]
+    LayerStore(seaweed).delete([layer])
+    for node in (origin, peer, other):
+        node.delete_layers([layer])
 
 
 def _closed_port() -> int:

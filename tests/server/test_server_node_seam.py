@@ -23,6 +23,7 @@ from denv.server.node.seam import (
     BootSpec,
     Cancelled,
     ImageFacts,
+    LayerOffer,
     Metered,
     Node,
     Owned,
@@ -74,7 +75,9 @@ def test_what_crosses_the_seam_survives_json_and_pickle() -> None:
         Booted(env_id="env_1", network="n", containers={"agent": "c1"}, agent_ip="10.0.0.2"),
         Booted(env_id="e", network="n", containers={}, agent_ip="ip", host_ports={8000: 32768}),
         Owned(containers={"c1": "env_1"}, networks={"n": "env_1"}, volume_envs=["env_1"]),
+        LayerOffer(address="10.0.0.5:40000", token="ab" * 32, digest="sha256:1", size=1 << 31),
     ]
+    assert "ab" * 32 not in repr(records[-1])  # a one-time token, never in a log line
     for rec in records:
         assert type(rec).model_validate_json(rec.model_dump_json()) == rec
         assert pickle.loads(pickle.dumps(rec)) == rec

@@ -1,23 +1,52 @@
 """Layer transfer of the Docker node: its volume layers packed, sent and fetched.
 
 A layer leaves a node packed (a tar and its digest, made once and kept under
-``<state>/packed/``), to another node (``read_layer``/``write_layer``) or through object
-storage (``upload_layer``/``fetch_layer``). What arrives is checked against its digest before
-it becomes a layer, and stays packed for the next node that asks. Each layer has its own lock,
-so one is packed or unpacked once however many ask at the same time.
+``<state>/packed/``), to another node or through object storage (``upload_layer``/
+``fetch_layer``). Always as a stream, so memory stays bounded whatever the layer's size: a
+node copies a layer from a peer (``copy_from``) by taking the peer's offer (``offer``: a
+port that sends the packed file, see ``layer_stream``) and writing what arrives to a partial
+file, hashed on the way; the store's transfers go file to file (``LayerStore``). What arrives
+is checked against its digest before it becomes a layer (a partial file is removed when
+anything fails, and ``drop_partial`` removes what a crash left), and stays packed for the
+next node that asks. Each layer has its own lock, so one is packed or unpacked once however
+many ask at the same time.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from denv.server.config import StoreConfig
+from denv.server.docker import layer_stream
 from denv.server.locks import NamedLocks
-from denv.server.volumes.layerpack import LayerDigestMismatch, check_bytes, pack_layer, unpack_layer
+from denv.server.node.seam import LayerOffer
+from denv.server.volumes.layerpack import (
+    HashingWriter,
+    LayerDigestMismatch,
+    check_received,
+    pack_layer,
+    unpack_layer,
+)
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import Volumes
+
+log = logging.getLogger(__name__)
+
+
+class LayerSource(Protocol):
+    """A peer node's packed layers, as the node seam offers them (``Node.offer_layer``): a
+    ``RemoteNode`` on a cluster, another ``DockerNode`` in tests."""
+
+    def offer_layer(self, layer_id: str) -> LayerOffer: ...
+
+
+Peers = Callable[[str], LayerSource]  # node name -> that node's layers (NodeLost if none)
 
 
 class LayerTransfer:
@@ -68,25 +97,51 @@ class LayerTransfer:
         with self._lock(layer_id):
             return self._pack(layer_id)[0]
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
+    def offer(self, layer_id: str, host: str) -> LayerOffer:
+        """The packed layer (packed first if need be) offered to one taker on ``host``."""
         with self._lock(layer_id):
             digest, tar = self._pack(layer_id)
-            return digest, tar.read_bytes()
+            # Open now (a delete meanwhile cannot cut the stream); the offer's thread closes it.
+            packed = open(tar, "rb")  # noqa: SIM115
+        size = os.fstat(packed.fileno()).st_size
+        port, token = layer_stream.offer(packed, host)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return LayerOffer(address=address, token=token, digest=digest, size=size)
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+    def copy_from(self, layer_id: str, origin: str, source: LayerSource) -> int:
+        """Copy the layer from a peer node (``origin``, its name for messages) as a stream:
+        its offer's bytes into a partial file, hashed on the way, checked, unpacked and
+        published. The bytes copied (0 when the layer is here already). Whatever fails (the
+        peer stops answering: its NodeLost; a digest mismatch) leaves no partial file and no
+        layer."""
         with self._lock(layer_id):
             tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self._has(layer_id):
-                return
-            # Checked in memory, before a byte is written (not read back from the file).
-            check_bytes(data, digest)
+                return 0
+            started = time.monotonic()
+            taken = source.offer_layer(layer_id)  # packs it there, if it was not yet
             self.packed_dir.mkdir(parents=True, exist_ok=True)
             part = tar.with_name(f"{tar.name}.part-{os.getpid()}")
             try:
-                part.write_bytes(data)
-                self._publish_packed(layer_id, digest, part, checked=True)
+                streamed = time.monotonic()
+                with open(part, "wb") as raw:
+                    out = HashingWriter(raw)
+                    layer_stream.receive(taken, out, origin)
+                check_received(out, taken.digest, f"node {origin}")
+                unpacked = time.monotonic()
+                self._publish_packed(layer_id, taken.digest, part, checked=True)
             finally:
                 part.unlink(missing_ok=True)
+            log.info(
+                "layer %s from node %s: %d bytes; offer %.2f s, stream %.2f s, unpack %.2f s",
+                layer_id,
+                origin,
+                out.size,
+                streamed - started,
+                unpacked - streamed,
+                time.monotonic() - unpacked,
+            )
+            return out.size
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
         with self._lock(layer_id):

@@ -22,10 +22,19 @@ from denv.server.config import CPU_SHARES, MIB, StoreConfig
 from denv.server.docker import boot, cgroups, live, live_apart, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
-from denv.server.docker.layers import LayerTransfer
+from denv.server.docker.layers import LayerTransfer, Peers
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
-from denv.server.node.seam import Booted, BootSpec, ImageFacts, Metered, Owned, Usage
+from denv.server.node.seam import (
+    Booted,
+    BootSpec,
+    ImageFacts,
+    LayerOffer,
+    Metered,
+    NodeLost,
+    Owned,
+    Usage,
+)
 from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
@@ -34,8 +43,19 @@ from denv.server.volumes.overlay import Volumes, disk_usage
 class DockerNode:
     """This machine, through the Docker Engine. Safe to call from any thread."""
 
-    def __init__(self, engine: Engine, volumes: Volumes, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        volumes: Volumes,
+        limits: Limits | None = None,
+        peers: Peers | None = None,
+        address: str = "127.0.0.1",
+    ) -> None:
+        """``peers``: the other nodes of its cluster by name (a node agent's), so that
+        ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
+        where other nodes reach this one (its layer offers listen there)."""
         self.engine = engine
+        self._peers, self._address = peers, address
         self.volumes = volumes
         self._limits = limits or Limits()
         self.guard = boot.Guard()  # the env locks boots share with teardown and snapshots
@@ -470,11 +490,13 @@ class DockerNode:
     def layer_digest(self, layer_id: str) -> str:
         return self.layers.layer_digest(layer_id)
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        return self.layers.read_layer(layer_id)
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        return self.layers.offer(layer_id, self._address)
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        self.layers.write_layer(layer_id, digest, data)
+    def copy_layer(self, layer_id: str, origin: str) -> int:
+        if self._peers is None:
+            raise NodeLost(origin, "this node is in no cluster: it reaches no other node")
+        return self.layers.copy_from(layer_id, origin, self._peers(origin))
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
         return self.layers.upload_layer(layer_id, store)

@@ -34,8 +34,10 @@ The calls, by what they serve::
     room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
     layer_ids() / delete_layers([layer]) / layer_sizes([layer]) / free_disk_bytes()
-    layer_digest / read_layer / write_layer / upload_layer / fetch_layer
-                                         layers between nodes and object storage (layerpack)
+    layer_digest / offer_layer(layer) -> LayerOffer / copy_layer(layer, origin)
+    upload_layer / fetch_layer           layers between nodes and object storage (layerpack),
+                                         as streams (file to socket to file, file to S3),
+                                         never a whole layer in memory
 """
 
 from __future__ import annotations
@@ -125,6 +127,17 @@ class NodeLost(Exception):
 
     def __reduce__(self) -> tuple[type[NodeLost], tuple[str, str]]:
         return (NodeLost, (self.node, self.reason))
+
+
+class LayerOffer(Record):
+    """A packed layer a node offers to one other node (``Node.offer_layer``): a TCP port on
+    the offering node's address that sends the layer's bytes to the first connection that
+    presents ``token``, for a short while. The taker checks ``digest`` over what it read."""
+
+    address: str  # "host:port" on the offering node
+    token: str = Field(repr=False)  # hex: random, one offer's, never logged
+    digest: str  # "sha256:<hex>" of the packed layer
+    size: int  # its bytes
 
 
 class Metered(Record):
@@ -349,13 +362,18 @@ class Node(Protocol):
         """The digest ("sha256:<hex>") of the layer packed (once, then cached on the node)."""
         ...
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        """The packed layer and its digest, to copy it to another node."""
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        """Offer the packed layer (packed first if need be) to one other node: a port that
+        streams it to whoever presents the offer's token first (``copy_layer`` on that
+        node), withdrawn unless taken within a minute."""
         ...
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
-        """Check ``data`` has ``digest``, unpack it and publish the layer (a no-op when the
-        node has it); LayerDigestMismatch when the digest differs."""
+    def copy_layer(self, layer_id: str, origin: str) -> int:
+        """Copy the layer from node ``origin`` of the same cluster: take its
+        ``offer_layer``, stream the bytes into a partial file (hashed on the way), check the
+        digest, unpack and publish (a no-op when the node has it); the bytes copied.
+        NodeLost naming ``origin`` when that node does not answer or its stream breaks off,
+        LayerDigestMismatch when the digest differs; either way no partial layer is left."""
         ...
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:

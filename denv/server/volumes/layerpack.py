@@ -19,6 +19,7 @@ Symlink targets are data, never followed: a layer is only ever an overlay lowerd
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import secrets
@@ -43,21 +44,26 @@ class UnsafeLayer(ValueError):
     """A packed layer holds an entry :func:`unpack_layer` refuses to write."""
 
 
-class _HashingWriter:
-    """A write-only file that hashes and counts what goes through it."""
+class HashingWriter:
+    """A write-only file that hashes and counts what goes through it (a packed layer being
+    written, or received chunk by chunk: its digest without reading it back)."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
         self.hash = hashlib.sha256()
         self.size = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         self.hash.update(data)
         self.size += len(data)
         return self._raw.write(data)
 
     def tell(self) -> int:
         return self.size
+
+    def digest(self) -> str:
+        """``sha256:<hex>`` of what was written."""
+        return DIGEST_PREFIX + self.hash.hexdigest()
 
 
 def pack_layer(layer_dir: Path, dest: Path) -> tuple[str, int]:
@@ -71,7 +77,7 @@ def pack_layer(layer_dir: Path, dest: Path) -> tuple[str, int]:
     part = dest.with_name(f"{dest.name}.part-{secrets.token_hex(4)}")
     try:
         with open(part, "wb") as raw:
-            out = _HashingWriter(raw)
+            out = HashingWriter(raw)
             # The writer is no real file: tarfile only calls write() (and tell() nowhere).
             with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
                 tar.copybufsize = BUFSIZE
@@ -80,7 +86,7 @@ def pack_layer(layer_dir: Path, dest: Path) -> tuple[str, int]:
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    return DIGEST_PREFIX + out.hash.hexdigest(), out.size
+    return out.digest(), out.size
 
 
 def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
@@ -193,13 +199,15 @@ def check_digest(path: Path, digest: str) -> None:
         )
 
 
-def check_bytes(data: bytes, digest: str) -> None:
-    """:func:`check_digest` of a packed layer held in memory."""
-    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+def check_received(written: HashingWriter, digest: str, what: str) -> None:
+    """LayerDigestMismatch naming both digests when what went through ``written`` (a layer
+    received from ``what``) does not have ``digest``."""
+    actual = written.digest()
     if actual != digest:
         raise LayerDigestMismatch(
-            f"packed layer ({len(data)} bytes) has digest {actual}, expected {digest}: it "
-            "was changed or damaged on its way; fetch it again from its origin node or the store"
+            f"packed layer ({written.size} bytes from {what}) has digest {actual}, expected "
+            f"{digest}: it was changed or damaged on its way; fetch it again from its origin "
+            "node or the store"
         )
 
 
@@ -274,11 +282,9 @@ def _make(
     tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, root: Path, others: set[str]
 ) -> None:
     if info.isreg():
-        src = tar.extractfile(info)
-        assert src is not None  # a regular member always has a file object
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with src, os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(src, out, BUFSIZE)
+        with os.fdopen(fd, "wb") as out:
+            _copy_member(tar, info, out)
     elif info.isdir():
         os.mkdir(path, 0o700)
     elif info.issym():
@@ -296,6 +302,44 @@ def _make(
         os.mkfifo(path, 0o600)
     else:
         raise UnsafeLayer(f"entry {info.name!r} has a type a layer never holds ({info.type!r})")
+
+
+def _copy_member(tar: tarfile.TarFile, info: tarfile.TarInfo, out: BinaryIO) -> None:
+    """A regular member's bytes into ``out``: copied by the kernel (``copy_file_range``, as
+    ``cp`` does) when the archive is a file on a filesystem that can, else through a buffer.
+    The kernel's copy is what keeps unpacking a big layer from costing as much CPU as
+    receiving it."""
+    src_fd = _archive_fd(tar)
+    if src_fd is not None and not info.issparse():
+        offset, left = info.offset_data, info.size
+        try:
+            while left > 0:
+                n = os.copy_file_range(src_fd, out.fileno(), min(left, 1 << 30), offset)
+                if n == 0:
+                    raise UnsafeLayer(f"the archive ends inside entry {info.name!r}")
+                offset, left = offset + n, left - n
+            return
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            out.seek(0)  # this filesystem cannot: start the entry again, through a buffer
+            out.truncate()
+    src = tar.extractfile(info)
+    assert src is not None  # a regular member always has a file object
+    with src:
+        shutil.copyfileobj(src, out, BUFSIZE)
+
+
+def _archive_fd(tar: tarfile.TarFile) -> int | None:
+    """The archive's file descriptor when it is a plain file (``copy_file_range`` reads it at
+    explicit offsets, so tarfile's own position is untouched); None for anything else."""
+    if not hasattr(os, "copy_file_range"):
+        return None
+    try:
+        fd = tar.fileobj.fileno()  # type: ignore[attr-defined]  # a file object, when not None
+    except (AttributeError, OSError, ValueError):
+        return None
+    return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
 
 
 def _set_meta(info: tarfile.TarInfo, path: str) -> None:

@@ -37,6 +37,7 @@ KEY_PREFIX = "layers/"
 DIGEST_META = "digest"  # x-amz-meta-digest
 PART_BYTES = 32 << 20  # multipart: parts of 32 MiB, 8 in flight (measured on loopback)
 CONCURRENCY = 8
+IO_QUEUE = 16  # 4 MiB of downloaded pieces waiting for the disk (s3transfer's default: 100)
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
 
@@ -95,6 +96,9 @@ class LayerStore:
             multipart_chunksize=PART_BYTES,
             max_concurrency=CONCURRENCY,
             use_threads=True,
+            # Downloads: what the threads read waits for the file's writer in a queue of
+            # io_chunksize (256 KiB) pieces; bounded, so memory stays small when the disk lags.
+            max_io_queue=IO_QUEUE,
         )
 
     @staticmethod

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from denv.server.config import StoreConfig
-from denv.server.node.seam import BootFailed, Node, NodeLost
+from denv.server.node.seam import BootFailed, LayerOffer, Node, NodeLost
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import EMPTY_LAYER
 
@@ -84,16 +84,20 @@ class Layers(Placement):
         started = time.monotonic()
         for origin in self._holders(layer, exclude=name):
             try:
-                digest, data = self._call(origin, lambda n: n.read_layer(layer))
-            except NodeLost:
+                # The member takes it from the origin itself, as a stream (node to node:
+                # the control plane never holds the layer's bytes).
+                size = self._call(name, lambda n, o=origin: n.copy_layer(layer, o))  # type: ignore[misc]
+            except NodeLost as exc:
+                if exc.node != origin:
+                    raise  # the member itself is lost
+                log.warning("cluster: copying layer %s from %s failed: %s", layer, origin, exc)
                 continue
-            self._call(name, lambda n, d=digest, b=data: n.write_layer(layer, d, b))  # type: ignore[misc]
             log.info(
                 "cluster: layer %s copied from %s to %s (%d bytes, %.0f ms)",
                 layer,
                 origin,
                 name,
-                len(data),
+                size,
                 (time.monotonic() - started) * 1000,
             )
             return
@@ -285,13 +289,14 @@ class Layers(Placement):
     def layer_digest(self, layer_id: str) -> str:
         return self._call(self._holder(layer_id), lambda n: n.layer_digest(layer_id))
 
-    def read_layer(self, layer_id: str) -> tuple[str, bytes]:
-        return self._call(self._holder(layer_id), lambda n: n.read_layer(layer_id))
+    def offer_layer(self, layer_id: str) -> LayerOffer:
+        return self._call(self._holder(layer_id), lambda n: n.offer_layer(layer_id))
 
-    def write_layer(self, layer_id: str, digest: str, data: bytes) -> None:
+    def copy_layer(self, layer_id: str, origin: str) -> int:
         name = self._least_loaded()
-        self._call(name, lambda n: n.write_layer(layer_id, digest, data))
+        size = self._call(name, lambda n: n.copy_layer(layer_id, origin))
         self._remember_layers(name, [layer_id])
+        return size
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
         return self._call(self._holder(layer_id), lambda n: n.upload_layer(layer_id, store))
