@@ -100,6 +100,9 @@ class FakeNode:
     def room(self) -> int | None:
         return None
 
+    def room_beside(self, env_id: str) -> int | None:
+        return None
+
     def lost(self) -> dict[str, str]:
         return {}
 

@@ -51,6 +51,9 @@ class DockerNode:
     def room(self) -> int | None:
         return None
 
+    def room_beside(self, env_id: str) -> int | None:
+        return self.room()
+
     def lost(self) -> dict[str, str]:
         return {}
 
