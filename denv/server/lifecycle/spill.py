@@ -48,7 +48,12 @@ def live_share(ctx: Context, rec: EnvRecord, opts: EnvsCreate) -> int:
             f"the cluster's nodes have room for {total} more env(s) and {opts.count} were "
             "asked for: retry later, delete envs, or add nodes (denv serve "
             "--node-max-envs / --node-max-memory set each node's cap)",
-            {"limit": "cluster", "room": total, "asked": opts.count, "retry_after_s": CLUSTER_RETRY_S},
+            {
+                "limit": "cluster",
+                "room": total,
+                "asked": opts.count,
+                "retry_after_s": CLUSTER_RETRY_S,
+            },
         )
     return max(room, 0)
 
