@@ -15,8 +15,8 @@ import pytest
 from denv.server.node.cluster.node import ClusterNode
 from denv.server.node.cluster.placement import NodeCaps
 from denv.server.node.live import LiveError
-from denv.server.records import LiveProc, ServiceSpec, VolumeSlot
 from denv.server.node.seam import BootSpec
+from denv.server.records import LiveProc, ServiceSpec, VolumeSlot
 
 
 class Member:
