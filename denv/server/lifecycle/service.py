@@ -329,7 +329,8 @@ class Service:
         with self.ctx.pins.hold(owner):  # the fork's version, until its children are recorded
             version = self.versions.snapshot(rec, {}, "fork")
             t1 = time.perf_counter()
-            recs = self._start_from(owner, version, opts, egress, spill=spill)
+            live: LiveStart = "auto" if spill else False  # a spilled child forks live too
+            recs = self._start_from(owner, version, opts, egress, live, spill)
         t2 = time.perf_counter()
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -353,13 +354,14 @@ class Service:
         live_n: int,
     ) -> list[dict[str, Any]]:
         """The children of a live fork that did not fit on its parent's node: a volume fork
-        of the live children's version, placed on other nodes (``spill``). When they cannot
-        be started, nothing of the fork is left: its live children and version go too."""
+        of the live children's version, placed on other nodes (``spill``), each booted live
+        (``auto``) so that it forks live in turn. When they cannot be started, nothing of the
+        fork is left: its live children and version go too."""
         rest = opts.model_copy(update={"count": opts.count - live_n})
         note = spill_note(rec, live_n, opts.count)
         try:
             with self.ctx.pins.hold(owner, version.id):
-                recs = self._start_from(owner, version, rest, rec.egress, spill=note)
+                recs = self._start_from(owner, version, rest, rec.egress, "auto", note)
         except BaseException:
             for child in children:
                 self.envs.delete(child.id)

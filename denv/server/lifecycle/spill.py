@@ -6,7 +6,8 @@ fork that asks for more children than the node has room for:
 
 * ``kind: auto`` makes as many live children as fit there, and starts the rest as a volume
   fork of the same version (the /work the live children start from) on other nodes, placed
-  as any env; each of those records says so in ``spill`` (``Env.spill`` in the API);
+  as live roots, each booted live (``auto``) so it forks live in turn; each of those records
+  says so in ``spill`` (``Env.spill`` in the API);
 * ``kind: live`` is refused (429 ``rate_limited``): it asked for copies of the running
   server, which no other node can make.
 

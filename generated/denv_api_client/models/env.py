@@ -70,8 +70,8 @@ class Env:
             parent's node had no room for it under the node's cap
             (`--node-max-envs`, `--node-max-memory`): why, naming that node.
             Such a child booted its server on `/work` as the parent's was at
-            the fork (its `start` is `cold` or `warm`); the fork's other
-            children are live copies. Null on every other env (see
+            the fork (its `start` is `cold`), ready to be forked live in turn;
+            the fork's other children are live copies. Null on every other env (see
             docs/cluster.md, "Live envs on a cluster").
         lease_id (None | str | Unset): The lease that holds the env (its client's): when the lease expires
             or is closed, the env is deleted. Null: detached, kept until
