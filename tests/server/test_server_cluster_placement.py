@@ -92,3 +92,15 @@ def test_live_children_count_on_their_node_and_a_fork_past_its_room_is_refused()
     assert node.room_beside("env_k2") == 1  # the deleted root's container is still there
     node.live_teardown("env_k2", root, last=True)
     assert node.room() == 7  # a holds env_a1 only, b nothing
+
+
+def test_live_children_that_outlive_a_control_plane_restart_count_again() -> None:
+    # A new control plane knows the group's container from the member (``owned``), and the
+    # live children from their records (reconcile hands each to ``live_adopt``).
+    node, _ = cluster({"a": 1}, NodeCaps(max_envs=4))
+    child = LiveProc(group="env_a0", container="c", pid=2, start=2, port=20001, depth=1)
+    assert node.room() == 3
+    node.live_adopt("env_k1", child)
+    node.live_adopt("env_k1", child)  # twice: counted once
+    node.live_adopt("env_k9", child.model_copy(update={"group": "env_gone"}))  # no such group
+    assert (node.room(), node.room_beside("env_k1")) == (2, 2)

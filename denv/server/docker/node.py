@@ -469,6 +469,9 @@ class DockerNode:
             self.teardown(proc.group, [proc.container])
             self.rules.forget(proc.container)
 
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        return None  # one machine counts nothing per env
+
     # layer transfer (denv.server.docker.layers)
     def layer_digest(self, layer_id: str) -> str:
         return self.layers.layer_digest(layer_id)

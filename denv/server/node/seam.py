@@ -31,6 +31,7 @@ The calls, by what they serve::
     usage([Metered]) -> [Usage]          each env's memory and CPU time (its own cgroups)
     exit_reason(env_id, service)         "out of memory ..." when the OOM killer ended it
     owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
+    live_adopt(env_id, LiveProc)         after a restart: a live env still runs in its group
     room() / room_beside(env_id) / lost() / layer_storage([layer])
                                          a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
@@ -303,6 +304,11 @@ class Node(Protocol):
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env's process and volumes; its group's container too when last."""
+        ...
+
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        """After a restart: the live env ``env_id`` still runs in its group's container (a
+        cluster counts it on that node again; one machine has nothing to do)."""
         ...
 
     # placement and loss (a cluster of nodes; one machine has no cap and loses nothing)

@@ -317,6 +317,14 @@ class Routing(Layers):
         if last:  # the group's container is gone: its root no longer counts on its member
             self._forget(proc.group, [])
 
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        """A live env that outlived a control-plane restart counts on its group's member
+        again (``owned`` found the group's container there)."""
+        name = self._env_member(proc.group)
+        if name is not None:
+            with self._lock:
+                self._env.setdefault(env_id, name)
+
     # reconcile
     def owned(self) -> Owned:
         containers: dict[str, str] = {}
