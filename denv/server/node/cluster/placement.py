@@ -9,10 +9,11 @@ its own, a live child or a zygote's copy in its group's container, a zygote, a w
 Memory is what the member's containers use, measured (live children are in their group's
 container's cgroup), so a live child weighs against ``max_memory_mb`` only what it uses.
 
-A live root (a ``live`` boot: an env created live, a zygote) has children to come, and they
-can only run on its member: it goes to a member with room for itself and ``live_reserve``
-more, ordered as any env; when no member has that much room, to the one with the most.
-Nothing is held back for them: a fork that finds its member full spills (docs/cluster.md).
+A live root (a ``live`` boot: an env created live, a zygote, a child that spilled from a
+full member) has children to come, and they can only run on its member: it goes to a member
+with room for itself and ``live_reserve`` more, ordered as any env; when no member has that
+much room, to the one with the most. Nothing is held back for them: a fork that finds its
+member full spills (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -79,14 +80,11 @@ class Placement(Membership):
     def room_beside(self, env_id: str) -> int | None:
         """How many more envs the member running ``env_id`` takes (its live children go
         there): 0 when it is lost or unknown; None with no cap."""
-        self._refresh()
-        name = self._env_member(env_id)
-        load = self._load().get(name or "")
-        if load is None:
-            return 0
         if not self._caps.max_envs and not self._caps.max_memory_mb:
             return None
-        return self._room_of(load)
+        self._refresh()
+        load = self._load().get(self._env_member(env_id) or "")
+        return 0 if load is None else self._room_of(load)
 
     def _caps_text(self) -> str:
         caps = self._caps
