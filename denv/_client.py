@@ -234,6 +234,9 @@ class Denv(ClientBase):
         entropy for Python's `random` and NumPy's global generator (`reseed=True`, the
         default, as a volume fork's rebooted server does); `reseed=False` keeps the
         parent's state of both, so the child draws what the parent would have drawn next.
+        On a cluster, live children run on the parent's node: with `"auto"` those it has no
+        room for start as a volume fork on other nodes (`child.spill` says why); with
+        `"live"` that is `RateLimited`.
 
         >>> fork = denv.fork(env.id, count=8)
         >>> [child.status for child in fork.envs]

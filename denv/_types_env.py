@@ -123,6 +123,9 @@ class Env(Record):
     #: Why the env cannot be forked live, when it was created with `live="auto"` and its
     #: server cannot be copied (e.g. `uvicorn --workers 4`); its forks are volume forks.
     live_unsupported: str | None = None
+    #: Why a child of a live fork (kind "auto") is a volume child on another node of a
+    #: cluster: its parent's node had no room for it. None on every other env.
+    spill: str | None = None
 
     @classmethod
     def from_api(cls, m: api.Env) -> Env:
@@ -150,4 +153,5 @@ class Env(Record):
             live=m.live is True,
             node=m.node if isinstance(m.node, str) else None,
             live_unsupported=m.live_unsupported if isinstance(m.live_unsupported, str) else None,
+            spill=m.spill if isinstance(m.spill, str) else None,
         )

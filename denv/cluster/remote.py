@@ -201,6 +201,12 @@ class RemoteNode:
     def room(self) -> int | None:
         return cast("int | None", self._call(CALL_TIMEOUT_S, "room"))
 
+    def room_beside(self, env_id: str) -> int | None:
+        return cast("int | None", self._call(CALL_TIMEOUT_S, "room_beside", env_id))
+
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        self._call(CALL_TIMEOUT_S, "live_adopt", env_id, proc)
+
     def lost(self) -> dict[str, str]:
         return cast(dict[str, str], self._call(CALL_TIMEOUT_S, "lost"))
 

@@ -147,6 +147,9 @@ class EnvSpec(Record):
     warm: int = 0
     live: bool = False  # run under the live-fork launcher (``live: true`` or ``auto``)
     live_auto: bool = False  # ``live: auto``: a server that cannot be copied keeps serving
+    # A child of a live fork started as a volume fork on another node: why (its parent's
+    # node had no room for it); None for every other env.
+    spill: str | None = None
 
 
 class Limits(Record):

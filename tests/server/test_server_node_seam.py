@@ -35,6 +35,7 @@ from denv.server.records import (
     LIVE,
     READY,
     EnvStatus,
+    LiveProc,
     Runtime,
     ServiceSpec,
     VersionRecord,
@@ -102,6 +103,12 @@ class FakeNode:
 
     def room(self) -> int | None:
         return None
+
+    def room_beside(self, env_id: str) -> int | None:
+        return None
+
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        pass
 
     def lost(self) -> dict[str, str]:
         return {}

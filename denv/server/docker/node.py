@@ -71,6 +71,9 @@ class DockerNode:
     def room(self) -> int | None:
         return None
 
+    def room_beside(self, env_id: str) -> int | None:
+        return self.room()
+
     def lost(self) -> dict[str, str]:
         return {}
 
@@ -485,6 +488,9 @@ class DockerNode:
         if last:
             self.teardown(proc.group, [proc.container])
             self.rules.forget(proc.container)
+
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        return None  # one machine counts nothing per env
 
     # layer transfer (denv.server.docker.layers)
     def layer_digest(self, layer_id: str) -> str:

@@ -76,12 +76,14 @@ class Envs:
         use_spares: bool = False,
         lease_id: str | None = None,
         live_env: LiveStart = False,
+        spill: str | None = None,
     ) -> list[EnvRecord]:
         """Record ``count`` envs of ``version`` and start them on worker threads.
 
         With ``use_spares`` (create, fork, create-from-version) envs take booted spares of the
         version's warm pool while there are some; ``warm`` sets that pool's size. With
         ``lease_id`` the lease holds them (``leases``); without, they are detached.
+        ``spill``: they are a live fork's children that did not fit on its node (why).
         """
         store = self.ctx.store
         if live_env:  # a spare runs the image's command without the live launcher
@@ -108,6 +110,7 @@ class Envs:
                     warm=warm,
                     live=bool(live_env),
                     live_auto=live_env == "auto",
+                    spill=spill,
                 ),
             )
             for _ in range(count)

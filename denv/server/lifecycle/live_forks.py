@@ -42,6 +42,18 @@ from denv.server.records import (
 
 log = logging.getLogger(__name__)
 PORT_LOCKS = 64
+NODE_FULL_RETRY_S = 5  # as a cluster without room: deletes free it, not time
+
+
+def node_full(message: str) -> ApiError:
+    """429 ``rate_limited``: a live fork's children do not fit on its parent's node."""
+    return ApiError(
+        429,
+        "rate_limited",
+        f"{message}: fork with kind auto (the children that do not fit start as a volume "
+        "fork on other nodes), fewer children, or delete envs on that node",
+        {"limit": "node", "retry_after_s": NODE_FULL_RETRY_S},
+    )
 
 
 class LiveForks:
@@ -135,6 +147,8 @@ class LiveForks:
             try:
                 stacks, procs, timings = ctx.node.live_fork(rec.id, proc, slots, children, reseed)
             except live.LiveError as exc:
+                if exc.code == "node_full":  # another request took the node's room meanwhile
+                    raise node_full(f"live fork of {rec.id}: {exc.message}") from exc
                 status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
             version = version_of(stacks)

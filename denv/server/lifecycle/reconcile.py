@@ -51,6 +51,8 @@ def reconcile(ctx: Context, envs: Envs) -> None:
         problem = _problem(ctx, rec.id, states)
         if problem:
             envs.lose(rec.id, problem)
+        elif rec.runtime.live is not None and rec.id != rec.runtime.live.group:
+            node.live_adopt(rec.id, rec.runtime.live)  # a live child: counted on its node
     owners = {r.id: r.owner for r in store.live_envs() if r.status != EnvStatus.FAILED}
     for token, env_id, host, port in store.ingress_routes():
         if env_id in owners:

@@ -68,6 +68,7 @@ def env_json(
         "live": rec.spec.live and rec.runtime.live_unsupported is None,
         "live_unsupported": rec.runtime.live_unsupported,
         "node": rec.runtime.node,
+        "spill": rec.spec.spill,
         "created_at": rec.created_at,
         "expires_at": rec.expires_at,
         "error": rec.error.model_dump() if rec.error else None,

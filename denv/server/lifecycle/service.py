@@ -11,6 +11,7 @@ they reach the machine only through the node seam (``node``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -26,6 +27,7 @@ from denv.server.lifecycle.live_forks import LiveForks
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
 from denv.server.lifecycle.requests import EnvsCreate, LiveStart, SandboxCreate, WaitFor
+from denv.server.lifecycle.spill import live_share, spill_note
 from denv.server.lifecycle.versions import Versions
 from denv.server.lifecycle.zygotes import Zygotes
 from denv.server.records import (
@@ -295,11 +297,15 @@ class Service:
                 "live",
             )
         opts = opts.model_copy(update={"lease_id": self.leases.holding(owner, opts.lease_id)})
+        spill: str | None = None  # every child spills: its parent's node has no room
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             try:
                 copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
-                with self.ctx.pins.hold(owner):
-                    version, children = self.live.fork(owner, rec, copied, opts)
+                live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
+                if live_n:
+                    with self.ctx.pins.hold(owner):
+                        some = opts.model_copy(update={"count": live_n})
+                        version, children = self.live.fork(owner, rec, copied, some)
             except ApiError as exc:
                 # auto: live where the env allows it. A server running threads of its own
                 # (the gate saw them before any child existed) or a child's own egress or
@@ -308,18 +314,23 @@ class Service:
                     raise
                 log.info("fork of %s (auto): %s; a volume fork instead", env_id, exc.message)
             else:
-                # The children run in the parent's container, which ran their fork a moment
-                # ago: no round trip to the engine to say so.
-                states = {cid: "running" for cid in rec.runtime.containers.values()}
-                views = [self.env_view(r, states) for r in children]
-                return {"version": self.version_view(version), "envs": views}
+                if live_n:
+                    # The children run in the parent's container, which ran their fork a
+                    # moment ago: no round trip to the engine to say so.
+                    states = {cid: "running" for cid in rec.runtime.containers.values()}
+                    views = [self.env_view(r, states) for r in children]
+                    if live_n < opts.count:
+                        views += self._spill(owner, rec, version, children, opts, live_n)
+                    return {"version": self.version_view(version), "envs": views}
+                spill = spill_note(rec, 0, opts.count)
         parent = self.ctx.store.get_version(rec.version_id)
         egress = self.admit.fork(owner, rec, parent, opts.egress, opts.env, opts.count, opts.warm)
         t0 = time.perf_counter()
         with self.ctx.pins.hold(owner):  # the fork's version, until its children are recorded
             version = self.versions.snapshot(rec, {}, "fork")
             t1 = time.perf_counter()
-            recs = self._start_from(owner, version, opts, egress)
+            live: LiveStart = "auto" if spill else False  # a spilled child forks live too
+            recs = self._start_from(owner, version, opts, egress, live, spill)
         t2 = time.perf_counter()
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -332,6 +343,33 @@ class Service:
             (time.perf_counter() - t2) * 1000,
         )
         return {"version": self.version_view(version), "envs": envs}
+
+    def _spill(
+        self,
+        owner: str,
+        rec: EnvRecord,
+        version: VersionRecord,
+        children: list[EnvRecord],
+        opts: EnvsCreate,
+        live_n: int,
+    ) -> list[dict[str, Any]]:
+        """The children of a live fork that did not fit on its parent's node: a volume fork
+        of the live children's version, placed on other nodes (``spill``), each booted live
+        (``auto``) so that it forks live in turn. When they cannot be started, nothing of the
+        fork is left: its live children and version go too."""
+        rest = opts.model_copy(update={"count": opts.count - live_n})
+        note = spill_note(rec, live_n, opts.count)
+        try:
+            with self.ctx.pins.hold(owner, version.id):
+                recs = self._start_from(owner, version, rest, rec.egress, "auto", note)
+        except BaseException:
+            for child in children:
+                self.envs.delete(child.id)
+            with contextlib.suppress(ApiError):
+                self.versions.delete(owner, version.id)
+            raise
+        log.info("fork of %s: %d live, %d spilled to a volume fork", rec.id, live_n, len(recs))
+        return self._wait_all(recs, rest.wait, rest.wait_timeout_s)
 
     def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
         version = self.versions.get_owned(owner, version_id)
@@ -365,6 +403,7 @@ class Service:
         opts: EnvsCreate,
         egress: str,
         live: LiveStart = False,
+        spill: str | None = None,
     ) -> list[EnvRecord]:
         return self.envs.create(
             owner,
@@ -379,6 +418,7 @@ class Service:
             warm=opts.warm,
             use_spares=True,
             live_env=live,
+            spill=spill,
         )
 
     def _version_egress(self, version: VersionRecord) -> str:

@@ -12,10 +12,13 @@ counted in the key's env quota or starting cap, and never found by another key; 
 is recorded the same way. Nothing ever opens a session on it: its ingress token is known to
 no client, and its copies forget it had no session (their first session is a new one). It
 is kept within the warm pools' limits (``--warm-max-spares`` counts zygotes beside spares,
-``--warm-max-memory`` and ``--warm-min-free-memory`` their memory), reaped after
-``--warm-idle-minutes`` without a copy, and deleted at server exit and at start (a zygote
-left by a server that stopped is deleted by the next one). Deleting a zygote ends its
-process only: its copies run in its container, which stays until the last of them is gone.
+``--warm-max-memory`` and ``--warm-min-free-memory`` their memory), and on a cluster it
+and its copies count as envs of its node (a zygote whose node has no room for a create's
+copies is deleted: the create boots where there is room, and leaves the next one there).
+It is reaped after ``--warm-idle-minutes`` without a copy, and deleted at server exit and
+at start (a zygote left by a server that stopped is deleted by the next one). Deleting a
+zygote ends its process only: its copies run in its container, which stays until the last
+of them is gone.
 
     zygotes = Zygotes(ctx, envs, versions, live_forks)
     recs = zygotes.copy(owner, planned, egress, opts, single=True)  # or None: boot
@@ -160,6 +163,14 @@ class Zygotes:
         boots rather than answer failed."""
         zygote = self.take(owner, version, egress, of)
         if zygote is None:
+            return None
+        room = self.ctx.node.room_beside(zygote.id)  # its copies run on its node
+        if room is not None and room < opts.count:
+            # Its node is full (a cluster's cap): the create boots on a node with room, and
+            # leaves this configuration's next zygote there.
+            why = f"its node has room for {room} of {opts.count} copies"
+            log.info("zygote: %s: %s; booting", zygote.id, why)
+            self.drop(owner, version, egress, why, of)
             return None
         try:
             if of is None:
@@ -339,6 +350,9 @@ class Zygotes:
             count = len(self._zygotes) + len(self._booting) - 1  # this one is in _booting
             memory = sum(z.memory for z in self._zygotes.values())
         if spares + count + 1 > cfg.warm_max_spares:
+            return False
+        room = self.ctx.node.room()  # a zygote counts as an env on its node (a cluster's cap)
+        if room is not None and room < 1:
             return False
         need = WARM_MEMORY_GUESS
         if cfg.warm_max_memory_mb and spare_memory + memory + need > cfg.warm_max_memory_mb * MIB:

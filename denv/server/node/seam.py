@@ -31,7 +31,9 @@ The calls, by what they serve::
     usage([Metered]) -> [Usage]          each env's memory and CPU time (its own cgroups)
     exit_reason(env_id, service)         "out of memory ..." when the OOM killer ended it
     owned() -> Owned / remove_owned(Owned) / recover(...) / drop_partial_layers()
-    room() / lost() / layer_storage([layer])     a cluster's capacity, dead nodes, durability
+    live_adopt(env_id, LiveProc)         after a restart: a live env still runs in its group
+    room() / room_beside(env_id) / lost() / layer_storage([layer])
+                                         a cluster's capacity, dead nodes, durability
     engine_version() / resolve_image / image_labels / seed_layer / has_layer
     layer_ids() / delete_layers([layer]) / layer_sizes([layer]) / free_disk_bytes()
     layer_digest / offer_layer(layer) -> LayerOffer / copy_layer(layer, origin)
@@ -317,9 +319,19 @@ class Node(Protocol):
         """End one live env's process and volumes; its group's container too when last."""
         ...
 
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        """After a restart: the live env ``env_id`` still runs in its group's container (a
+        cluster counts it on that node again; one machine has nothing to do)."""
+        ...
+
     # placement and loss (a cluster of nodes; one machine has no cap and loses nothing)
     def room(self) -> int | None:
         """How many more envs the node(s) accept now; None: no cap."""
+        ...
+
+    def room_beside(self, env_id: str) -> int | None:
+        """How many more envs the node running ``env_id`` accepts now (where its live
+        children would run; one machine: ``room()``); None: no cap."""
         ...
 
     def lost(self) -> dict[str, str]:

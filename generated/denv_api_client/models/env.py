@@ -65,6 +65,14 @@ class Env:
             node's name on a cluster (`denv serve --cluster`; see
             docs/cluster.md). Null before the env is placed, and from servers
             older than this field.
+        spill (None | str | Unset): Set on a child of a fork with `kind: auto` of a live env that was
+            started as a volume fork on another node of a cluster, because its
+            parent's node had no room for it under the node's cap
+            (`--node-max-envs`, `--node-max-memory`): why, naming that node.
+            Such a child booted its server on `/work` as the parent's was at
+            the fork (its `start` is `cold`), ready to be forked live in turn;
+            the fork's other children are live copies. Null on every other env (see
+            docs/cluster.md, "Live envs on a cluster").
         lease_id (None | str | Unset): The lease that holds the env (its client's): when the lease expires
             or is closed, the env is deleted. Null: detached, kept until
             `ttl_s` or a delete. Absent from servers older than leases.
@@ -88,6 +96,7 @@ class Env:
     live: bool | Unset = False
     live_unsupported: None | str | Unset = UNSET
     node: None | str | Unset = UNSET
+    spill: None | str | Unset = UNSET
     lease_id: None | str | Unset = UNSET
     deletion: EnvDeletion | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -154,6 +163,12 @@ class Env:
         else:
             node = self.node
 
+        spill: None | str | Unset
+        if isinstance(self.spill, Unset):
+            spill = UNSET
+        else:
+            spill = self.spill
+
         lease_id: None | str | Unset
         if isinstance(self.lease_id, Unset):
             lease_id = UNSET
@@ -194,6 +209,8 @@ class Env:
             field_dict["live_unsupported"] = live_unsupported
         if node is not UNSET:
             field_dict["node"] = node
+        if spill is not UNSET:
+            field_dict["spill"] = spill
         if lease_id is not UNSET:
             field_dict["lease_id"] = lease_id
         if deletion is not UNSET:
@@ -307,6 +324,15 @@ class Env:
 
         node = _parse_node(d.pop("node", UNSET))
 
+        def _parse_spill(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        spill = _parse_spill(d.pop("spill", UNSET))
+
         def _parse_lease_id(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -351,6 +377,7 @@ class Env:
             live=live,
             live_unsupported=live_unsupported,
             node=node,
+            spill=spill,
             lease_id=lease_id,
             deletion=deletion,
         )

@@ -31,7 +31,12 @@ class EnvsCreate:
             OpenEnv sessions included, each child with its own copy-on-write
             `/work` (requires an env created with `live: true`; 409
             `live_unsupported` otherwise, naming the reason). `auto` is live
-            where the env allows it, else volume.
+            where the env allows it, else volume. On a cluster live children
+            run on the parent's node and count against its cap: a `live` fork
+            asking for more children than that node has room for is 429
+            `rate_limited`; `auto` makes as many live children as fit there
+            and starts the rest as a volume fork on other nodes, each with
+            `spill` set.
              Default: EnvsCreateKind.VOLUME.
         reseed (bool | Unset): Live fork only: each child draws fresh entropy for the server
             process's global generators (Python's `random`, NumPy's global

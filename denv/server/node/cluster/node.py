@@ -12,7 +12,9 @@ What it adds to the nodes it holds:
   memory in use) that has room; an env whose version has layers goes first to a member that
   already holds them all, then to the least loaded one, which fetches them before the env's
   volumes are mounted. ``room()`` is what the members still accept, under each member's cap
-  (``NodeCaps``): the server refuses a create past it with 429.
+  (``NodeCaps``): the server refuses a create past it with 429. Live children count on their
+  group's member, which a live fork past its room cannot use (``room_beside``: the rest
+  spill); a live root goes where its children will have room (``live_reserve``).
 * Routing. Every call about an env goes to the member it was placed on (``_env``); calls
   about a live process go to its group's member; calls about everything (``owned``,
   ``states``, ``layer_ids``) merge every live member's answer.

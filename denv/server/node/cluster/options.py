@@ -76,6 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="memory one node's envs may use before it takes no more (default: no cap)",
     )
     group.add_argument(
+        "--node-live-reserve",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --node-max-envs: a live env (and a zygote) is placed on a node with room "
+        "for it and N live children, when one has; else on the node with the most room "
+        "(default 8)",
+    )
+    group.add_argument(
         "--node-state-dir",
         default="",
         metavar="DIR",
@@ -101,6 +110,7 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
             ("--store-credentials", args.store_credentials),
             ("--node-max-envs", args.node_max_envs),
             ("--node-max-memory", args.node_max_memory),
+            ("--node-live-reserve", args.node_live_reserve is not None),
             ("--node-state-dir", args.node_state_dir),
             ("--node-relay-port", args.node_relay_port),
         ):
@@ -108,10 +118,13 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
                 raise ValueError(f"{flag} is an option of a cluster: add --cluster ADDRESS")
         return None
     from denv.server.config import StoreConfig
-    from denv.server.node.cluster.placement import NodeCaps
+    from denv.server.node.cluster.placement import DEFAULT_LIVE_RESERVE, NodeCaps
 
     if args.node_max_envs < 0 or args.node_max_memory < 0:
         raise ValueError("--node-max-envs and --node-max-memory are >= 0 (0: no cap)")
+    reserve = DEFAULT_LIVE_RESERVE if args.node_live_reserve is None else args.node_live_reserve
+    if reserve < 0:
+        raise ValueError("--node-live-reserve is >= 0 (0: place live envs as any env)")
     if not 0 <= args.node_relay_port < 65536:
         raise ValueError("--node-relay-port is a TCP port (1-65535), or 0 for a free one")
     store = None
@@ -140,7 +153,11 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
     return ClusterSettings(
         address=args.cluster,
         store=store,
-        caps=NodeCaps(max_envs=args.node_max_envs, max_memory_mb=args.node_max_memory),
+        caps=NodeCaps(
+            max_envs=args.node_max_envs,
+            max_memory_mb=args.node_max_memory,
+            live_reserve=reserve,
+        ),
         node_state_dir=args.node_state_dir,
         relay_port=args.node_relay_port,
     )

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from denv.server.config import StoreConfig
 from denv.server.errors import ApiError
+from denv.server.node import live
 from denv.server.node.seam import (
     Booted,
     BootFailed,
@@ -266,12 +267,27 @@ class Routing(Layers):
         name = self._env_member(parent.group)
         if name is None:
             raise NodeLost("(none)", f"no node holds {parent.group}")
-        with self._lock:
+        self._refresh()
+        with self._lock:  # room, then the children counted there: one step
+            load = self._load().get(name)
+            room = 0 if load is None else self._room_of(load)
+            if (self._caps.max_envs or self._caps.max_memory_mb) and room < len(children):
+                raise live.LiveError(
+                    "node_full",
+                    f"node {name} has room for {room} more env(s) under its cap "
+                    f"({self._caps_text()}) and {len(children)} live children were asked for",
+                )
             for child, _ in children:
                 self._env[child] = name
-        result = self._call(
-            name, lambda n: n.live_fork(parent_env, parent, volumes, children, reseed)
-        )
+        try:
+            result = self._call(
+                name, lambda n: n.live_fork(parent_env, parent, volumes, children, reseed)
+            )
+        except BaseException:
+            with self._lock:
+                for child, _ in children:
+                    self._env.pop(child, None)
+            raise
         self._made(name, _new_layers(result[0], volumes))
         return result
 
@@ -298,6 +314,16 @@ class Routing(Layers):
             self._routed(proc.group, lambda n: n.live_teardown(env_id, proc, last))
         if env_id != proc.group:
             self._forget(env_id, [])
+        if last:  # the group's container is gone: its root no longer counts on its member
+            self._forget(proc.group, [])
+
+    def live_adopt(self, env_id: str, proc: LiveProc) -> None:
+        """A live env that outlived a control-plane restart counts on its group's member
+        again (``owned`` found the group's container there)."""
+        name = self._env_member(proc.group)
+        if name is not None:
+            with self._lock:
+                self._env.setdefault(env_id, name)
 
     # reconcile
     def owned(self) -> Owned:
