@@ -27,7 +27,6 @@ from denv.server.volumes.overlay import EMPTY_LAYER
 
 from .membership import Membership
 
-
 # A live root goes where its member has room for it and this many children (a fork(8)).
 DEFAULT_LIVE_RESERVE = 8
 MANY = 1 << 20  # the room of a member under a memory cap only: not counted in envs
