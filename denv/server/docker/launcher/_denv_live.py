@@ -72,6 +72,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -87,6 +88,7 @@ WORK_DIR = "/.denv/work"
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MS_REC = 16384
 MS_NOSUID = 2
@@ -554,7 +556,7 @@ class Live:
         try:
             for spec in children:
                 try:
-                    pid = clone_into_namespaces()
+                    pid = clone_into_namespaces(bool(spec.get("net")))
                 except OSError as exc:  # e.g. the container's pids limit: this child only
                     failed[spec["env"]] = str(exc)
                     continue
@@ -641,7 +643,7 @@ class Live:
                         os._exit(1)
                     _trace(self.stages, "asked")
                     try:
-                        sock = self._become(spec, boot, path)
+                        sock = self._become(spec, boot, path, req.get("net"))
                         _trace(self.stages, "became")
                         await self._start_serving(sock)
                         _trace(self.stages, "serving")
@@ -658,8 +660,13 @@ class Live:
 
         self.setting_up = loop.create_task(setup())
 
-    def _become(self, spec: dict[str, Any], boot: socket.socket, path: str) -> socket.socket:
-        """The node wrote our uid/gid maps: take our /work, hide the rest, drop every cap."""
+    def _become(
+        self, spec: dict[str, Any], boot: socket.socket, path: str, net: dict[str, Any] | None
+    ) -> socket.socket:
+        """The node wrote our uid/gid maps (and, with ``net``, gave our network namespace
+        its end of a pair): take our /work, hide the rest, set our network up, drop every cap."""
+        if net:
+            configure_netns(str(net["if"]), str(net["addr"]), str(net["gw"]))
         for slot, target in spec["work"]:
             _mount(slot, target, None, MS_BIND | MS_REC, None)
         # Hide the other children's slots: our /.denv/work is where our own children's
@@ -765,9 +772,10 @@ CTL_LINE_LIMIT = 1 << 22  # bytes of one control request (a preload's names)
 STRANGERS_WAIT_S = 1.0
 
 
-def clone_into_namespaces() -> int:
+def clone_into_namespaces(net: bool = False) -> int:
     """fork(), with the child in new user, mount and pid namespaces at once (pid 1 of its
-    own): one copy of the page tables, where unshare() and a second fork() would make two.
+    own), and a network namespace of its own with ``net``: one copy of the page tables,
+    where unshare() and a second fork() would make two.
 
     clone(2) is called directly, so Python's fork bookkeeping is done as os.fork() does it
     (PyOS_BeforeFork / AfterFork_*: the import lock, the GIL, threading, at-fork hooks). The
@@ -775,6 +783,8 @@ def clone_into_namespaces() -> int:
     """
     api = ctypes.pythonapi
     flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | signal.SIGCHLD
+    if net:
+        flags |= CLONE_NEWNET
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
     api.PyOS_BeforeFork()
@@ -787,6 +797,56 @@ def clone_into_namespaces() -> int:
     if pid < 0:
         raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
     return int(pid)
+
+
+def _nl_attr(kind: int, data: bytes) -> bytes:
+    size = 4 + len(data)
+    return struct.pack("=HH", size, kind) + data + b"\0" * (-size % 4)
+
+
+def configure_netns(ifname: str, addr: str, gateway: str) -> None:
+    """In a child, in its own network namespace (whose user namespace it holds every
+    capability of): ``lo`` and ``ifname`` up, ``addr`` on it, a default route via
+    ``gateway``; one netlink send, no subprocess (the image may have no ``ip``)."""
+    index = socket.if_nametoindex(ifname)
+    ip, plen = addr.split("/")
+    up = 1  # IFF_UP
+    msgs = [
+        (16, 0, struct.pack("=BxHiII", 0, 0, 1, up, up)),  # RTM_NEWLINK: lo up
+        (16, 0, struct.pack("=BxHiII", 0, 0, index, up, up)),
+        (  # RTM_NEWADDR, create|excl: IFA_LOCAL and IFA_ADDRESS
+            20,
+            0x600,
+            struct.pack("=BBBBI", socket.AF_INET, int(plen), 0, 0, index)
+            + _nl_attr(2, socket.inet_aton(ip))
+            + _nl_attr(1, socket.inet_aton(ip)),
+        ),
+        (  # RTM_NEWROUTE, create|excl: main table, boot proto, universe, unicast
+            24,
+            0x600,
+            struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 254, 3, 0, 1, 0)
+            + _nl_attr(5, socket.inet_aton(gateway))  # RTA_GATEWAY
+            + _nl_attr(4, struct.pack("=i", index)),  # RTA_OIF
+        ),
+    ]
+    data = b"".join(
+        struct.pack("=IHHII", 16 + len(body), kind, flags | 5, seq, 0) + body  # REQUEST|ACK
+        for seq, (kind, flags, body) in enumerate(msgs, 1)
+    )
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as nl:
+        nl.send(data)
+        left = set(range(1, len(msgs) + 1))
+        while left:
+            buf = nl.recv(65536)
+            off = 0
+            while off + 16 <= len(buf):
+                size, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", buf, off)
+                if kind == 2 and seq in left:  # NLMSG_ERROR (an ack when 0)
+                    left.discard(seq)
+                    (err,) = struct.unpack_from("=i", buf, off + 16)
+                    if err:
+                        raise OSError(-err, f"setting up {ifname} ({seq}): {os.strerror(-err)}")
+                off += (size + 3) & ~3
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
