@@ -52,7 +52,7 @@ PREFIX = 22  # 1,021 children per container, 1,024 containers per node
 BRIDGE = "denv-live"
 CHILD_IF = "eth0"
 PAIR_PREFIX = "dl"  # the bridge end of a child's pair: dl<host index in hex>
-ATTACH_TRIES = 8  # addresses tried per child while earlier pairs are still being removed
+ATTACH_TRIES = 64  # addresses tried per child while earlier pairs are still there
 
 # netlink, just what is sent (linux/rtnetlink.h, if_link.h, neighbour.h)
 RTM_NEWLINK, RTM_GETADDR, RTM_NEWNEIGH, NLMSG_ERROR, NLMSG_DONE = 16, 22, 28, 2, 3
@@ -241,10 +241,14 @@ class LiveNet:
         _, ip, plen, index = mine[0]
         subnet = ipaddress.IPv4Network(f"{ip}/{plen}", strict=False)
         net = ContainerNet(container, pid, subnet, index)
+        # Addresses are handed out in turn from past the highest pair there: the children
+        # of before the restart keep theirs (a pair still there refuses its name: EEXIST).
+        held = [0]
         for name in _link_names(pid):
             if name.startswith(PAIR_PREFIX):
                 with contextlib.suppress(ValueError):
-                    net.taken[int(name[len(PAIR_PREFIX) :], 16)] = ""
+                    held.append(int(name[len(PAIR_PREFIX) :], 16))
+        net.next = max(held) + 1
         self._route(net, _container_address(pid))
         return net
 

@@ -25,7 +25,9 @@ Process tree in the container::
     server  the process in which uvicorn serves the app, plus a control socket
             (/.denv/ctl/ctl.sock)
     child   one per live fork: a copy of the server process (memory, sessions), in user,
-            mount and pid namespaces of its own, serving the same app on its own port
+            mount and pid namespaces of its own, serving the same app on its own port (or,
+            with ``denv serve --live-netns on``, in a network namespace of its own too, on
+            the env's port at its own address)
 
 Why the container is created with CAP_SYS_ADMIN: only so that Docker's default seccomp
 profile lets ``unshare`` through. pid 1 removes the capability from its bounding set before
@@ -49,15 +51,17 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
     ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
     closed until ``fork``/``ungate`` on the same connection, or the connection ends.
 ``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir,
-"reseed": bool}], "hold": bool}``
+"reseed": bool, "net": bool}], "hold": bool}``
     fork once per child at the gated point, reopen the gate (unless ``hold``: then it stays
     closed until ``ungate``, so the node can capture /work meanwhile), answer ``{"ok": true,
     "failed": {env: why}}``. Each child binds ``/.denv/ctl/<env>.sock`` at once and waits
     there for the node's ``setup`` (a connection closed without one ends it).
-``{"op": "setup"}`` (on a child's bootstrap socket, after the node wrote its uid/gid maps)
+``{"op": "setup", "net": {"if": name, "addr": "ip/len", "gw": ip}}`` (on a child's bootstrap
+socket, after the node wrote its uid/gid maps; ``net`` for a child cloned with ``"net":
+true``, once the node gave its network namespace its end of a veth pair)
     bind each work slot onto its path, hide the other slots and the parent's control socket,
-    drop every capability, serve on the child's port and control socket, answer
-    ``{"ok": true}``.
+    bring up ``lo`` and the pair's end with the address and a default route (``net``), drop
+    every capability, serve on the child's port and control socket, answer ``{"ok": true}``.
 """
 
 from __future__ import annotations
