@@ -24,7 +24,7 @@ from typing import Any
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
 
-from .bench_live import cpu_ns
+from .bench_live import cpu_ns, live_pid
 from .bench_start import READY_TIMEOUT_S
 from .harness import (
     Bench,
@@ -50,22 +50,6 @@ def _cgroup_of(pid: int) -> Path:
     return Path(mount) / line[3:].lstrip("/")
 
 
-def _live_pid(env_id: str) -> int:
-    """The host pid of a live env's server (pid 1 of its pid namespace, in the cgroup named
-    after it)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if f"/denv-live/{env_id}\n" in (proc / "cgroup").read_text():
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    if not found:
-        raise RuntimeError(f"no process of live env {env_id}")
-    return min(found)
-
-
 class Side:
     """One mode: its server and a stepped live root."""
 
@@ -89,7 +73,7 @@ class Side:
             self.client.reset()
             for i in range(STEPS):
                 self.client.step({"message": f"prefix {i}"})
-            self.root_pid = _live_pid(provider.env_id or "")
+            self.root_pid = live_pid(provider.env_id or "")
             self.tree = _cgroup_of(self.root_pid).parent
         except BaseException:
             self.close()
