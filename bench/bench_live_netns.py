@@ -4,7 +4,8 @@ namespace with port rules (``off``), side by side in one run.
 Two servers of this run's own, one per mode, each with a stepped live echo root. Rounds
 alternate between them: ``fork_clients(root, 8)`` until each child has answered ``state()``
 through the ingress (wall), and the CPU that fork spent, by who spent it: the denv server
-(API, node: the port rules' ``iptables-restore`` or the netns pairs), the root's process (its
+(API, node: the netns pairs; apart, the subprocesses it ran and waited for, such as the
+port rules' ``iptables-restore``), the root's process (its
 clones), this client, and the 8 children from their clone to their first answer (read from
 each child's own cgroup, before its delete). The kernel's teardown of a child's namespace
 runs later in kworkers, outside every process: not counted here (docs/live-forks.md, probe 9,
@@ -39,7 +40,16 @@ from .harness import (
 
 log = logging.getLogger("bench.live_netns")
 MODES = ("off", "on")
+WHO = ("server", "server_subprocesses", "root", "client", "children")
 STEPS = 10
+
+
+def _reaped_ms(pid: int) -> float:
+    """CPU of the subprocesses ``pid`` has waited for (cutime + cstime, in clock ticks):
+    the server's ``iptables-restore`` and ``nsenter`` runs, which its own count misses."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[13]) + int(fields[14])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 def _cgroup_of(pid: int) -> Path:
@@ -82,6 +92,7 @@ class Side:
     def fork8(self) -> dict[str, float]:
         before = {
             "server": cpu_ns(self.server.proc.pid),
+            "server_subprocesses": _reaped_ms(self.server.proc.pid) * 1e6,
             "root": cpu_ns(self.root_pid),
             "client": cpu_ns(os.getpid()),
         }
@@ -92,6 +103,7 @@ class Side:
         wall = (time.perf_counter() - t0) * 1e3
         after = {
             "server": cpu_ns(self.server.proc.pid),
+            "server_subprocesses": _reaped_ms(self.server.proc.pid) * 1e6,
             "root": cpu_ns(self.root_pid),
             "client": cpu_ns(os.getpid()),
         }
@@ -118,7 +130,7 @@ class Side:
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
-    rounds = max(5, int(b.profile.fork8_warm_runs))
+    rounds = max(8, int(b.profile.fork8_warm_runs))
     sides: dict[str, Side] = {}
     rows: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     try:
@@ -137,10 +149,10 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
     out: dict[str, Any] = {"rounds": rounds, "cores": os.cpu_count()}
     for mode in MODES:
         parts = {k: summarize([row[k] for row in rows[mode]]) for k in rows[mode][0]}
-        cpu = sum(parts[k]["median"] for k in ("server", "root", "client", "children"))
+        cpu = sum(parts[k]["median"] for k in WHO)
         out[mode] = {
             "fork8_wall_ms": parts["wall_ms"],
-            "cpu_ms_per_fork8": {k: parts[k] for k in ("server", "root", "client", "children")},
+            "cpu_ms_per_fork8": {k: parts[k] for k in WHO},
             "cpu_per_child_ms": {"child": parts["children"]["median"] / 8, "all": cpu / 8},
             "load1": parts["load1"],
             "rows": rows[mode],

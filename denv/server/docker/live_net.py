@@ -152,6 +152,10 @@ class ContainerNet:
     taken: dict[int, str] = field(default_factory=dict)  # host index -> env
     next: int = 2  # where the search for a free address starts (1 is the gateway)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # A netlink socket in the container's namespace, made at its first child and kept
+    # until the container goes (``forget``): requests on it take ``sending``.
+    nl: socket.socket | None = None
+    sending: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def gateway(self) -> str:
@@ -286,9 +290,7 @@ class LiveNet:
             used = {ipaddress.IPv4Network(x.split()[0], strict=False) for x in out.splitlines()}
             with self._lock:
                 used |= {n.subnet for n in self._nets.values()}
-            free = (
-                s for s in SUBNETS.subnets(new_prefix=PREFIX) if not any(map(s.overlaps, used))
-            )
+            free = (s for s in SUBNETS.subnets(new_prefix=PREFIX) if not any(map(s.overlaps, used)))
             subnet = next(free, None)
             if subnet is None:
                 raise NetError(f"every /{PREFIX} of {SUBNETS} is in use by a live container")
@@ -304,11 +306,19 @@ class LiveNet:
     def attach(self, net: ContainerNet, env_id: str, pid: int) -> dict[str, Any]:
         """Connect the child ``pid`` (in its own network namespace) to the container's
         bridge: what its launcher sets up itself (``net`` of its ``setup``)."""
-        with open_netlink(net.pid) as nl:
+        with net.sending:
+            if net.nl is None:
+                net.nl = open_netlink(net.pid)
             for _ in range(ATTACH_TRIES):
                 index = self._take(net, env_id)
                 ip = net.address(index)
-                err = self._pair(nl, net, index, ip, pid)
+                try:
+                    err = self._pair(net.nl, net, index, ip, pid)
+                except OSError as exc:  # a socket mid-request is not used again
+                    net.nl.close()
+                    net.nl = None
+                    self.release(net.container, env_id)
+                    raise NetError(f"connecting the child to its container: {exc}") from exc
                 if err == 0:
                     addr = f"{ip}/{net.subnet.prefixlen}"
                     return {"addr": addr, "gw": net.gateway, "if": CHILD_IF}
@@ -377,6 +387,10 @@ class LiveNet:
             net = self._nets.pop(container, None)
             self._making.pop(container, None)
         if net is not None:
+            with net.sending:
+                if net.nl is not None:
+                    net.nl.close()  # it would keep the container's namespace alive
+                    net.nl = None
             with contextlib.suppress(NetError):
                 _run(["ip", "route", "del", str(net.subnet)])
 
