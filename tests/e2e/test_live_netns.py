@@ -226,4 +226,3 @@ def _wait(cond: Any, what: str, timeout: float = 30.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
         time.sleep(0.1)
-
