@@ -226,3 +226,33 @@ def _wait(cond: Any, what: str, timeout: float = 30.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
         time.sleep(0.1)
+
+
+def test_after_a_restart_children_keep_their_addresses_and_fork_on(tmp_path: Path) -> None:
+    """A server started again finds a running container's bridge and subnet (no second
+    route), its children keep serving at their addresses, a new fork takes an address no
+    living child holds, and the deletes leave no route."""
+    routes_before = set(host_routes())
+    state = tmp_path / "state"
+    with start_server(state, "--live-netns", "on", cleanup=False) as srv:
+        d = Denv(srv.url, api_key=srv.key)
+        parent = d.create_sandbox(ECHO_IMAGE, live=True)
+        a = d.fork(parent.id, 1, kind="live").envs[0]
+        a_addr = address(live_pid(a.id))
+    with start_server(state, "--live-netns", "on") as srv:
+        d = Denv(srv.url, api_key=srv.key)
+        ids = [parent.id, a.id]
+        try:
+            assert health(d.get_env(a.id)) == 200
+            c = d.fork(a.id, 1, kind="live").envs[0]
+            ids.append(c.id)
+            assert health(d.get_env(c.id)) == 200
+            c_addr = address(live_pid(c.id))
+            assert c_addr != a_addr
+            assert len(set(host_routes()) - routes_before) == 1
+            assert "open" not in probe(live_pid(c.id), [(a_addr, ENV_PORT)])
+        finally:
+            for env_id in reversed(ids):
+                d.delete_env(env_id)
+        assert_gone(srv, ids)
+    assert set(host_routes()) == routes_before, "a host route to children was left"
