@@ -196,7 +196,7 @@ def test_children_are_apart_and_served(server: LocalDenv, outside: OutsideHost) 
 
 def test_egress_allow_child_reaches_outside(server: LocalDenv, outside: OutsideHost) -> None:
     """The control for the deny check above: an allow env's child does reach the outside
-    host, as its container's address (masqueraded), not its own."""
+    host, as its container's address (masqueraded), not its own; and resolves names."""
     d = Denv(server.url, api_key=server.key)
     parent = d.create_sandbox(ECHO_IMAGE, live=True, egress="allow")
     ids = [parent.id]
@@ -208,6 +208,18 @@ def test_egress_allow_child_reaches_outside(server: LocalDenv, outside: OutsideH
         assert probe(cpid, outside.tcp_targets()[:1]) == ["open"]
         seen = outside.wait_seen(before + 1, timeout=5.0)[before:]
         assert seen and not seen[0][2].startswith("100."), seen
+        # Names resolve in the child as in its container: Docker's embedded resolver (the
+        # container's 127.0.0.11) answers through the gateway; here, the container's name.
+        found = docker.from_env().containers.list(filters={"label": f"denv.env={parent.id}"})
+        ip = next(iter(found[0].attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
+        resolve = f"import socket; print(socket.gethostbyname({found[0].name!r}))"
+        out = subprocess.run(
+            ["nsenter", "-t", str(cpid), "-n", "-m", "--", "python3", "-c", resolve],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.stdout.strip() == ip, out.stderr
     finally:
         for env_id in reversed(ids):
             d.delete_env(env_id)

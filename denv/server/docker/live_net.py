@@ -150,6 +150,7 @@ class ContainerNet:
     subnet: ipaddress.IPv4Network
     bridge: int  # the bridge's index in the container's namespace
     taken: dict[int, str] = field(default_factory=dict)  # host index -> env
+    dns: bool = False  # the gateway forwards to Docker's embedded resolver
     next: int = 2  # where the search for a free address starts (1 is the gateway)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # A netlink socket in the container's namespace, made at its first child and kept
@@ -193,7 +194,7 @@ def _rules(subnet: ipaddress.IPv4Network) -> str:
 
 # In the container's namespace, once: the bridge with IPv6 off (so no process of the
 # container reaches a child by a link-local address), forwarding on, the rules.
-_SETUP = """set -e
+_SETUP = r"""set -e
 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 2>/dev/null || true
 ip link add {bridge} type bridge
 echo 1 > /proc/sys/net/ipv6/conf/{bridge}/disable_ipv6 2>/dev/null || true
@@ -201,6 +202,18 @@ ip addr add {gateway}/{prefix} dev {bridge}
 ip link set {bridge} up
 echo 1 > /proc/sys/net/ipv4/ip_forward
 iptables-restore -w 5 --noflush
+# Docker's embedded resolver (127.0.0.11, at ports its own NAT rules name) is the
+# container's loopback: a child's queries to the gateway are sent there.
+for proto in udp tcp; do
+  port=$(iptables -w 5 -t nat -S DOCKER_OUTPUT 2>/dev/null |
+    sed -n "s/.*-p $proto .*--to-destination 127.0.0.11:\([0-9]*\).*/\1/p" | head -n 1)
+  [ -n "$port" ] || continue
+  echo 1 > /proc/sys/net/ipv4/conf/{bridge}/route_localnet
+  iptables -w 5 -t nat -A PREROUTING -i {bridge} -d {gateway} -p $proto --dport 53 \
+    -j DNAT --to-destination 127.0.0.11:$port
+  iptables -w 5 -I INPUT 1 -i {bridge} -d 127.0.0.11 -p $proto --dport $port -j ACCEPT
+  echo "dns $proto"
+done
 """
 
 
@@ -244,7 +257,9 @@ class LiveNet:
             return None
         _, ip, plen, index = mine[0]
         subnet = ipaddress.IPv4Network(f"{ip}/{plen}", strict=False)
-        net = ContainerNet(container, pid, subnet, index)
+        nat = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "iptables", "-w", "5",
+                    "-t", "nat", "-S", "PREROUTING"])  # fmt: skip
+        net = ContainerNet(container, pid, subnet, index, dns=f"-i {BRIDGE} " in nat)
         # Addresses are handed out in turn from past the highest pair there: the children
         # of before the restart keep theirs (a pair still there refuses its name: EEXIST).
         held = [0]
@@ -262,7 +277,7 @@ class LiveNet:
         gateway = subnet.network_address + 1
         script = _SETUP.format(bridge=BRIDGE, gateway=gateway, prefix=PREFIX)
         try:
-            _run(
+            out = _run(
                 ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "/bin/sh", "-c", script],
                 stdin=_rules(subnet),
             )
@@ -274,7 +289,7 @@ class LiveNet:
             index = next((a[3] for a in _dump_addrs(nl) if a[0] == BRIDGE), 0)
         if not index:
             raise NetError(f"the bridge {BRIDGE} was not made in the env's network namespace")
-        net = ContainerNet(container, pid, subnet, index)
+        net = ContainerNet(container, pid, subnet, index, dns="dns udp" in out)
         log.info("live children of %s: %s via %s", container[:12], subnet, addr)
         return net
 
@@ -321,7 +336,8 @@ class LiveNet:
                     raise NetError(f"connecting the child to its container: {exc}") from exc
                 if err == 0:
                     addr = f"{ip}/{net.subnet.prefixlen}"
-                    return {"addr": addr, "gw": net.gateway, "if": CHILD_IF}
+                    cfg = {"addr": addr, "gw": net.gateway, "if": CHILD_IF}
+                    return {**cfg, "dns": net.gateway} if net.dns else cfg
                 if err != errno.EEXIST:  # EEXIST: the address's last pair is still going
                     self.release(net.container, env_id)
                     raise NetError(f"connecting the child to its container: {os.strerror(err)}")

@@ -680,6 +680,8 @@ class Live:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         _mount("tmpfs", CTL_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=700")
+        if net and net.get("dns"):
+            own_resolver(str(net["dns"]))
         drop_caps()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -851,6 +853,28 @@ def configure_netns(ifname: str, addr: str, gateway: str) -> None:
                     if err:
                         raise OSError(-err, f"setting up {ifname} ({seq}): {os.strerror(-err)}")
                 off += (size + 3) & ~3
+
+
+RESOLV = "/etc/resolv.conf"
+DOCKER_DNS = "127.0.0.11"
+
+
+def own_resolver(gateway: str) -> None:
+    """In a child with a network namespace of its own: Docker's embedded resolver
+    (127.0.0.11) is the container's loopback, not ours; the gateway forwards to it. So our
+    resolv.conf (a copy in our control tmpfs, bound over the container's in our mount
+    namespace) names the gateway instead."""
+    try:
+        with open(RESOLV) as f:
+            text = f.read()
+    except OSError:
+        return
+    if DOCKER_DNS not in text:
+        return
+    mine = os.path.join(CTL_DIR, "resolv.conf")
+    with open(mine, "w") as f:
+        f.write(text.replace(DOCKER_DNS, gateway))
+    _mount(mine, RESOLV, None, MS_BIND, None)
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
