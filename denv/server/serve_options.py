@@ -229,11 +229,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--live-netns",
         choices=("on", "off"),
-        default=os.environ.get(ENV_LIVE_NETNS, "off"),
+        default=os.environ.get(ENV_LIVE_NETNS, "on"),
         help="run each live child in a network namespace of its own, behind a bridge in its "
         "container (its own address; siblings, parent and other envs cannot reach its "
-        "ports), in place of per-port rules in the container's namespace (default "
-        f"${ENV_LIVE_NETNS}, else %(default)s)",
+        "ports); off: children share their container's, kept off each other's ports by "
+        f"per-port rules (default ${ENV_LIVE_NETNS}, else on)",
     )
     parser.add_argument(
         "--lease-timeout",

@@ -51,11 +51,11 @@ def test_live_netns_from_the_flag_or_its_env_var(
 ) -> None:
     state = ("--state-dir", str(tmp_path))
     monkeypatch.delenv("DENV_LIVE_NETNS", raising=False)
-    assert config_from_args(_args(*state)).live_netns is False
-    assert config_from_args(_args(*state, "--live-netns", "on")).live_netns is True
-    monkeypatch.setenv("DENV_LIVE_NETNS", "on")
     assert config_from_args(_args(*state)).live_netns is True
     assert config_from_args(_args(*state, "--live-netns", "off")).live_netns is False
+    monkeypatch.setenv("DENV_LIVE_NETNS", "off")
+    assert config_from_args(_args(*state)).live_netns is False
+    assert config_from_args(_args(*state, "--live-netns", "on")).live_netns is True
     monkeypatch.setenv("DENV_LIVE_NETNS", "yes")
     with pytest.raises(UsageError) as caught:
         config_from_args(_args(*state))
