@@ -419,7 +419,9 @@ def prune_routes(keep: set[str]) -> list[str]:
     removed = []
     for line in out.splitlines():
         words = line.split()
-        via = words[words.index("via") + 1] if "via" in words else ""
+        if "via" not in words or not words[0].endswith(f"/{PREFIX}"):
+            continue  # not a route this module makes (a link's own subnet, another tool's)
+        via = words[words.index("via") + 1]
         if via not in keep:
             with contextlib.suppress(NetError):
                 _run(["ip", "route", "del", words[0]])
