@@ -340,7 +340,7 @@ class DockerNode:
                 self.rules.guard(group, [(env_id, port)], first=True)
             live_apart.limit(group, None, [env_id])
             live_apart.enter(group, env_id, proc.pid)
-        except live_apart.ApartError as exc:
+        except (live_apart.ApartError, live_net.NetError) as exc:
             raise LiveError("live_fork_failed", str(exc)) from exc
         return LiveProc(
             group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
