@@ -167,7 +167,13 @@ class ContainerNet:
 
 
 def _run(args: list[str], stdin: str | None = None) -> str:
-    proc = subprocess.run(args, input=stdin, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(args, input=stdin, capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise NetError(
+            f"{args[0]} is not installed on this host (live children's networks need "
+            "iproute2, iptables and nsenter): install it, or run `denv serve --live-netns off`"
+        ) from exc
     if proc.returncode != 0:
         raise NetError(f"{' '.join(args[:4])}...: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
@@ -309,9 +315,12 @@ class LiveNet:
             subnet = next(free, None)
             if subnet is None:
                 raise NetError(f"every /{PREFIX} of {SUBNETS} is in use by a live container")
-            proc = subprocess.run(
-                ["ip", "route", "add", str(subnet), "via", via], capture_output=True, text=True
-            )
+            try:
+                proc = subprocess.run(
+                    ["ip", "route", "add", str(subnet), "via", via], capture_output=True, text=True
+                )
+            except FileNotFoundError as exc:
+                raise NetError("ip (iproute2) is not installed on this host") from exc
             if proc.returncode == 0:
                 return subnet
             if "File exists" not in proc.stderr:
