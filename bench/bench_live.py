@@ -281,6 +281,22 @@ def _pid_on_port(container: str, port: int) -> int:
     raise RuntimeError(f"no process listens on {port}")
 
 
+def live_pid(env_id: str) -> int:
+    """The host pid of a live env's server (pid 1 of its pid namespace, in the cgroup named
+    after it), whether it serves in its container's network namespace or its own."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if f"/denv-live/{env_id}\n" in (proc / "cgroup").read_text():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    if not found:
+        raise RuntimeError(f"no process of live env {env_id}")
+    return min(found)
+
+
 def memory(b: Bench) -> dict[str, Any]:
     root = Root(b, "live")
     try:
@@ -288,13 +304,8 @@ def memory(b: Bench) -> dict[str, Any]:
         try:
             for i, c in enumerate(children):
                 c.step({"message": f"diverge {i}"})
-            container = sh(
-                "docker", "ps", "-q", "--filter", f"label=denv.env={root.provider.env_id}"
-            ).split()[0]
-            root_pid = _pid_on_port(container, 8000)
-            with b.denv() as api:
-                ports = [api.get_env(c.provider.env_id).endpoints[0].port for c in children]
-            child_mb = [_private_mb(_pid_on_port(container, p)) for p in ports]
+            root_pid = live_pid(root.provider.env_id or "")
+            child_mb = [_private_mb(live_pid(c.provider.env_id or "")) for c in children]
         finally:
             parallel([c.close for c in children])
         return {"root_mb": _private_mb(root_pid), "child_mb": summarize(child_mb)}
@@ -320,26 +331,21 @@ def cpu(b: Bench) -> dict[str, Any]:
     root = Root(b, "live")
     rows: list[dict[str, float]] = []
     try:
-        container = sh(
-            "docker", "ps", "-q", "--filter", f"label=denv.env={root.provider.env_id}"
-        ).split()[0]
-        root_pid = _pid_on_port(container, 8000)
+        root_pid = live_pid(root.provider.env_id or "")
         server_pid = b.server.proc.pid
-        with b.denv() as api:
-            for _ in range(int(b.profile.fork8_warm_runs)):
-                before = {"server": cpu_ns(server_pid), "root": cpu_ns(root_pid)}
-                before["client"] = cpu_ns(os.getpid())
-                children = fork_clients(root.client, 8)
-                parallel([c.state for c in children])
-                after = {"server": cpu_ns(server_pid), "root": cpu_ns(root_pid)}
-                after["client"] = cpu_ns(os.getpid())
-                ports = [api.get_env(c.provider.env_id).endpoints[0].port for c in children]
-                kids = [cpu_ns(_pid_on_port(container, p)) for p in ports]
-                parallel([c.close for c in children])
-                row = {k: (after[k] - before[k]) / 1e6 for k in before}
-                row["children"] = sum(kids) / 1e6
-                rows.append(row)
-                b.settle(max_s=30)
+        for _ in range(int(b.profile.fork8_warm_runs)):
+            before = {"server": cpu_ns(server_pid), "root": cpu_ns(root_pid)}
+            before["client"] = cpu_ns(os.getpid())
+            children = fork_clients(root.client, 8)
+            parallel([c.state for c in children])
+            after = {"server": cpu_ns(server_pid), "root": cpu_ns(root_pid)}
+            after["client"] = cpu_ns(os.getpid())
+            kids = [cpu_ns(live_pid(c.provider.env_id or "")) for c in children]
+            parallel([c.close for c in children])
+            row = {k: (after[k] - before[k]) / 1e6 for k in before}
+            row["children"] = sum(kids) / 1e6
+            rows.append(row)
+            b.settle(max_s=30)
     finally:
         root.close()
     parts = {k: summarize([r[k] for r in rows]) for k in rows[0]}

@@ -151,7 +151,7 @@ def create_app(
     if volumes.fs is not None and node is None:  # a cluster's node agents check their own
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
     clustered = node is not None
-    node = node or DockerNode(engine, volumes, config.limits)
+    node = node or DockerNode(engine, volumes, config.limits, live_netns=config.live_netns)
     ctx = Context(config=config, store=store, node=node, ingress=table, host_guard=guard)
     ctx.ingress_keys = IngressKeys.load_or_create(config.state_dir)  # beside api_key, 0600
     service = Service(ctx)

@@ -107,6 +107,9 @@ class ServerConfig:
     # one idle live root per (key, configuration) that creates clone (lifecycle/zygotes.py);
     # within the warm limits above
     zygotes: bool = True
+    # each live child in a network namespace of its own (docker/live_net.py), in place of
+    # per-port rules in its container's (`denv serve --live-netns on|off`, $DENV_LIVE_NETNS)
+    live_netns: bool = True
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
     # egress allow envs may reach the host, link-local and private networks, and allowlists

@@ -125,6 +125,9 @@ class LiveProc(Record):
     port: int
     depth: int = 0
     slot: str = ""  # its dir under the group's live dir ("" for the group's env)
+    # its address in a network namespace of its own (``--live-netns on``); "" when it
+    # serves in its container's (ingress then reaches it at the container's address)
+    addr: str = ""
 
 
 class Runtime(Record):

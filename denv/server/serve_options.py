@@ -96,6 +96,9 @@ class UsageError(ValueError):
         self.message = message
 
 
+ENV_LIVE_NETNS = "DENV_LIVE_NETNS"  # the default of --live-netns (on, off)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``denv serve``."""
     parser.add_argument(
@@ -224,6 +227,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "limits; default on)",
     )
     parser.add_argument(
+        "--live-netns",
+        choices=("on", "off"),
+        default=os.environ.get(ENV_LIVE_NETNS, "on"),
+        help="run each live child in a network namespace of its own, behind a bridge in its "
+        "container (its own address; siblings, parent and other envs cannot reach its "
+        "ports); off: children share their container's, kept off each other's ports by "
+        f"per-port rules (default ${ENV_LIVE_NETNS}, else on)",
+    )
+    parser.add_argument(
         "--lease-timeout",
         type=float,
         default=DEFAULT_LEASE_TIMEOUT_S,
@@ -296,6 +308,8 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
             "--cluster needs the cluster package: run it as `denv serve --cluster "
             "...` (pip install 'denv[cluster]')"
         )
+    if args.live_netns not in ("on", "off"):
+        raise UsageError(f"--live-netns (or ${ENV_LIVE_NETNS}) {args.live_netns!r}: give on or off")
     if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
         raise UsageError("--env-memory, --env-pids and --env-cpus are >= 0")
     if args.public_url and not args.public_url.startswith(("http://", "https://")):
@@ -345,6 +359,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         warm_min_free_mb=args.warm_min_free_memory,
         warm_idle_s=args.warm_idle_minutes * 60,
         zygotes=args.zygotes,
+        live_netns=args.live_netns == "on",
         lease_timeout_s=args.lease_timeout,
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,

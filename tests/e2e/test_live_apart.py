@@ -1,4 +1,6 @@
-"""End to end: live siblings, and their parent, cannot reach each other's ports.
+"""End to end: live siblings, and their parent, cannot reach each other's ports, on a server
+with ``--live-netns off`` (children in their container's network namespace, kept apart by
+per-port rules; with it on, the default, see test_live_netns.py).
 
 A process of a live env is run from the host in that env's network namespace and cgroup
 (`nsenter --net`, then its pid written into the env's cgroup: what any process the env
@@ -12,12 +14,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv
+from conftest import LocalDenv, start_server
 from provider_helpers import ECHO_IMAGE, assert_gone
 from test_live_fork import listening_pid
 
@@ -71,8 +74,14 @@ def probe(pid: int, ports: list[int]) -> dict[int, str]:
     return {int(p): what for p, what in (line.split() for line in out.splitlines())}
 
 
-def test_live_servers_cannot_reach_each_others_ports(denv_server: LocalDenv) -> None:
-    d = Denv(denv_server.url, api_key=denv_server.key)
+@pytest.fixture(scope="module")
+def server_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    with start_server(tmp_path_factory.mktemp("denv-apart"), "--live-netns", "off") as srv:
+        yield srv
+
+
+def test_live_servers_cannot_reach_each_others_ports(server_off: LocalDenv) -> None:
+    d = Denv(server_off.url, api_key=server_off.key)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     ids = [parent.id]
     try:
@@ -118,4 +127,4 @@ def test_live_servers_cannot_reach_each_others_ports(denv_server: LocalDenv) -> 
     finally:
         for env_id in ids:
             d.delete_env(env_id)
-    assert_gone(denv_server, ids)
+    assert_gone(server_off, ids)

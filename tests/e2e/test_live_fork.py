@@ -73,12 +73,30 @@ def listening_pid(container: str, port: int) -> int:
     raise AssertionError(f"no process of {container[:12]} listens on {port}")
 
 
+def live_pid(env_id: str) -> int:
+    """The host pid of a live env's server: pid 1 of its own pid namespace, in the cgroup
+    named after it (whether it serves its own port in its container's network namespace or
+    the env's port in one of its own: ``denv serve --live-netns``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            text = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if f"/denv-live/{env_id}\n" in text:
+            found.append(int(proc.name))
+    assert found, f"no process of live env {env_id}"
+    return min(found)
+
+
 def work_of(env: Env, group: str) -> Path:
     """The env's /work as its own process sees it (its mount namespace); ``group`` is the
     env whose container it runs in (the one created with live=True)."""
     found = docker.from_env().containers.list(filters={"label": f"denv.env={group}"})
     assert len(found) == 1, found
-    return Path(f"/proc/{listening_pid(str(found[0].id), env.endpoints[0].port)}/root/work")
+    return Path(f"/proc/{live_pid(env.id)}/root/work")
 
 
 def test_live_fork_keeps_the_session_and_separates_work(denv_server: LocalDenv) -> None:
@@ -237,8 +255,7 @@ def test_children_keep_the_parents_heap_out_of_collections(denv_server: LocalDen
         root = _root_proc(d, parent)
         child = d.fork(parent.id, 1, kind="live").envs[0]
         assert child.status.value == "healthy", child.error
-        containers = docker.from_env().containers.list(filters={"label": f"denv.env={parent.id}"})
-        kid_pid = listening_pid(str(containers[0].id), child.endpoints[0].port)
+        kid_pid = live_pid(child.id)
         kid = live.Proc(kid_pid, live.start_time(kid_pid) or 0)
         before = live.hello(root)
         assert before["frozen"] == 0, before
@@ -348,7 +365,7 @@ def test_live_children_survive_a_server_restart_and_a_dead_one_is_lost(tmp_path:
         parent = d.create_sandbox(ECHO_IMAGE, live=True)
         assert parent.status.value == "healthy", parent.error
         a, b = d.fork(parent.id, 2, kind="live").envs
-        doomed = listening_pid(_group_container(parent.id), b.endpoints[0].port)
+        doomed = live_pid(b.id)
     os.kill(doomed, signal.SIGKILL)  # while the server is down
     with start_server(state) as srv:
         d = Denv(srv.url, api_key=srv.key)

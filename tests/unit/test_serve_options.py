@@ -44,3 +44,19 @@ def test_good_options_make_the_config(tmp_path: Path) -> None:
     assert config.state_dir == tmp_path.resolve() and config.port == 0
     assert config.api_key == ""  # none given: main reads or makes <state-dir>/api_key
     assert "SETUID" in config.limits.capabilities and config.scheme == "http"
+
+
+def test_live_netns_from_the_flag_or_its_env_var(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = ("--state-dir", str(tmp_path))
+    monkeypatch.delenv("DENV_LIVE_NETNS", raising=False)
+    assert config_from_args(_args(*state)).live_netns is True
+    assert config_from_args(_args(*state, "--live-netns", "off")).live_netns is False
+    monkeypatch.setenv("DENV_LIVE_NETNS", "off")
+    assert config_from_args(_args(*state)).live_netns is False
+    assert config_from_args(_args(*state, "--live-netns", "on")).live_netns is True
+    monkeypatch.setenv("DENV_LIVE_NETNS", "yes")
+    with pytest.raises(UsageError) as caught:
+        config_from_args(_args(*state))
+    assert "$DENV_LIVE_NETNS" in caught.value.message and "give on or off" in caught.value.message

@@ -191,6 +191,10 @@ def root_process(container_pid: int, deadline_s: float = ROOT_WAIT_S) -> Proc:
         time.sleep(0.02)
 
 
+# Called for each child before its set-up: (env, host pid) -> the child's network, or None.
+Placed = Callable[[str, int], "dict[str, Any] | None"]
+
+
 @dataclass(frozen=True)
 class ChildSpec:
     env_id: str
@@ -198,6 +202,7 @@ class ChildSpec:
     work: list[tuple[str, str]]  # (slot inside the container, the volume's path)
     kids: str  # where its own children's slots appear: bound on /.denv/work in the child
     reseed: bool = True  # fresh entropy for random and NumPy's global generator
+    net: bool = False  # a network namespace of its own (the node connects it: ``placed``)
 
 
 def fork(
@@ -205,13 +210,14 @@ def fork(
     children: list[ChildSpec],
     snapshot: Any,
     depth: int,
-    placed: Callable[[str, int], None] | None = None,
+    placed: Placed | None = None,
     timeout_s: float = CTL_TIMEOUT_S,
 ) -> tuple[list[Proc | LiveError], dict[str, float]]:
     """Gate ``parent``, fork the children, call ``snapshot()`` (the node captures /work and
     mounts each child's slot) while the parent clones them, reopen the gate, plumb each
     child as it shows up: a Proc, or the LiveError of that child. ``placed(env, pid)`` runs
-    for each child before it is set up (before it runs env code again).
+    for each child before it is set up (before it runs env code again); what it returns
+    (its network, for a child with a namespace of its own) goes into the child's ``setup``.
 
     The parent's gate stays closed from the gate to the end of ``snapshot()`` (so /work is
     captured as the children see it); a launcher without ``hold`` (started by an older
@@ -234,7 +240,7 @@ def _fork(
     children: list[ChildSpec],
     snapshot: Any,
     depth: int,
-    placed: Callable[[str, int], None] | None,
+    placed: Placed | None,
     timeout_s: float,
 ) -> tuple[list[Proc | LiveError], dict[str, float]]:
     timings: dict[str, float] = {}
@@ -242,7 +248,14 @@ def _fork(
     if not alive(parent):
         raise LiveError("env_not_running", "the env's server process has ended")
     specs = [
-        {"env": c.env_id, "port": c.port, "work": c.work, "kids": c.kids, "reseed": c.reseed}
+        {
+            "env": c.env_id,
+            "port": c.port,
+            "work": c.work,
+            "kids": c.kids,
+            "reseed": c.reseed,
+            "net": c.net,
+        }
         for c in children
     ]
     with (
@@ -311,7 +324,7 @@ def _plumb_all(
     answer: Future[dict[str, str]],
     pool: ThreadPoolExecutor,
     depth: int,
-    placed: Callable[[str, int], None] | None,
+    placed: Placed | None,
     timeout_s: float,
 ) -> list[Proc | LiveError]:
     """Set each child up as soon as its bootstrap socket shows up (the parent may still be
@@ -376,7 +389,7 @@ def _plumb(
     env_id: str,
     path: str,
     depth: int,
-    placed: Callable[[str, int], None] | None,
+    placed: Placed | None,
     timeout_s: float,
 ) -> Proc | LiveError:
     try:
@@ -386,9 +399,9 @@ def _plumb(
             if st is None:
                 return LiveError("live_fork_failed", "the child ended before its set-up")
             write_id_maps(pid, parent.pid if depth > 0 else None)
-            if placed is not None:
-                placed(env_id, pid)
-            out = _ask(sock, {"op": "setup"}, sock.makefile("rb"))
+            net = placed(env_id, pid) if placed is not None else None
+            req: dict[str, Any] = {"op": "setup", **({"net": net} if net else {})}
+            out = _ask(sock, req, sock.makefile("rb"))
             if "error" in out:
                 return LiveError("live_fork_failed", str(out.get("message")))
             return Proc(pid, st)

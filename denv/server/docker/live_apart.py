@@ -172,6 +172,7 @@ def enter(group: Group, env_id: str, pid: int) -> None:
     """Move ``pid`` (a live server, before it runs env code again) into its cgroups."""
     dirs = [group.directory(env_id), *group.limited(env_id).values()]
     try:
+        dirs[0].mkdir(parents=True, exist_ok=True)  # made by guard() unless --live-netns on
         for directory in dirs:
             (directory / "cgroup.procs").write_text(str(pid))
     except OSError as exc:
@@ -261,6 +262,13 @@ def release(group: Group, env_id: str, port: int, rule: bool = True, limits: boo
     if rule:
         _rmdir(group.directory(env_id), deadline)
     _retry_busy()
+
+
+def release_cgroups(group: Group, env_id: str) -> None:
+    """Remove a deleted server's cgroups, v1 (lowering the container's limits by its
+    share) and v2, where no port rule names it (``--live-netns on``). Best effort."""
+    release(group, env_id, 0, rule=False)
+    _rmdir(group.directory(env_id), time.monotonic() + RMDIR_WAIT_S)
 
 
 class Rules:

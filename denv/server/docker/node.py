@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
-from denv.server.docker import boot, cgroups, live, live_apart, logtail
+from denv.server.docker import boot, cgroups, live, live_apart, live_net, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.layers import LayerTransfer, Peers
@@ -50,10 +50,12 @@ class DockerNode:
         limits: Limits | None = None,
         peers: Peers | None = None,
         address: str = "127.0.0.1",
+        live_netns: bool = False,
     ) -> None:
         """``peers``: the other nodes of its cluster by name (a node agent's), so that
         ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
-        where other nodes reach this one (its layer offers listen there)."""
+        where other nodes reach this one (its layer offers listen there). ``live_netns``: each
+        live child gets a network namespace of its own (``live_net``)."""
         self.engine = engine
         self._peers, self._address = peers, address
         self.volumes = volumes
@@ -66,6 +68,10 @@ class DockerNode:
         self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
         self.rules = live_apart.Rules()  # live servers' port rules, per container
+        # A network namespace per live child (``denv serve --live-netns on``), in place of
+        # the port rules: the children's networks, per container.
+        self.live_netns = live_netns
+        self.net = live_net.LiveNet()
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -215,6 +221,8 @@ class DockerNode:
     def teardown(self, env_id: str, containers: list[str]) -> None:
         with self.guard.lock(env_id):
             owner = self._owners.get(env_id, "")
+            for cid in containers:  # a live group's: the host route to its children
+                self.net.forget(cid)
             for cid in set(containers) | set(self.engine.states(env_id)):
                 with self.queue.slot(owner):
                     self.engine.remove(cid)
@@ -298,6 +306,23 @@ class DockerNode:
         for env_id in owned.volume_envs:
             self.volumes.remove_env(env_id)
         cgroups.remove_key_parents(self.engine.instance_id)  # a stopped server's, emptied now
+        self._prune_live_routes()
+
+    def _prune_live_routes(self) -> None:
+        """Host routes to live children's subnets whose container no longer runs (any
+        server's: a route names only an address), left by a server that stopped before it
+        removed its env's network (which takes the route with it)."""
+        try:
+            running = self.engine.api.containers()
+        except Exception:  # the engine is checked elsewhere: keep the routes meanwhile
+            return
+        keep = {
+            str(n.get("IPAddress") or "")
+            for c in running
+            for n in ((c.get("NetworkSettings") or {}).get("Networks") or {}).values()
+        }
+        with contextlib.suppress(live_net.NetError):
+            live_net.prune_routes(keep - {""})
 
     def recover(
         self,
@@ -328,10 +353,13 @@ class DockerNode:
         proc = live.root_process(pid)
         try:  # kept off its live children's ports, as they are off its own and each other's
             group = live_apart.group_of(proc.pid)
-            self.rules.guard(group, [(env_id, port)], first=True)
+            if self.live_netns:  # children in namespaces of their own, behind a bridge
+                self.net.ensure(container, pid)
+            else:
+                self.rules.guard(group, [(env_id, port)], first=True)
             live_apart.limit(group, None, [env_id])
             live_apart.enter(group, env_id, proc.pid)
-        except live_apart.ApartError as exc:
+        except (live_apart.ApartError, live_net.NetError) as exc:
             raise LiveError("live_fork_failed", str(exc)) from exc
         return LiveProc(
             group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
@@ -378,6 +406,9 @@ class DockerNode:
             with ThreadPoolExecutor(max(1, min(len(jobs), 8)), "denv-live-mount") as pool:
                 list(pool.map(attach, jobs))
 
+        netns = self.live_netns
+        if netns:  # each child serves the env's own port at an address of its own
+            children = [(env_id, parent.port) for env_id, _ in children]
         specs = [
             live.ChildSpec(
                 env_id,
@@ -385,9 +416,11 @@ class DockerNode:
                 [(f"{live.WORK_DIR}/{env_id}/work-{s.n}", s.path) for s in volumes],
                 f"{live.WORK_DIR}/{env_id}/kids",
                 reseed,
+                netns,
             )
             for env_id, port in children
         ]
+        addrs: dict[str, str] = {}
         with (
             self.guard.lock(parent_env),
             ThreadPoolExecutor(1, "denv-live-apart") as apart,
@@ -399,24 +432,32 @@ class DockerNode:
                 ids = [env_id for env_id, _ in children]
                 live_apart.limit(group, parent.group, ids)
                 live_apart.lend_pids(group, parent_env, len(ids))
-            except live_apart.ApartError as exc:
+                net = self._live_net(parent.container) if netns else None
+            except (live_apart.ApartError, live_net.NetError) as exc:
                 raise LiveError("live_fork_failed", str(exc)) from exc
             # The port rules, made while the parent gates and clones; each child enters its
             # cgroups before it is set up (before env code runs again).
-            guarded = apart.submit(self.rules.guard, group, children, False)
+            guarded = apart.submit(self.rules.guard, group, children, False) if not netns else None
 
-            def placed(env_id: str, pid: int) -> None:
-                guarded.result()
+            def placed(env_id: str, pid: int) -> dict[str, Any] | None:
+                if guarded is not None:
+                    guarded.result()
                 live_apart.enter(group, env_id, pid)
+                if net is None:
+                    return None
+                cfg = self.net.attach(net, env_id, pid)
+                addrs[env_id] = str(cfg["addr"]).split("/")[0]
+                return cfg
 
             try:
                 procs, timings = live.fork(
                     live.Proc(parent.pid, parent.start), specs, capture, parent.depth, placed
                 )
-            except BaseException:  # no child: their cgroups, rules and limits go
-                guarded.exception()
+            except BaseException:  # no child: their cgroups, rules, addresses and limits go
+                if guarded is not None:
+                    guarded.exception()
                 for env_id, port in children:
-                    self.rules.release(group, env_id, port)
+                    self._release_live(group, parent.container, env_id, port, netns)
                 raise
             finally:
                 with contextlib.suppress(live_apart.ApartError):
@@ -425,7 +466,7 @@ class DockerNode:
         for (env_id, port), proc in zip(children, procs, strict=True):
             if isinstance(proc, LiveError):
                 self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
-                self.rules.release(group, env_id, port)
+                self._release_live(group, parent.container, env_id, port, netns)
                 out.append(proc.message)
             else:
                 out.append(
@@ -436,10 +477,31 @@ class DockerNode:
                             "port": port,
                             "depth": parent.depth + 1,
                             "slot": slot_of(env_id),
+                            "addr": addrs.get(env_id, ""),
                         }
                     )
                 )
         return stacks, out, timings
+
+    def _live_net(self, container: str) -> live_net.ContainerNet:
+        """The children's network of a container (found again after a restart)."""
+        net = self.net.known(container)
+        if net is not None:
+            return net
+        pid = self._container_pid(container)
+        if not pid:
+            raise live_net.NetError("the env's container is not running")
+        return self.net.ensure(container, pid)
+
+    def _release_live(
+        self, group: live_apart.Group, container: str, env_id: str, port: int, netns: bool
+    ) -> None:
+        """What a live server that is gone held: its cgroups, its port rule or address."""
+        if netns:
+            live_apart.release_cgroups(group, env_id)
+            self.net.release(container, env_id)
+        else:
+            self.rules.release(group, env_id, port)
 
     def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
         """Which limit of its own a live env whose process ended hit, if one did."""
@@ -482,10 +544,14 @@ class DockerNode:
         with self.guard.lock(env_id):
             group = None if last else self._live_group(proc.container)
             live.kill(live.Proc(proc.pid, proc.start))
+            netns = bool(proc.addr) or (
+                self.live_netns and self.net.known(proc.container) is not None
+            )
             if group is not None and not last:
-                self.rules.release(group, env_id, proc.port)
+                self._release_live(group, proc.container, env_id, proc.port, netns)
             self.volumes.detach_live(proc.group, proc.slot, env_id)
         if last:
+            self.net.forget(proc.container)
             self.teardown(proc.group, [proc.container])
             self.rules.forget(proc.container)
 

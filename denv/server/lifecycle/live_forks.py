@@ -199,8 +199,13 @@ class LiveForks:
         host = parent.runtime.agent_ip or ""
         for (env_id, port), proc in zip(children, procs, strict=True):
             ok = not isinstance(proc, str)
+            # A child in a network namespace of its own serves the env's port at its own
+            # address (``denv serve --live-netns on``); else its own port at the container's.
+            at = host
+            if ok and proc.addr:
+                port, at = proc.port, proc.addr
             endpoint, route = ingress_endpoint(
-                ctx.ingress_keys, env_id, parent.agent_service, port, host
+                ctx.ingress_keys, env_id, parent.agent_service, port, at
             )
             records.append(
                 EnvRecord(

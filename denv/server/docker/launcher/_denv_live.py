@@ -25,7 +25,9 @@ Process tree in the container::
     server  the process in which uvicorn serves the app, plus a control socket
             (/.denv/ctl/ctl.sock)
     child   one per live fork: a copy of the server process (memory, sessions), in user,
-            mount and pid namespaces of its own, serving the same app on its own port
+            mount and pid namespaces of its own, serving the same app on its own port (or,
+            with ``denv serve --live-netns on``, in a network namespace of its own too, on
+            the env's port at its own address)
 
 Why the container is created with CAP_SYS_ADMIN: only so that Docker's default seccomp
 profile lets ``unshare`` through. pid 1 removes the capability from its bounding set before
@@ -49,15 +51,17 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
     ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
     closed until ``fork``/``ungate`` on the same connection, or the connection ends.
 ``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir,
-"reseed": bool}], "hold": bool}``
+"reseed": bool, "net": bool}], "hold": bool}``
     fork once per child at the gated point, reopen the gate (unless ``hold``: then it stays
     closed until ``ungate``, so the node can capture /work meanwhile), answer ``{"ok": true,
     "failed": {env: why}}``. Each child binds ``/.denv/ctl/<env>.sock`` at once and waits
     there for the node's ``setup`` (a connection closed without one ends it).
-``{"op": "setup"}`` (on a child's bootstrap socket, after the node wrote its uid/gid maps)
+``{"op": "setup", "net": {"if": name, "addr": "ip/len", "gw": ip}}`` (on a child's bootstrap
+socket, after the node wrote its uid/gid maps; ``net`` for a child cloned with ``"net":
+true``, once the node gave its network namespace its end of a veth pair)
     bind each work slot onto its path, hide the other slots and the parent's control socket,
-    drop every capability, serve on the child's port and control socket, answer
-    ``{"ok": true}``.
+    bring up ``lo`` and the pair's end with the address and a default route (``net``), drop
+    every capability, serve on the child's port and control socket, answer ``{"ok": true}``.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -87,6 +92,7 @@ WORK_DIR = "/.denv/work"
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MS_REC = 16384
 MS_NOSUID = 2
@@ -554,7 +560,7 @@ class Live:
         try:
             for spec in children:
                 try:
-                    pid = clone_into_namespaces()
+                    pid = clone_into_namespaces(bool(spec.get("net")))
                 except OSError as exc:  # e.g. the container's pids limit: this child only
                     failed[spec["env"]] = str(exc)
                     continue
@@ -641,7 +647,7 @@ class Live:
                         os._exit(1)
                     _trace(self.stages, "asked")
                     try:
-                        sock = self._become(spec, boot, path)
+                        sock = self._become(spec, boot, path, req.get("net"))
                         _trace(self.stages, "became")
                         await self._start_serving(sock)
                         _trace(self.stages, "serving")
@@ -658,8 +664,13 @@ class Live:
 
         self.setting_up = loop.create_task(setup())
 
-    def _become(self, spec: dict[str, Any], boot: socket.socket, path: str) -> socket.socket:
-        """The node wrote our uid/gid maps: take our /work, hide the rest, drop every cap."""
+    def _become(
+        self, spec: dict[str, Any], boot: socket.socket, path: str, net: dict[str, Any] | None
+    ) -> socket.socket:
+        """The node wrote our uid/gid maps (and, with ``net``, gave our network namespace
+        its end of a pair): take our /work, hide the rest, set our network up, drop every cap."""
+        if net:
+            configure_netns(str(net["if"]), str(net["addr"]), str(net["gw"]))
         for slot, target in spec["work"]:
             _mount(slot, target, None, MS_BIND | MS_REC, None)
         # Hide the other children's slots: our /.denv/work is where our own children's
@@ -669,6 +680,8 @@ class Live:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         _mount("tmpfs", CTL_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=700")
+        if net and net.get("dns"):
+            own_resolver(str(net["dns"]))
         drop_caps()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -765,9 +778,10 @@ CTL_LINE_LIMIT = 1 << 22  # bytes of one control request (a preload's names)
 STRANGERS_WAIT_S = 1.0
 
 
-def clone_into_namespaces() -> int:
+def clone_into_namespaces(net: bool = False) -> int:
     """fork(), with the child in new user, mount and pid namespaces at once (pid 1 of its
-    own): one copy of the page tables, where unshare() and a second fork() would make two.
+    own), and a network namespace of its own with ``net``: one copy of the page tables,
+    where unshare() and a second fork() would make two.
 
     clone(2) is called directly, so Python's fork bookkeeping is done as os.fork() does it
     (PyOS_BeforeFork / AfterFork_*: the import lock, the GIL, threading, at-fork hooks). The
@@ -775,6 +789,8 @@ def clone_into_namespaces() -> int:
     """
     api = ctypes.pythonapi
     flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | signal.SIGCHLD
+    if net:
+        flags |= CLONE_NEWNET
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
     api.PyOS_BeforeFork()
@@ -787,6 +803,78 @@ def clone_into_namespaces() -> int:
     if pid < 0:
         raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
     return int(pid)
+
+
+def _nl_attr(kind: int, data: bytes) -> bytes:
+    size = 4 + len(data)
+    return struct.pack("=HH", size, kind) + data + b"\0" * (-size % 4)
+
+
+def configure_netns(ifname: str, addr: str, gateway: str) -> None:
+    """In a child, in its own network namespace (whose user namespace it holds every
+    capability of): ``lo`` and ``ifname`` up, ``addr`` on it, a default route via
+    ``gateway``; one netlink send, no subprocess (the image may have no ``ip``)."""
+    index = socket.if_nametoindex(ifname)
+    ip, plen = addr.split("/")
+    up = 1  # IFF_UP
+    msgs = [
+        (16, 0, struct.pack("=BxHiII", 0, 0, 1, up, up)),  # RTM_NEWLINK: lo up
+        (16, 0, struct.pack("=BxHiII", 0, 0, index, up, up)),
+        (  # RTM_NEWADDR, create|excl: IFA_LOCAL and IFA_ADDRESS
+            20,
+            0x600,
+            struct.pack("=BBBBI", socket.AF_INET, int(plen), 0, 0, index)
+            + _nl_attr(2, socket.inet_aton(ip))
+            + _nl_attr(1, socket.inet_aton(ip)),
+        ),
+        (  # RTM_NEWROUTE, create|excl: main table, boot proto, universe, unicast
+            24,
+            0x600,
+            struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 254, 3, 0, 1, 0)
+            + _nl_attr(5, socket.inet_aton(gateway))  # RTA_GATEWAY
+            + _nl_attr(4, struct.pack("=i", index)),  # RTA_OIF
+        ),
+    ]
+    data = b"".join(
+        struct.pack("=IHHII", 16 + len(body), kind, flags | 5, seq, 0) + body  # REQUEST|ACK
+        for seq, (kind, flags, body) in enumerate(msgs, 1)
+    )
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as nl:
+        nl.send(data)
+        left = set(range(1, len(msgs) + 1))
+        while left:
+            buf = nl.recv(65536)
+            off = 0
+            while off + 16 <= len(buf):
+                size, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", buf, off)
+                if kind == 2 and seq in left:  # NLMSG_ERROR (an ack when 0)
+                    left.discard(seq)
+                    (err,) = struct.unpack_from("=i", buf, off + 16)
+                    if err:
+                        raise OSError(-err, f"setting up {ifname} ({seq}): {os.strerror(-err)}")
+                off += (size + 3) & ~3
+
+
+RESOLV = "/etc/resolv.conf"
+DOCKER_DNS = "127.0.0.11"
+
+
+def own_resolver(gateway: str) -> None:
+    """In a child with a network namespace of its own: Docker's embedded resolver
+    (127.0.0.11) is the container's loopback, not ours; the gateway forwards to it. So our
+    resolv.conf (a copy in our control tmpfs, bound over the container's in our mount
+    namespace) names the gateway instead."""
+    try:
+        with open(RESOLV) as f:
+            text = f.read()
+    except OSError:
+        return
+    if DOCKER_DNS not in text:
+        return
+    mine = os.path.join(CTL_DIR, "resolv.conf")
+    with open(mine, "w") as f:
+        f.write(text.replace(DOCKER_DNS, gateway))
+    _mount(mine, RESOLV, None, MS_BIND, None)
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:

@@ -1,0 +1,488 @@
+"""A network namespace per live child (``denv serve --live-netns on``): the node's side.
+
+Each live child is cloned into a network namespace of its own (the launcher adds
+CLONE_NEWNET). The node connects it to its container like a container to a host:
+
+- **Once per container** (its first live server, :meth:`LiveNet.ensure`), in the container's
+  network namespace: a bridge ``denv-live`` holding the gateway address of a subnet of the
+  container's own (``SUBNETS`` cut in ``/PREFIX``s, one no Docker network uses), IPv6 off on
+  it, forwarding on, and static iptables rules: a new connection from a child to the
+  container itself (its parent's port, at any address) is refused, so is one from the
+  container's own processes to a child (the parent, the image's other processes), and
+  nothing is routed from a child back to a child (siblings); children's egress leaves
+  masqueraded as the container's address, so the host's egress rules, keyed on the env's
+  bridge, hold for them as for the container. The host routes that subnet to the
+  container's address (the route goes with the env's network when it is removed).
+- **Per child** (:meth:`LiveNet.attach`, before the child runs env code again): one
+  netlink request in the container's namespace makes a veth pair whose child end is made
+  directly in the child's namespace (``eth0``, its MAC following its address), then the
+  bridge end is made an *isolated* port (the bridge passes no frame between two children)
+  and up, with a permanent neighbour entry for the child's address. The child brings up
+  ``lo`` and ``eth0``, sets its address and default route itself (it holds every
+  capability of its own user namespace, which owns the new network namespace), drops them
+  and serves the env's own port at its own address; ingress connects there.
+- **Per delete**: the pair dies with the child's namespace. Its address is handed out
+  again only once the pair is gone: the bridge end is named after the address, so making
+  it again while the old one is there fails (EEXIST) and the next free address is taken.
+
+Measured in docs/live-forks.md ("A network namespace per child").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import ipaddress
+import logging
+import os
+import socket
+import struct
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Where children's subnets come from: the shared address space of RFC 6598, which Docker's
+# default pools do not use and denv's own egress rules refuse as a destination.
+SUBNETS = ipaddress.IPv4Network("100.64.0.0/10")
+PREFIX = 22  # 1,021 children per container, 1,024 containers per node
+BRIDGE = "denv-live"
+CHILD_IF = "eth0"
+PAIR_PREFIX = "dl"  # the bridge end of a child's pair: dl<host index in hex>
+ATTACH_TRIES = 64  # addresses tried per child while earlier pairs are still there
+
+# netlink, just what is sent (linux/rtnetlink.h, if_link.h, neighbour.h)
+RTM_NEWLINK, RTM_GETADDR, RTM_NEWNEIGH, NLMSG_ERROR, NLMSG_DONE = 16, 22, 28, 2, 3
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 1, 4, 0x300
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_NET_NS_PID = 1, 3, 10, 18, 19
+IFLA_INFO_KIND, IFLA_INFO_DATA, IFLA_INFO_SLAVE_KIND, IFLA_INFO_SLAVE_DATA = 1, 2, 4, 5
+VETH_INFO_PEER, IFLA_BRPORT_ISOLATED = 1, 33
+NDA_DST, NDA_LLADDR, NUD_PERMANENT = 1, 2, 0x80
+IFA_LOCAL, IFA_LABEL = 2, 3
+IFF_UP = 1
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NetError(OSError):
+    """A live child's network could not be made (the fork of that child fails)."""
+
+
+def _rta(kind: int, data: bytes) -> bytes:
+    size = 4 + len(data)
+    return struct.pack("=HH", size, kind) + data + b"\0" * (-size % 4)
+
+
+def _link(index: int, up: bool, *attrs: bytes) -> bytes:
+    flags = IFF_UP if up else 0
+    return struct.pack("=BxHiII", socket.AF_UNSPEC, 0, index, flags, flags) + b"".join(attrs)
+
+
+def _name(name: str) -> bytes:
+    return _rta(IFLA_IFNAME, name.encode() + b"\0")
+
+
+def netlink_send(sock: socket.socket, msgs: list[tuple[int, int, bytes]]) -> list[int]:
+    """Send every message in one write and wait for every ack: each one's errno (0: done)."""
+    data = b"".join(
+        struct.pack("=IHHII", 16 + len(body), kind, flags | NLM_F_REQUEST | NLM_F_ACK, seq, 0)
+        + body
+        for seq, (kind, flags, body) in enumerate(msgs, 1)
+    )
+    sock.send(data)
+    errors = [0] * len(msgs)
+    left = set(range(1, len(msgs) + 1))
+    while left:
+        buf = sock.recv(65536)
+        off = 0
+        while off + 16 <= len(buf):
+            size, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", buf, off)
+            if kind == NLMSG_ERROR and seq in left:
+                (err,) = struct.unpack_from("=i", buf, off + 16)
+                left.discard(seq)
+                errors[seq - 1] = -err
+            off += (size + 3) & ~3
+    return errors
+
+
+def mac_of(ip: str) -> bytes:
+    """A child's MAC follows from its address (as Docker's do): a neighbour entry left for
+    an address's earlier child can never point a new one's frames elsewhere."""
+    return b"\x02\x42" + socket.inet_aton(ip)
+
+
+def open_netlink(pid: int) -> socket.socket:
+    """A netlink socket in the network namespace of ``pid`` (a socket stays in the
+    namespace it was made in). Made on a thread of its own, which then ends: the server's
+    threads never leave the host's namespace."""
+    out: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+            finally:
+                os.close(fd)
+            out.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+        except BaseException as exc:  # handed to the caller
+            out.append(exc)
+
+    t = threading.Thread(target=make, name="denv-live-netns")
+    t.start()
+    t.join()
+    if isinstance(out[0], BaseException):
+        raise NetError(f"entering the env's network namespace failed: {out[0]}")
+    return out[0]
+
+
+@dataclass
+class ContainerNet:
+    """The children's network of one container: its subnet and the addresses taken."""
+
+    container: str
+    pid: int  # the container's pid 1 (its network namespace)
+    subnet: ipaddress.IPv4Network
+    bridge: int  # the bridge's index in the container's namespace
+    taken: dict[int, str] = field(default_factory=dict)  # host index -> env
+    dns: bool = False  # the gateway forwards to Docker's embedded resolver
+    next: int = 2  # where the search for a free address starts (1 is the gateway)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # A netlink socket in the container's namespace, made at its first child and kept
+    # until the container goes (``forget``): requests on it take ``sending``.
+    nl: socket.socket | None = None
+    sending: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def gateway(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+    def address(self, index: int) -> str:
+        return str(self.subnet.network_address + index)
+
+
+def _run(args: list[str], stdin: str | None = None) -> str:
+    try:
+        proc = subprocess.run(args, input=stdin, capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise NetError(
+            f"{args[0]} is not installed on this host (live children's networks need "
+            "iproute2, iptables and nsenter): install it, or run `denv serve --live-netns off`"
+        ) from exc
+    if proc.returncode != 0:
+        raise NetError(f"{' '.join(args[:4])}...: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def _rules(subnet: ipaddress.IPv4Network) -> str:
+    """The container's static rules (``iptables-restore --noflush``: Docker's own stay)."""
+    return "\n".join(
+        [
+            "*filter",
+            f"-A INPUT -i {BRIDGE} -m conntrack --ctstate NEW "
+            "-j REJECT --reject-with icmp-admin-prohibited",
+            f"-A FORWARD -i {BRIDGE} -o {BRIDGE} -j DROP",
+            f"-A OUTPUT -o {BRIDGE} -m conntrack --ctstate NEW "
+            "-j REJECT --reject-with icmp-admin-prohibited",
+            "COMMIT",
+            "*nat",
+            f"-A POSTROUTING -s {subnet} ! -o {BRIDGE} -j MASQUERADE",
+            "COMMIT",
+            "",
+        ]
+    )
+
+
+# In the container's namespace, once: the bridge with IPv6 off (so no process of the
+# container reaches a child by a link-local address), forwarding on, the rules.
+_SETUP = r"""set -e
+echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 2>/dev/null || true
+ip link add {bridge} type bridge
+echo 1 > /proc/sys/net/ipv6/conf/{bridge}/disable_ipv6 2>/dev/null || true
+ip addr add {gateway}/{prefix} dev {bridge}
+ip link set {bridge} up
+echo 1 > /proc/sys/net/ipv4/ip_forward
+iptables-restore -w 5 --noflush
+# Docker's embedded resolver (127.0.0.11, at ports its own NAT rules name) is the
+# container's loopback: a child's queries to the gateway are sent there.
+for proto in udp tcp; do
+  port=$(iptables -w 5 -t nat -S DOCKER_OUTPUT 2>/dev/null |
+    sed -n "s/.*-p $proto .*--to-destination 127.0.0.11:\([0-9]*\).*/\1/p" | head -n 1)
+  [ -n "$port" ] || continue
+  echo 1 > /proc/sys/net/ipv4/conf/{bridge}/route_localnet
+  iptables -w 5 -t nat -A PREROUTING -i {bridge} -d {gateway} -p $proto --dport 53 \
+    -j DNAT --to-destination 127.0.0.11:$port
+  iptables -w 5 -I INPUT 1 -i {bridge} -d 127.0.0.11 -p $proto --dport $port -j ACCEPT
+  echo "dns $proto"
+done
+"""
+
+
+class LiveNet:
+    """The children's networks of this node's containers. Safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nets: dict[str, ContainerNet] = {}
+        self._making: dict[str, threading.Lock] = {}
+
+    def ensure(self, container: str, pid: int) -> ContainerNet:
+        """The container's children's network (``pid``: its pid 1), made at its first call;
+        after a server restart, found again in the container's namespace."""
+        with self._lock:
+            net = self._nets.get(container)
+            making = self._making.setdefault(container, threading.Lock())
+        if net is not None and net.pid == pid:
+            return net
+        with making:
+            with self._lock:
+                net = self._nets.get(container)
+            if net is not None and net.pid == pid:
+                return net
+            net = self._found(container, pid) or self._make(container, pid)
+            with self._lock:
+                self._nets[container] = net
+            return net
+
+    def known(self, container: str) -> ContainerNet | None:
+        with self._lock:
+            return self._nets.get(container)
+
+    def _found(self, container: str, pid: int) -> ContainerNet | None:
+        """The bridge a running container already has (made before this server started),
+        with the addresses its children's pairs hold."""
+        with open_netlink(pid) as nl:
+            addrs = _dump_addrs(nl)
+        mine = [a for a in addrs if a[0] == BRIDGE]
+        if not mine:
+            return None
+        _, ip, plen, index = mine[0]
+        subnet = ipaddress.IPv4Network(f"{ip}/{plen}", strict=False)
+        nat = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "iptables", "-w", "5",
+                    "-t", "nat", "-S", "PREROUTING"])  # fmt: skip
+        net = ContainerNet(container, pid, subnet, index, dns=f"-i {BRIDGE} " in nat)
+        # Addresses are handed out in turn from past the highest pair there: the children
+        # of before the restart keep theirs (a pair still there refuses its name: EEXIST).
+        held = [0]
+        for name in _link_names(pid):
+            if name.startswith(PAIR_PREFIX):
+                with contextlib.suppress(ValueError):
+                    held.append(int(name[len(PAIR_PREFIX) :], 16))
+        net.next = max(held) + 1
+        self._route(net, _container_address(pid))
+        return net
+
+    def _make(self, container: str, pid: int) -> ContainerNet:
+        addr = _container_address(pid)
+        subnet = self._claim_subnet(addr)
+        gateway = subnet.network_address + 1
+        script = _SETUP.format(bridge=BRIDGE, gateway=gateway, prefix=PREFIX)
+        try:
+            out = _run(
+                ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "/bin/sh", "-c", script],
+                stdin=_rules(subnet),
+            )
+        except NetError:
+            with contextlib.suppress(NetError):
+                _run(["ip", "route", "del", str(subnet)])
+            raise
+        with open_netlink(pid) as nl:
+            index = next((a[3] for a in _dump_addrs(nl) if a[0] == BRIDGE), 0)
+        if not index:
+            raise NetError(f"the bridge {BRIDGE} was not made in the env's network namespace")
+        net = ContainerNet(container, pid, subnet, index, dns="dns udp" in out)
+        log.info("live children of %s: %s via %s", container[:12], subnet, addr)
+        return net
+
+    def _route(self, net: ContainerNet, via: str) -> None:
+        _run(["ip", "route", "replace", str(net.subnet), "via", via])
+
+    def _claim_subnet(self, via: str) -> ipaddress.IPv4Network:
+        """A subnet no container of this host has, claimed by adding its host route via
+        ``via`` (the route is the claim: other servers on this host read the routes, and of
+        two that pick the same subnet at once, the second's ``ip route add`` fails)."""
+        for _ in range(ATTACH_TRIES):
+            out = _run(["ip", "-4", "route", "show", "root", str(SUBNETS)])
+            used = {ipaddress.IPv4Network(x.split()[0], strict=False) for x in out.splitlines()}
+            with self._lock:
+                used |= {n.subnet for n in self._nets.values()}
+            free = (s for s in SUBNETS.subnets(new_prefix=PREFIX) if not any(map(s.overlaps, used)))
+            subnet = next(free, None)
+            if subnet is None:
+                raise NetError(f"every /{PREFIX} of {SUBNETS} is in use by a live container")
+            try:
+                proc = subprocess.run(
+                    ["ip", "route", "add", str(subnet), "via", via], capture_output=True, text=True
+                )
+            except FileNotFoundError as exc:
+                raise NetError("ip (iproute2) is not installed on this host") from exc
+            if proc.returncode == 0:
+                return subnet
+            if "File exists" not in proc.stderr:
+                raise NetError(f"ip route add {subnet} via {via}: {proc.stderr.strip()}")
+        raise NetError("no subnet for the env's live children: other servers took each one tried")
+
+    def attach(self, net: ContainerNet, env_id: str, pid: int) -> dict[str, Any]:
+        """Connect the child ``pid`` (in its own network namespace) to the container's
+        bridge: what its launcher sets up itself (``net`` of its ``setup``)."""
+        with net.sending:
+            if net.nl is None:
+                net.nl = open_netlink(net.pid)
+            for _ in range(ATTACH_TRIES):
+                index = self._take(net, env_id)
+                ip = net.address(index)
+                try:
+                    err = self._pair(net.nl, net, index, ip, pid)
+                except OSError as exc:  # a socket mid-request is not used again
+                    net.nl.close()
+                    net.nl = None
+                    self.release(net.container, env_id)
+                    raise NetError(f"connecting the child to its container: {exc}") from exc
+                if err == 0:
+                    addr = f"{ip}/{net.subnet.prefixlen}"
+                    cfg = {"addr": addr, "gw": net.gateway, "if": CHILD_IF}
+                    return {**cfg, "dns": net.gateway} if net.dns else cfg
+                if err != errno.EEXIST:  # EEXIST: the address's last pair is still going
+                    self.release(net.container, env_id)
+                    raise NetError(f"connecting the child to its container: {os.strerror(err)}")
+        self.release(net.container, env_id)
+        raise NetError(
+            "no free address for the child: its container's last deletes are still going"
+        )
+
+    def _take(self, net: ContainerNet, env_id: str) -> int:
+        size = net.subnet.num_addresses
+        with net.lock:
+            net.taken = {i: e for i, e in net.taken.items() if e != env_id}
+            for step in range(size):
+                index = 2 + (net.next - 2 + step) % (size - 3)
+                if index not in net.taken:
+                    net.taken[index] = env_id
+                    net.next = index + 1
+                    return index
+        raise NetError(f"the container's {size - 3} child addresses are all taken")
+
+    def _pair(self, nl: socket.socket, net: ContainerNet, index: int, ip: str, pid: int) -> int:
+        host_end = f"{PAIR_PREFIX}{index:x}"
+        peer = _link(
+            0,
+            False,
+            _name(CHILD_IF),
+            _rta(IFLA_ADDRESS, mac_of(ip)),
+            _rta(IFLA_NET_NS_PID, struct.pack("=I", pid)),
+        )
+        info = _rta(IFLA_INFO_KIND, b"veth\0") + _rta(IFLA_INFO_DATA, _rta(VETH_INFO_PEER, peer))
+        made = netlink_send(nl, [(
+            RTM_NEWLINK,
+            NLM_F_CREATE | NLM_F_EXCL,
+            _link(0, False, _name(host_end), _rta(IFLA_MASTER, struct.pack("=I", net.bridge)),
+                  _rta(IFLA_LINKINFO, info)),
+        )])[0]  # fmt: skip
+        if made:
+            return made
+        slave = _rta(IFLA_INFO_SLAVE_KIND, b"bridge\0") + _rta(
+            IFLA_INFO_SLAVE_DATA, _rta(IFLA_BRPORT_ISOLATED, b"\1")
+        )
+        nd = struct.pack("=BxxxiHBB", socket.AF_INET, net.bridge, NUD_PERMANENT, 0, 0)
+        nd += _rta(NDA_DST, socket.inet_aton(ip)) + _rta(NDA_LLADDR, mac_of(ip))
+        errs = netlink_send(nl, [
+            (RTM_NEWLINK, 0, _link(0, True, _name(host_end), _rta(IFLA_LINKINFO, slave))),
+            (RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, nd),
+        ])  # fmt: skip
+        return next((e for e in errs if e), 0)
+
+    def release(self, container: str, env_id: str) -> None:
+        """The child ``env_id`` was deleted: its address may be taken again (once its pair,
+        which dies with its namespace, is gone: see :meth:`attach`)."""
+        net = self.known(container)
+        if net is None:
+            return
+        with net.lock:
+            net.taken = {i: e for i, e in net.taken.items() if e != env_id}
+
+    def forget(self, container: str) -> None:
+        """The container is being removed: its host route goes (its network's removal would
+        take it too), then what this node knew of it."""
+        with self._lock:
+            net = self._nets.pop(container, None)
+            self._making.pop(container, None)
+        if net is not None:
+            with net.sending:
+                if net.nl is not None:
+                    net.nl.close()  # it would keep the container's namespace alive
+                    net.nl = None
+            with contextlib.suppress(NetError):
+                _run(["ip", "route", "del", str(net.subnet)])
+
+
+def prune_routes(keep: set[str]) -> list[str]:
+    """Remove this host's routes to children's subnets whose gateway is not the address of
+    a running container in ``keep`` (addresses): left by a server that stopped without
+    removing them. Returns the subnets removed."""
+    out = _run(["ip", "-4", "route", "show", "root", str(SUBNETS)])
+    removed = []
+    for line in out.splitlines():
+        words = line.split()
+        if "via" not in words or not words[0].endswith(f"/{PREFIX}"):
+            continue  # not a route this module makes (a link's own subnet, another tool's)
+        via = words[words.index("via") + 1]
+        if via not in keep:
+            with contextlib.suppress(NetError):
+                _run(["ip", "route", "del", words[0]])
+                removed.append(words[0])
+    return removed
+
+
+def _link_names(pid: int) -> list[str]:
+    return [name for name, _ in _links(pid)]
+
+
+def _links(pid: int) -> list[tuple[str, int]]:
+    out = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-o", "link", "show"])
+    links = []
+    for line in out.splitlines():
+        index, name = line.split(":")[:2]
+        links.append((name.strip().split("@")[0], int(index)))
+    return links
+
+
+def _container_address(pid: int) -> str:
+    out = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-4", "-o", "addr", "show",
+                "dev", "eth0"])  # fmt: skip
+    words = out.split()
+    if len(words) < 4:
+        raise NetError("the env's container has no IPv4 address on eth0")
+    return words[3].split("/")[0]
+
+
+def _dump_addrs(nl: socket.socket) -> list[tuple[str, str, int, int]]:
+    """Every IPv4 address of the socket's namespace: (label, address, prefix, link index)."""
+    body = struct.pack("=BBBBI", socket.AF_INET, 0, 0, 0, 0)
+    nl.send(struct.pack("=IHHII", 16 + len(body), RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
+            + body)  # fmt: skip
+    found: list[tuple[str, str, int, int]] = []
+    while True:
+        buf = nl.recv(65536)
+        off = 0
+        while off + 16 <= len(buf):
+            size, kind, _flags, _seq, _pid = struct.unpack_from("=IHHII", buf, off)
+            if kind in (NLMSG_DONE, NLMSG_ERROR):
+                return found
+            _fam, plen, _fl, _scope, index = struct.unpack_from("=BBBBI", buf, off + 16)
+            attrs = off + 24
+            label, local = "", ""
+            while attrs + 4 <= off + size:
+                alen, akind = struct.unpack_from("=HH", buf, attrs)
+                value = buf[attrs + 4 : attrs + alen]
+                if akind == IFA_LOCAL:
+                    local = socket.inet_ntoa(value[:4])
+                elif akind == IFA_LABEL:
+                    label = value.rstrip(b"\0").decode()
+                attrs += (alen + 3) & ~3
+            found.append((label, local, plen, index))
+            off += (size + 3) & ~3
