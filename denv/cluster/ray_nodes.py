@@ -69,27 +69,39 @@ def agent_ports() -> list[str]:
     """Ports for a node's agents, chosen here: left to the agents (0), the raylet waits for
     the port files they write and aborts after 15 s, which a loaded machine exceeds (the
     dashboard agent's imports alone took 37 s here)."""
+    ports: list[int] = []
+    while len(ports) < 4:  # free_port() may give the same port twice in a row
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
     return [
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
+        f"--dashboard-agent-listen-port={ports[0]}",
+        f"--dashboard-agent-grpc-port={ports[1]}",
+        f"--metrics-export-port={ports[2]}",
+        f"--runtime-env-agent-port={ports[3]}",
     ]
 
 
 def start_ray_node(
     cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
 ) -> dict[str, Any]:
-    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``."""
+    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``.
+
+    In an isolated cluster (``state["isolated"]``, see ``isolation``) the head is this
+    machine's own Ray node (``CONTROL_HEAD``: no ``denv_node``, no CPUs) on the host bridge's
+    gateway address, and each node runs in its namespace and cgroup on its own address, with
+    ``DOCKER_HOST`` naming its own engine."""
+    iso = state.get("isolated")
     temp_dir = Path(state["ray_tmp"]) / name
     temp_dir.mkdir(parents=True, exist_ok=True)
-    resources = json.dumps({"denv_node": 1, f"denv_node_{name}": 1})
+    control = bool(iso) and head
+    resources = json.dumps({} if control else {"denv_node": 1, f"denv_node_{name}": 1})
     cmd = [
         *ray_command(),
         "start",
         "--block",
         "--disable-usage-stats",
-        "--num-cpus=1",
+        f"--num-cpus={0 if control else 1}",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         f"--temp-dir={temp_dir}",
         f"--resources={resources}",
@@ -97,22 +109,36 @@ def start_ray_node(
         "--max-worker-port=0",
         *agent_ports(),
     ]
+    prefix: list[str] = []
+    env = {**HEALTH_ENV, **ray_auth.process_env(token_file(state))}
+    if iso and not head:
+        from . import isolation
+
+        node_iso = iso["nodes"][name]
+        ip = node_iso["ip"]
+        prefix = isolation.node_prefix(node_iso)
+        env["DOCKER_HOST"] = isolation.docker_host(node_iso)
+    else:
+        ip = iso["gateway"] if iso else "127.0.0.1"
     if head:
         port = free_port()
-        state["address"] = f"127.0.0.1:{port}"
+        state["address"] = f"{ip}:{port}"
         cmd += [
             "--head",
             f"--port={port}",
-            "--node-ip-address=127.0.0.1",
+            f"--node-ip-address={ip}",
             "--include-dashboard=false",
             f"--dashboard-port={free_port()}",
         ]
     else:
-        cmd += [f"--address={state['address']}", "--node-ip-address=127.0.0.1"]
+        cmd += [f"--address={state['address']}", f"--node-ip-address={ip}"]
     log_path = cluster_dir / "logs" / f"ray-{name}.log"
-    pid = spawn(cmd, log_path, {**HEALTH_ENV, **ray_auth.process_env(token_file(state))})
-    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path)}
-    state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
+    pid = spawn([*prefix, *cmd], log_path, env)
+    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path), "ip": ip}
+    if control:
+        state["ray_head"] = node
+    else:
+        state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
     write_state(cluster_dir, state)
     return node
 
@@ -124,7 +150,8 @@ def token_file(state: dict[str, Any]) -> Path:
 
 def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
     """Until the head's GCS port answers; ClusterError with its log when the head exits."""
-    head = next(n for n in state["nodes"] if n["name"] == state["head"])
+    head = head_node(state)
+    assert head is not None, "wait_gcs before the head was started"
     host, port = state["address"].rsplit(":", 1)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -152,12 +179,17 @@ def wait_ray_nodes(
     address, token = state["address"], token_file(state)
     deadline = time.monotonic() + timeout_s
     while True:
-        head = _head(state)
+        head = head_node(state)
         if head is not None and not session_pids(int(head["sid"])):
             raise ClusterError(
                 f"waiting for Ray nodes {', '.join(names)}: the Ray head {head['name']} "
                 f"exited: {tail(Path(head['log']))}"
             )
+        for node in state.get("nodes", []):
+            if node["name"] in names and not session_pids(int(node["sid"])):
+                raise ClusterError(
+                    f"Ray node {node['name']} exited: {tail(Path(node['log']))}"
+                )
         missing, why = set(names), _gcs_silent(address)
         if not why:  # joining a GCS that does not answer would retry for minutes
             try:
@@ -175,7 +207,10 @@ def wait_ray_nodes(
         time.sleep(0.5)
 
 
-def _head(state: dict[str, Any]) -> dict[str, Any] | None:
+def head_node(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The Ray head's record: a node's, or this machine's own (an isolated cluster's)."""
+    if state.get("ray_head"):
+        return dict(state["ray_head"])
     return next((n for n in state.get("nodes", []) if n["name"] == state.get("head")), None)
 
 
@@ -190,11 +225,17 @@ def _gcs_silent(address: str) -> str:
 
 
 def kill_node(cluster_dir: Path, name: str) -> None:
-    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest."""
+    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest. In
+    an isolated cluster, everything the node runs goes at once, its engine and containers
+    too, and its network namespace with them (``isolation.kill_node``)."""
     state = read_state(cluster_dir) or {}
     node = next((n for n in state.get("nodes", []) if n["name"] == name), None)
     if node is None:
         raise ClusterError(f"no node {name!r} in {cluster_dir / STATE_FILE}")
+    if state.get("isolated"):
+        from . import isolation
+
+        isolation.kill_node(state["isolated"], name, cluster_dir / "nodes" / name)
     raylet = raylet_pid(int(node["sid"]))
     if raylet is not None:
         with contextlib.suppress(ProcessLookupError):
@@ -203,7 +244,8 @@ def kill_node(cluster_dir: Path, name: str) -> None:
 
 
 def restart_node(cluster_dir: Path, name: str) -> None:
-    """Start Ray node ``name`` again (a new Ray node with the same name and state dir)."""
+    """Start Ray node ``name`` again (a new Ray node with the same name and state dir; in an
+    isolated cluster its namespace and engine first, on the engine's data root kept)."""
     state = read_state(cluster_dir)
     if state is None or "address" not in state:
         raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
@@ -222,5 +264,20 @@ def restart_node(cluster_dir: Path, name: str) -> None:
         if time.monotonic() > deadline:
             raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
         time.sleep(0.2)
+    if state.get("isolated"):
+        start_engine(cluster_dir, state, name)
     start_ray_node(cluster_dir, state, name)
     wait_ray_nodes(state, [name])
+
+
+def start_engine(cluster_dir: Path, state: dict[str, Any], name: str) -> None:
+    """An isolated node's network namespace and Docker Engine (``isolation``), recorded."""
+    from . import isolation
+
+    iso = state["isolated"]
+    isolation.make_netns(iso, name)
+    log_path = cluster_dir / "logs" / f"dockerd-{name}.log"
+    iso["nodes"][name]["engine_log"] = str(log_path)
+    write_state(cluster_dir, state)  # the cgroup and namespace are found by name
+    iso["nodes"][name]["engine_sid"] = isolation.start_engine(iso["nodes"][name], log_path)
+    write_state(cluster_dir, state)

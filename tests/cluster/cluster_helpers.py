@@ -154,6 +154,10 @@ def cluster_sessions(cluster_dir: Path) -> list[int]:
 
     state = processes.read_state(cluster_dir) or {}
     sessions = [int(n["sid"]) for n in state.get("nodes", [])]
+    if state.get("ray_head"):  # an isolated cluster's head (this machine's own Ray node)
+        sessions.append(int(state["ray_head"]["sid"]))
+    for node in state.get("isolated", {}).get("nodes", {}).values():  # their engines
+        sessions += [int(node["engine_sid"])] if node.get("engine_sid") else []
     if state.get("server"):
         sessions.append(int(state["server"]["sid"]))
     return sessions

@@ -1,0 +1,247 @@
+"""Nodes that share nothing, on one machine (issue 27, item 1): ``denv cluster up --isolated``.
+
+A 2-node isolated cluster of this module's own, started and stopped with the CLI as a user
+does: each node in its own network namespace with its own address and Docker Engine, its
+Ray node and agent inside it, the control plane (``denv serve``, the Ray head) in this
+machine's namespace. It shows that:
+
+- an env placed on each node runs in that node's engine, not in this machine's;
+- the control plane steps it with a real OpenEnv client over its ingress, through the
+  node's relay, while the env's own address cannot be reached from here (it can from inside
+  its node's namespace: the address is real);
+- killing a node takes its engine and containers with it (nothing of it is left on this
+  machine) and ``denv cluster status`` reports it dead, while the other node's env still
+  answers;
+- ``denv cluster down --purge`` leaves nothing: namespaces, veths, the bridge, its iptables
+  rule, cgroups, engines, mounts, processes.
+
+No Ray driver runs in this process (its status comes from ``denv cluster status --json``),
+so it never mixes with the session's ``cluster`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cluster_helpers import cluster_leftovers, cluster_sessions
+
+from denv.cluster import isolation, processes, ray_nodes
+
+pytestmark = pytest.mark.e2e
+
+ECHO_IMAGE = "denv-echo-env:latest"  # built by `make images`
+CLI = [sys.executable, "-m", "denv", "cluster"]
+NODES = ["n0", "n1"]
+DEATH_NOTICED_S = 60.0  # Ray's health checks: ~3 s; status on a loaded machine: more
+
+
+@pytest.fixture(scope="module")
+def iso_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """``denv cluster up --isolated --nodes 2 --image <echo>``; ``down --purge`` at the end
+    (also when ``up`` failed half-way), which must leave nothing of it on this machine."""
+    why = isolation.available()
+    if why:
+        pytest.fail(f"isolated nodes cannot run here: {why}")
+    cluster_dir = tmp_path_factory.mktemp("isolated")
+    where = ["--state-dir", str(cluster_dir)]
+    up = subprocess.run(
+        [*CLI, "up", "--isolated", "--nodes", "2", "--image", ECHO_IMAGE, "--no-store", *where],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    state = processes.read_state(cluster_dir) or {}
+    iso = state.get("isolated")
+    sessions = cluster_sessions(cluster_dir)
+    instances: list[str] = []
+    try:
+        assert up.returncode == 0, f"denv cluster up --isolated failed:\n{up.stderr[-4000:]}"
+        assert iso, "up wrote no isolated topology"
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in up.stdout.splitlines()
+            if line.startswith("export ")
+        )
+        nodes_dir = cluster_dir / "nodes"
+        instances = [(nodes_dir / n / "instance").read_text().strip() for n in NODES]
+        yield {
+            "dir": cluster_dir,
+            "state": state,
+            "iso": iso,
+            "url": state["server"]["url"],
+            "api_key": exports["DENV_API_KEY"],
+        }
+    finally:
+        down = subprocess.run(
+            [*CLI, "down", "--purge", *where], capture_output=True, text=True, timeout=300
+        )
+        assert down.returncode == 0, f"denv cluster down failed:\n{down.stderr}"
+        left = cluster_leftovers(cluster_dir, instances, sessions)
+        left += isolation.leftovers(iso) if iso else []
+        left += [f"cluster dir {cluster_dir}"] if cluster_dir.exists() else []
+        assert not left, f"denv cluster down left: {left}"
+
+
+def _engine(iso: dict[str, Any], node: str, *args: str) -> str:
+    host = isolation.docker_host(iso["nodes"][node])
+    return subprocess.run(
+        ["docker", "-H", host, *args], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+def _container(env: dict[str, Any]) -> str:
+    return f"denv-{env['id'].lower()}-agent"
+
+
+@pytest.fixture(scope="module")
+def envs(iso_cluster: dict[str, Any]) -> Iterator[dict[str, dict[str, Any]]]:
+    """An echo env (egress deny) on each node: node name -> env."""
+    made: list[dict[str, Any]] = []
+    with httpx.Client(
+        base_url=iso_cluster["url"],
+        headers={"Authorization": f"Bearer {iso_cluster['api_key']}"},
+        timeout=300,
+        trust_env=False,
+    ) as c:
+        try:
+            on: dict[str, dict[str, Any]] = {}
+            for _ in range(4):  # placement spreads fresh envs over the nodes
+                res = c.post("/v1/sandboxes", json={"image": ECHO_IMAGE})
+                assert res.status_code == 201, res.text
+                made.append(res.json())
+                on.setdefault(made[-1]["node"], made[-1])
+                if set(on) == set(NODES):
+                    break
+            assert set(on) == set(NODES), [e["node"] for e in made]
+            assert all(e["status"] == "healthy" for e in on.values()), on
+            yield on
+        finally:
+            for e in made:
+                c.delete(f"/v1/envs/{e['id']}")
+
+
+def test_each_env_runs_in_its_own_nodes_engine(
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]]
+) -> None:
+    iso = iso_cluster["iso"]
+    host_containers = subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for node, env in envs.items():
+        other = next(n for n in NODES if n != node)
+        assert _container(env) in _engine(iso, node, "ps", "--format", "{{.Names}}").split()
+        assert _container(env) not in _engine(iso, other, "ps", "-a", "--format", "{{.Names}}")
+        assert _container(env) not in host_containers, "an isolated node's env in the host engine"
+    # Each engine is a dockerd of its own, in its node's network namespace.
+    ids = {n: _engine(iso, n, "info", "--format", "{{.ID}}").strip() for n in NODES}
+    host_id = subprocess.run(
+        ["docker", "info", "--format", "{{.ID}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert len({*ids.values(), host_id}) == 3, ids
+
+
+def _env_address(iso: dict[str, Any], node: str, env: dict[str, Any]) -> tuple[str, int]:
+    """The env's address on its node's bridge and its server's port."""
+    info = json.loads(_engine(iso, node, "inspect", _container(env)))[0]
+    ip = next(iter(info["NetworkSettings"]["Networks"].values()))["IPAddress"]
+    port = int(next(iter(info["Config"]["ExposedPorts"])).split("/")[0])
+    return ip, port
+
+
+def test_the_control_plane_steps_each_env_through_its_nodes_relay_only(
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]]
+) -> None:
+    from openenv.core.generic_client import GenericEnvClient
+
+    iso = iso_cluster["iso"]
+    for node, env in envs.items():
+        url = env["endpoints"][0]["url"]
+        assert url.startswith(iso_cluster["url"] + "/ingress/"), url
+        with GenericEnvClient(base_url=url).sync() as client:
+            client.reset(episode_id=f"on-{node}")
+            result = client.step({"message": f"to {node}"})
+            assert result.observation["echoed_message"] == f"to {node}"
+        ip, port = _env_address(iso, node, env)
+        # From this machine (the control plane's namespace) the env's address leads nowhere.
+        with pytest.raises(OSError):
+            socket.create_connection((ip, port), timeout=3).close()
+        # From inside its node it answers: the address is real, only not routable to here.
+        probe = f"import socket; socket.create_connection(({ip!r}, {port}), 5).close()"
+        inside = subprocess.run(
+            ["ip", "netns", "exec", iso["nodes"][node]["netns"], sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert inside.returncode == 0, inside.stderr
+    print(f"\n  stepped envs on {', '.join(envs)} through their relays; their addresses unreachable")
+
+
+def _status(cluster_dir: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [*CLI, "status", "--json", "--state-dir", str(cluster_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    found: dict[str, Any] = json.loads(out)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_killing_a_node_takes_its_engine_and_containers_with_it(
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]]
+) -> None:
+    iso, cluster_dir = iso_cluster["iso"], iso_cluster["dir"]
+    victim, survivor = "n1", "n0"
+    node = iso["nodes"][victim]
+    assert {n["name"]: n["alive"] for n in _status(cluster_dir)["nodes"]} == {
+        "n0": True,
+        "n1": True,
+    }
+    killed = time.monotonic()
+    ray_nodes.kill_node(cluster_dir, victim)
+    # Nothing of the node runs or stays mounted on this machine.
+    assert not list((isolation.FREEZER).glob(f"{node['cgroup']}/**/cgroup.procs"))
+    assert not Path(f"/run/netns/{node['netns']}").exists()
+    assert not Path(f"/sys/class/net/{node['veth']}").exists()
+    engine = subprocess.run(
+        ["docker", "-H", isolation.docker_host(node), "version"], capture_output=True, timeout=30
+    )
+    assert engine.returncode != 0, "the dead node's engine still answers"
+    root = str(Path(node["root"]).resolve())
+    with open("/proc/self/mountinfo") as info:
+        mounts = [ln.split()[4] for ln in info if ln.split()[4].startswith(root)]
+    assert not mounts, mounts
+    host_containers = subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert _container(envs[victim]) not in host_containers
+    left = [pid for pid in processes.processes_mentioning(node["root"]) if _running(pid)]
+    assert not left, f"processes of the dead node still run: {left}"
+    # The cluster reports it dead; the other node's env still answers through its relay.
+    while True:
+        alive = {n["name"]: n["alive"] for n in _status(cluster_dir)["nodes"]}
+        if alive == {"n0": True, "n1": False}:
+            break
+        assert time.monotonic() - killed < DEATH_NOTICED_S, alive
+        time.sleep(1)
+    url = envs[survivor]["endpoints"][0]["url"]
+    assert httpx.get(f"{url}/health", trust_env=False, timeout=30).json() == {"status": "healthy"}
+    print(f"\n  {victim} killed: engine, containers, namespace gone; dead in status")
