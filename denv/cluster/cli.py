@@ -128,8 +128,7 @@ def _up(cluster_dir: Path, args: argparse.Namespace) -> int:
         iso = state["isolated"]
         where = ", ".join(f"{n} {v['ip']}" for n, v in iso["nodes"].items())
         print(
-            f"denv cluster up: isolated nodes on bridge {iso['bridge']} ({iso['subnet']}): "
-            f"{where}",
+            f"denv cluster up: isolated nodes on bridge {iso['bridge']} ({iso['subnet']}): {where}",
             file=sys.stderr,
         )
     if state.get("store"):

@@ -52,12 +52,14 @@ KILL_WAIT_S = 10.0
 # Candidate /20 blocks for a cluster's addresses: the host bridge's /24 first, then one /24
 # per node for its engine's docker0. Clear of Docker's defaults (172.17+, 192.168) and of
 # denv's env pool (10.213.0.0/16).
-BLOCKS = [ipaddress.ip_network(f"10.{a}.{b}.0/20") for a in range(224, 240) for b in range(0, 256, 16)]
+BLOCKS = [
+    ipaddress.IPv4Network(f"10.{a}.{b}.0/20") for a in range(224, 240) for b in range(0, 256, 16)
+]
 MAX_NODES = 15  # a /20 holds the bridge's /24 and 15 docker0s
 
 
 def available() -> str:
-    """"" when this machine can make isolated nodes, else why not (and the fix)."""
+    """ "" when this machine can make isolated nodes, else why not (and the fix)."""
     if os.geteuid() != 0:
         return "isolated nodes need root (network namespaces, a dockerd per node)"
     for tool in ("ip", "nsenter", "dockerd", "iptables"):
@@ -77,12 +79,12 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def _routes() -> list[ipaddress.IPv4Network]:
     out = _run("ip", "-4", "route", "show", "table", "all").stdout
-    found = []
+    found: list[ipaddress.IPv4Network] = []
     for line in out.splitlines():
         first = line.split()[1] if line.split()[0] in ("local", "broadcast") else line.split()[0]
         with contextlib.suppress(ValueError):
             if first != "default":
-                found.append(ipaddress.ip_network(first, strict=False))
+                found.append(ipaddress.IPv4Network(first, strict=False))
     return found
 
 
@@ -206,7 +208,9 @@ def start_engine(node: dict[str, Any], log_path: Path) -> int:
         if done.returncode == 0:
             return sid
         if not session_pids(sid) or time.monotonic() > deadline:
-            raise ClusterError(f"the Docker Engine of node {node['netns']} did not start: {tail(log_path)}")
+            raise ClusterError(
+                f"the Docker Engine of node {node['netns']} did not start: {tail(log_path)}"
+            )
         time.sleep(0.3)
 
 
@@ -230,7 +234,16 @@ def load_images(iso: dict[str, Any], names: list[str], work_dir: Path) -> None:
     errors: list[str] = []
 
     def load(name: str) -> None:
-        out = _run("docker", "-H", docker_host(iso["nodes"][name]), "load", "-q", "-i", str(tar), check=False)
+        out = _run(
+            "docker",
+            "-H",
+            docker_host(iso["nodes"][name]),
+            "load",
+            "-q",
+            "-i",
+            str(tar),
+            check=False,
+        )
         if out.returncode != 0:
             errors.append(f"node {name}: {out.stderr.strip()}")
 
@@ -283,7 +296,9 @@ def kill_node(iso: dict[str, Any], name: str, state_dir: Path) -> list[str]:
             time.sleep(0.1)
         _reap()
         if pids:
-            done.append(f"node {name}: killed its {len(pids)} processes (Ray, its engine, its containers)")
+            done.append(
+                f"node {name}: killed its {len(pids)} processes (Ray, its engine, its containers)"
+            )
     unmounted = unmount_under([Path(node["root"]), state_dir])
     if unmounted:
         done.append(f"node {name}: unmounted {unmounted} mounts of its engine and volumes")
@@ -354,7 +369,11 @@ def leftovers(iso: dict[str, Any]) -> list[str]:
             left.append(f"network namespace {node['netns']}")
         if Path(f"/sys/class/net/{node['veth']}").exists():
             left.append(f"veth {node['veth']}")
-        left += [f"cgroup {h.name}/{node['cgroup']}" for h in CGROUP_ROOT.iterdir() if (h / node["cgroup"]).is_dir()]
+        left += [
+            f"cgroup {h.name}/{node['cgroup']}"
+            for h in CGROUP_ROOT.iterdir()
+            if (h / node["cgroup"]).is_dir()
+        ]
         if Path(node["root"]).exists():
             left.append(f"node {name}'s engine dir {node['root']}")
     return left

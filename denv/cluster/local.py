@@ -59,6 +59,7 @@ from .processes import (
 )
 from .ray_nodes import (
     head_node,
+    join_nodes,
     node_names,
     ray_tmp_dir,
     start_engine,
@@ -133,15 +134,13 @@ def up(
             state["head"] = CONTROL_HEAD
             start_ray_node(cluster_dir, state, CONTROL_HEAD, head=True)
             wait_gcs(state)
-            for name in names:
-                start_ray_node(cluster_dir, state, name)
+            join_nodes(cluster_dir, state, names)
         else:
             state["head"] = names[0]
             start_ray_node(cluster_dir, state, names[0], head=True)
             wait_gcs(state)
-            for name in names[1:]:
-                start_ray_node(cluster_dir, state, name)
-        wait_ray_nodes(state, names)
+            join_nodes(cluster_dir, state, names[1:])
+            wait_ray_nodes(state, names)
         from . import ray_cluster
 
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}

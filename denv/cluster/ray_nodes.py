@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -33,8 +34,11 @@ from .processes import (
     write_state,
 )
 
+log = logging.getLogger(__name__)
+
 OBJECT_STORE_BYTES = 200 * 1024 * 1024  # Ray's object store per node (layers copied between
 # agents pass through it; Ray spills to disk past it)
+JOIN_ATTEMPTS = 3  # a Ray node that gave up at start is started again, this many times in all
 NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
 # Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
 HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
@@ -143,6 +147,31 @@ def start_ray_node(
     return node
 
 
+def join_nodes(
+    cluster_dir: Path, state: dict[str, Any], names: list[str], attempts: int = JOIN_ATTEMPTS
+) -> None:
+    """Start the Ray nodes ``names`` side by side and wait until Ray sees them all. A node
+    whose ``ray start`` gave up is started again (up to ``attempts`` times): Ray waits only
+    30 s for a new raylet to register, which a loaded 2-core machine exceeds at times."""
+    for name in names:
+        start_ray_node(cluster_dir, state, name)
+    for attempt in range(1, attempts + 1):
+        try:
+            wait_ray_nodes(state, names)
+            return
+        except ClusterError:
+            exited = [
+                n["name"]
+                for n in state["nodes"]
+                if n["name"] in names and not session_pids(int(n["sid"]))
+            ]
+            if not exited or attempt == attempts:
+                raise
+            log.warning("Ray nodes %s exited at start: starting them again", ", ".join(exited))
+            for name in exited:
+                start_ray_node(cluster_dir, state, name)
+
+
 def token_file(state: dict[str, Any]) -> Path:
     """The cluster's Ray token file (``ray_auth``), which every node and driver joins with."""
     return Path(state.get("ray_token") or Path(state["dir"]) / ray_auth.TOKEN_FILE)
@@ -187,9 +216,7 @@ def wait_ray_nodes(
             )
         for node in state.get("nodes", []):
             if node["name"] in names and not session_pids(int(node["sid"])):
-                raise ClusterError(
-                    f"Ray node {node['name']} exited: {tail(Path(node['log']))}"
-                )
+                raise ClusterError(f"Ray node {node['name']} exited: {tail(Path(node['log']))}")
         missing, why = set(names), _gcs_silent(address)
         if not why:  # joining a GCS that does not answer would retry for minutes
             try:

@@ -21,8 +21,9 @@ so it never mixes with the session's ``cluster`` fixture.
 
 from __future__ import annotations
 
+import ipaddress
 import json
-import socket
+import os
 import subprocess
 import sys
 import time
@@ -141,12 +142,16 @@ def test_each_env_runs_in_its_own_nodes_engine(
         assert _container(env) in _engine(iso, node, "ps", "--format", "{{.Names}}").split()
         assert _container(env) not in _engine(iso, other, "ps", "-a", "--format", "{{.Names}}")
         assert _container(env) not in host_containers, "an isolated node's env in the host engine"
-    # Each engine is a dockerd of its own, in its node's network namespace.
-    ids = {n: _engine(iso, n, "info", "--format", "{{.ID}}").strip() for n in NODES}
-    host_id = subprocess.run(
-        ["docker", "info", "--format", "{{.ID}}"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert len({*ids.values(), host_id}) == 3, ids
+    # Each engine is a dockerd of its own (its own data root), in its node's namespace.
+    for n in NODES:
+        node = iso["nodes"][n]
+        root = _engine(iso, n, "info", "--format", "{{.DockerRootDir}}").strip()
+        assert root == str(Path(node["root"]) / "data"), root
+        pid = int((Path(node["root"]) / "dockerd.pid").read_text())
+        assert (
+            os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{node['netns']}").st_ino
+        )
+        assert os.stat(f"/proc/{pid}/ns/net").st_ino != os.stat("/proc/self/ns/net").st_ino
 
 
 def _env_address(iso: dict[str, Any], node: str, env: dict[str, Any]) -> tuple[str, int]:
@@ -157,8 +162,43 @@ def _env_address(iso: dict[str, Any], node: str, env: dict[str, Any]) -> tuple[s
     return ip, port
 
 
+def _connect_from(netns: str, ip: str, port: int) -> int:
+    """Exit status of a TCP connect to ``ip:port`` made inside ``netns`` (0: connected)."""
+    code = f"import socket; socket.create_connection(({ip!r}, {port}), 5).close()"
+    done = subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, "-c", code],
+        capture_output=True,
+        timeout=60,
+    )
+    return done.returncode
+
+
+@pytest.fixture
+def probe(iso_cluster: dict[str, Any]) -> Iterator[str]:
+    """A network namespace standing for another machine on the nodes' network: a veth on
+    the cluster's bridge, a free address of its subnet; removed afterwards (its veth too)."""
+    iso = iso_cluster["iso"]
+    name, veth = f"denv-{iso['tag']}-probe", f"dnp{iso['tag']}"
+    subnet = ipaddress.ip_network(iso["subnet"])
+    address = f"{list(subnet.hosts())[-1]}/{subnet.prefixlen}"
+    steps = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name],
+        ["ip", "link", "set", veth, "master", iso["bridge"], "up"],
+        ["ip", "netns", "exec", name, "ip", "addr", "add", address, "dev", "eth0"],
+        ["ip", "netns", "exec", name, "ip", "link", "set", "eth0", "up"],
+    ]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)
+
+
 def test_the_control_plane_steps_each_env_through_its_nodes_relay_only(
-    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]]
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]], probe: str
 ) -> None:
     from openenv.core.generic_client import GenericEnvClient
 
@@ -171,19 +211,24 @@ def test_the_control_plane_steps_each_env_through_its_nodes_relay_only(
             result = client.step({"message": f"to {node}"})
             assert result.observation["echoed_message"] == f"to {node}"
         ip, port = _env_address(iso, node, env)
-        # From this machine (the control plane's namespace) the env's address leads nowhere.
-        with pytest.raises(OSError):
-            socket.create_connection((ip, port), timeout=3).close()
-        # From inside its node it answers: the address is real, only not routable to here.
-        probe = f"import socket; socket.create_connection(({ip!r}, {port}), 5).close()"
-        inside = subprocess.run(
-            ["ip", "netns", "exec", iso["nodes"][node]["netns"], sys.executable, "-c", probe],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert inside.returncode == 0, inside.stderr
-    print(f"\n  stepped envs on {', '.join(envs)} through their relays; their addresses unreachable")
+        node_ns = iso["nodes"][node]["netns"]
+        # This machine has no route into the node: whatever answers at that address here
+        # (the address space is each engine's own; this machine's envs may reuse it) is
+        # not reached over the cluster's bridge.
+        route = subprocess.run(
+            ["ip", "-o", "route", "get", ip], capture_output=True, text=True, check=True
+        ).stdout
+        assert f"dev {iso['bridge']}" not in route, route
+        # A machine on the nodes' network that routes through the node cannot reach the env
+        # (deny envs sit on internal networks: the node forwards nothing to them) ...
+        via = ["ip", "route", "replace", f"{ip}/32", "via", iso["nodes"][node]["ip"]]
+        subprocess.run(["ip", "netns", "exec", probe, *via], check=True, capture_output=True)
+        assert _connect_from(probe, ip, port) != 0, f"reached {node}'s env {ip} via the node"
+        # ... while inside its node it answers: the address is real.
+        assert _connect_from(node_ns, ip, port) == 0, f"{node}'s env {ip}:{port} is not there"
+    print(
+        f"\n  stepped envs on {', '.join(envs)} through their relays; their addresses unreachable"
+    )
 
 
 def _status(cluster_dir: Path) -> dict[str, Any]:
