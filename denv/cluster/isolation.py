@@ -77,6 +77,20 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def check_images(images: list[str]) -> None:
+    """ClusterError naming the images this machine's engine lacks (before anything starts)."""
+    missing = [
+        image
+        for image in images
+        if _run("docker", "image", "inspect", image, check=False).returncode != 0
+    ]
+    if missing:
+        raise ClusterError(
+            f"--image {', '.join(missing)}: not on this machine's Docker Engine, so it cannot "
+            "be copied to the nodes: build or load it first (docker images)"
+        )
+
+
 def _routes() -> list[ipaddress.IPv4Network]:
     out = _run("ip", "-4", "route", "show", "table", "all").stdout
     found: list[ipaddress.IPv4Network] = []

@@ -109,6 +109,7 @@ def up(
         why = isolation.available()
         if why:
             raise ClusterError(f"--isolated: {why}")
+        isolation.check_images(list(images))
     cluster_dir = cluster_dir.expanduser().resolve()
     private_dir(cluster_dir)
     found = read_state(cluster_dir)

@@ -290,3 +290,17 @@ def test_killing_a_node_takes_its_engine_and_containers_with_it(
     url = envs[survivor]["endpoints"][0]["url"]
     assert httpx.get(f"{url}/health", trust_env=False, timeout=30).json() == {"status": "healthy"}
     print(f"\n  {victim} killed: engine, containers, namespace gone; dead in status")
+
+
+def test_an_image_missing_here_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "refused"
+    missing = "denv-no-such-image:never"
+    up = subprocess.run(
+        [*CLI, "up", "--isolated", "--image", missing, "--state-dir", str(cluster_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert up.returncode == 1, up.stderr
+    assert missing in up.stderr and "docker images" in up.stderr, up.stderr
+    assert not cluster_dir.exists(), "up made the cluster's directory before refusing"
