@@ -130,8 +130,10 @@ def up(
     write_state(cluster_dir, state)
     try:
         names = node_names(nodes)
+        started = time.monotonic()
         if isolated:
             _make_isolated(cluster_dir, state, names, list(images))
+            log.info("isolated nodes' namespaces and engines in %.1f s", time.monotonic() - started)
             state["head"] = CONTROL_HEAD
             start_ray_node(cluster_dir, state, CONTROL_HEAD, head=True)
             wait_gcs(state)
@@ -142,6 +144,7 @@ def up(
             wait_gcs(state)
             join_nodes(cluster_dir, state, names[1:])
             wait_ray_nodes(state, names)
+        log.info("Ray nodes joined %.1f s after the start", time.monotonic() - started)
         from . import ray_cluster
 
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}
@@ -155,7 +158,9 @@ def up(
         if isolated:  # not while Ray starts: on 2 cores its nodes then miss their timeouts
             from . import isolation
 
+            log.info("node agents up %.1f s after the start", time.monotonic() - started)
             isolation.load_images(state["isolated"], names, cluster_dir)
+            log.info("images in the nodes %.1f s after the start", time.monotonic() - started)
         if store:
             state["store"] = _start_store(cluster_dir, state.get("isolated", {}).get("gateway"))
             write_state(cluster_dir, state)

@@ -8,6 +8,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from denv.server.config import StoreConfig
 from denv.server.volumes.overlay import Volumes
@@ -97,6 +98,21 @@ class LocalCluster:
     max_envs: int  # the per-node cap the server got (--node-max-envs)
     store: StoreConfig | None
     up_stdout: str = ""  # what `denv cluster up` printed (the export lines)
+    isolated: dict[str, Any] | None = None  # `up --isolated`: its topology (``isolation``)
+
+    def docker(self, node: str, *args: str) -> list[str]:
+        """A ``docker`` command for node ``node``'s engine (this machine's, when shared)."""
+        if not self.isolated:
+            return ["docker", *args]
+        from denv.cluster import isolation
+
+        return ["docker", "-H", isolation.docker_host(self.isolated["nodes"][node]), *args]
+
+    def on_node(self, node: str, *cmd: str) -> list[str]:
+        """``cmd`` run where node ``node``'s network is: its namespace, when isolated."""
+        if not self.isolated:
+            return list(cmd)
+        return ["ip", "netns", "exec", self.isolated["nodes"][node]["netns"], *cmd]
 
     def kill_node(self, name: str) -> None:
         """Kill Ray node ``name`` as a machine dies (SIGKILL to its raylet, then the rest)."""

@@ -22,6 +22,7 @@ tests/conftest.py under a name of their own (its fixtures stay where they are).
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,10 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreConfig]:
 
 
 CLUSTER_NODES = 3
+# DENV_TEST_CLUSTER_ISOLATED=1: the session's cluster is `up --isolated` (each node in its own
+# network namespace with its own engine; root), with the tests' images copied into each node.
+ISOLATED = os.environ.get("DENV_TEST_CLUSTER_ISOLATED") == "1"
+ISOLATED_IMAGES = ("denv-http-standin:latest", "denv-echo-env:latest")
 CLUSTER_MAX_ENVS = 4  # per node (denv serve --node-max-envs): capacity is testable
 HERE = Path(__file__).resolve().parent
 # Stops the session's cluster (idempotent): after the last test of this dir, not at the end
@@ -100,6 +105,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster_dir = tmp_path_factory.mktemp("cluster")
     where = ["--state-dir", str(cluster_dir)]
     sizes = ["--nodes", str(CLUSTER_NODES), "--node-max-envs", str(CLUSTER_MAX_ENVS)]
+    if ISOLATED:
+        sizes += ["--isolated", *(f"--image={image}" for image in ISOLATED_IMAGES)]
     up = subprocess.run(
         [*CLI, "up", *sizes, *where],
         capture_output=True,
@@ -126,6 +133,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         max_envs=CLUSTER_MAX_ENVS,
         store=seaweed.running(Path(state["store"]["data_dir"])),
         up_stdout=up.stdout,
+        isolated=state.get("isolated"),
     )
     instances = list(found.instance_ids().values())
     logs_kept = tmp_path_factory.mktemp("cluster-logs")
@@ -146,6 +154,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         )
         assert down.returncode == 0, f"denv cluster down failed:\n{down.stderr} (logs: {logs_kept})"
         left = cluster_leftovers(cluster_dir, instances, sessions)
+        if state.get("isolated"):
+            from denv.cluster import isolation
+
+            left += isolation.leftovers(state["isolated"])
         left += [f"Ray temp dir {state['ray_tmp']}"] if Path(state["ray_tmp"]).exists() else []
         store_dir = Path(state["store"]["data_dir"])
         left += [f"SeaweedFS data {store_dir}"] if store_dir.exists() else []

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -304,3 +305,33 @@ def test_an_image_missing_here_is_refused_before_anything_starts(tmp_path: Path)
     assert up.returncode == 1, up.stderr
     assert missing in up.stderr and "docker images" in up.stderr, up.stderr
     assert not cluster_dir.exists(), "up made the cluster's directory before refusing"
+
+
+def test_a_failed_isolated_up_removes_what_it_made(tmp_path: Path) -> None:
+    """``up --isolated`` failing at its end (denv serve cannot listen) has made the bridge, a
+    namespace, an engine and Ray nodes by then: all of it is gone when it returns."""
+    cluster_dir = (tmp_path / "failed").resolve()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        where = ["--state-dir", str(cluster_dir)]
+        up = subprocess.run(
+            [*CLI, "up", "--isolated", "--nodes", "1", "--no-store", "--port", str(port), *where],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert up.returncode == 1, up.stderr
+    assert "denv serve --cluster exited" in up.stderr, up.stderr
+    assert not processes.read_state(cluster_dir), "cluster.json kept after the failed up"
+    # What it made is named after the cluster's dir: the same plan finds it, if left.
+    left = isolation.leftovers(isolation.plan(cluster_dir, ["n0"], []))
+    left += [
+        f"process {p}" for p in processes.processes_mentioning(str(cluster_dir)) if _running(p)
+    ]
+    ray_tmp = ray_nodes.ray_tmp_dir(cluster_dir)
+    left += [f"process {p}" for p in processes.processes_mentioning(ray_tmp) if _running(p)]
+    with open("/proc/self/mountinfo") as info:
+        left += [ln.split()[4] for ln in info if ln.split()[4].startswith(str(cluster_dir))]
+    assert not left, f"a failed isolated up left: {left}"

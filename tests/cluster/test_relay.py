@@ -79,12 +79,15 @@ def _connections_to(address: str) -> int:
     return sum(1 for line in out.splitlines() if line.split()[-1] == address)
 
 
-def _env_ip(env: dict[str, Any]) -> str:
-    """The env's address on its node's bridge (the nodes share this machine's engine)."""
+def _env_ip(cluster: LocalCluster, env: dict[str, Any]) -> str:
+    """The env's address on its node's bridge (from its node's engine)."""
     fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
     name = f"denv-{env['id'].lower()}-agent"
     return subprocess.run(
-        ["docker", "inspect", "-f", fmt, name], capture_output=True, text=True, check=True
+        cluster.docker(env["node"], "inspect", "-f", fmt, name),
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
 
 
@@ -122,7 +125,7 @@ def test_the_relay_refuses_whoever_lacks_the_cluster_key(
     cluster: LocalCluster, relays: dict[str, str], remote_env: dict[str, Any]
 ) -> None:
     relay = relays[remote_env["node"]]
-    ip = _env_ip(remote_env)
+    ip = _env_ip(cluster, remote_env)
     key = ray_auth.relay_key(cluster.ray_token.read_text().strip())
     assert key is not None
 
