@@ -6,8 +6,9 @@ machine would:
 - its own network namespace ``denv-<tag>-<name>``, joined to this machine by a veth pair on
   one host bridge ``dnb<tag>``; the node has an address on the bridge's subnet, and this
   machine (the control plane, the Ray head, SeaweedFS) is the bridge's gateway address;
-- its own Docker Engine, run inside that namespace: its own data root, exec root, socket and
-  pidfile under ``<cluster dir>/engines/<name>``, its own ``docker0`` (a subnet of its own),
+- its own Docker Engine, run inside that namespace: its own data root under
+  ``<cluster dir>/engines/<name>``, exec root, socket and pidfile under
+  ``/tmp/denv-e<tag>-<name>`` (unix socket paths must be short), its own ``docker0`` (a subnet of its own),
   its own iptables (those of its namespace) and the cgroup parent ``denv-<tag>-<name>``;
 - its Ray node, started inside that namespace on the node's address, with ``DOCKER_HOST``
   naming the node's engine (its agent's engine, the relay on the node's address).
@@ -126,6 +127,9 @@ def plan(cluster_dir: Path, names: list[str], images: list[str]) -> dict[str, An
             "cgroup": f"denv-{tag}-{name}",
             "bip": f"{next(subnets[i + 1].hosts())}/24",
             "root": str(cluster_dir / "engines" / name),
+            # its socket, pidfile and exec root: unix socket paths must stay short (containerd
+            # makes its own under the exec root; 104 bytes at most)
+            "run": f"/tmp/denv-e{tag}-{name}",
         }
         for i, name in enumerate(names)
     }
@@ -178,7 +182,7 @@ def node_prefix(node: dict[str, Any]) -> list[str]:
 
 
 def docker_host(node: dict[str, Any]) -> str:
-    return f"unix://{node['root']}/docker.sock"
+    return f"unix://{node['run']}/docker.sock"
 
 
 def make_netns(iso: dict[str, Any], name: str) -> None:
@@ -202,16 +206,17 @@ def make_netns(iso: dict[str, Any], name: str) -> None:
 
 def start_engine(node: dict[str, Any], log_path: Path) -> int:
     """The node's dockerd, in its namespace and cgroup; its session id once it answers."""
-    root = Path(node["root"])
+    root, run = Path(node["root"]), Path(node["run"])
     root.mkdir(parents=True, exist_ok=True)
+    run.mkdir(mode=0o700, exist_ok=True)
     (FREEZER / node["cgroup"]).mkdir(exist_ok=True)
     cmd = [
         *node_prefix(node),
         "dockerd",
         f"--host={docker_host(node)}",
         f"--data-root={root / 'data'}",
-        f"--exec-root={root / 'exec'}",
-        f"--pidfile={root / 'dockerd.pid'}",
+        f"--exec-root={run / 'exec'}",
+        f"--pidfile={run / 'dockerd.pid'}",
         f"--bip={node['bip']}",
         f"--cgroup-parent=/{node['cgroup']}",
     ]
@@ -313,7 +318,7 @@ def kill_node(iso: dict[str, Any], name: str, state_dir: Path) -> list[str]:
             done.append(
                 f"node {name}: killed its {len(pids)} processes (Ray, its engine, its containers)"
             )
-    unmounted = unmount_under([Path(node["root"]), state_dir])
+    unmounted = unmount_under([Path(node["root"]), Path(node["run"]), state_dir])
     if unmounted:
         done.append(f"node {name}: unmounted {unmounted} mounts of its engine and volumes")
     _remove_cgroups(node["cgroup"])
@@ -363,7 +368,9 @@ def remove(iso: dict[str, Any], state_root: Path) -> list[str]:
     done: list[str] = []
     for name in iso.get("nodes", {}):
         done += kill_node(iso, name, state_root / name)
-        root = Path(iso["nodes"][name]["root"])
+        node = iso["nodes"][name]
+        shutil.rmtree(node["run"], ignore_errors=True)
+        root = Path(node["root"])
         if root.exists():
             shutil.rmtree(root, ignore_errors=True)
             done.append(f"node {name}: removed its engine's data {root}")
@@ -388,6 +395,7 @@ def leftovers(iso: dict[str, Any]) -> list[str]:
             for h in CGROUP_ROOT.iterdir()
             if (h / node["cgroup"]).is_dir()
         ]
-        if Path(node["root"]).exists():
-            left.append(f"node {name}'s engine dir {node['root']}")
+        for key in ("root", "run"):
+            if Path(node[key]).exists():
+                left.append(f"node {name}'s engine dir {node[key]}")
     return left

@@ -137,7 +137,7 @@ def up(
             state["head"] = CONTROL_HEAD
             start_ray_node(cluster_dir, state, CONTROL_HEAD, head=True)
             wait_gcs(state)
-            join_nodes(cluster_dir, state, names)
+            join_nodes(cluster_dir, state, names, one_by_one=True)  # one more Ray node here
         else:
             state["head"] = names[0]
             start_ray_node(cluster_dir, state, names[0], head=True)

@@ -148,11 +148,21 @@ def start_ray_node(
 
 
 def join_nodes(
-    cluster_dir: Path, state: dict[str, Any], names: list[str], attempts: int = JOIN_ATTEMPTS
+    cluster_dir: Path,
+    state: dict[str, Any],
+    names: list[str],
+    attempts: int = JOIN_ATTEMPTS,
+    one_by_one: bool = False,
 ) -> None:
-    """Start the Ray nodes ``names`` side by side and wait until Ray sees them all. A node
-    whose ``ray start`` gave up is started again (up to ``attempts`` times): Ray waits only
-    30 s for a new raylet to register, which a loaded 2-core machine exceeds at times."""
+    """Start the Ray nodes ``names`` side by side (``one_by_one``: each once the one before
+    has joined) and wait until Ray sees them all. A node whose ``ray start`` gave up is
+    started again (up to ``attempts`` times): Ray waits only 30 s for a new raylet to
+    register, which a loaded 2-core machine exceeds at times, the more so the more nodes
+    start at once."""
+    if one_by_one:
+        for name in names:
+            join_nodes(cluster_dir, state, [name], attempts)
+        return
     for name in names:
         start_ray_node(cluster_dir, state, name)
     for attempt in range(1, attempts + 1):

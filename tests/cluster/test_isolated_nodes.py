@@ -148,7 +148,7 @@ def test_each_env_runs_in_its_own_nodes_engine(
         node = iso["nodes"][n]
         root = _engine(iso, n, "info", "--format", "{{.DockerRootDir}}").strip()
         assert root == str(Path(node["root"]) / "data"), root
-        pid = int((Path(node["root"]) / "dockerd.pid").read_text())
+        pid = int((Path(node["run"]) / "dockerd.pid").read_text())
         assert (
             os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{node['netns']}").st_ino
         )
@@ -271,15 +271,15 @@ def test_killing_a_node_takes_its_engine_and_containers_with_it(
         ["docker", "-H", isolation.docker_host(node), "version"], capture_output=True, timeout=30
     )
     assert engine.returncode != 0, "the dead node's engine still answers"
-    root = str(Path(node["root"]).resolve())
+    dirs = (str(Path(node["root"]).resolve()), node["run"])  # data root; socket, exec root
     with open("/proc/self/mountinfo") as info:
-        mounts = [ln.split()[4] for ln in info if ln.split()[4].startswith(root)]
+        mounts = [ln.split()[4] for ln in info if ln.split()[4].startswith(dirs)]
     assert not mounts, mounts
     host_containers = subprocess.run(
         ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert _container(envs[victim]) not in host_containers
-    left = [pid for pid in processes.processes_mentioning(node["root"]) if _running(pid)]
+    left = [pid for d in dirs for pid in processes.processes_mentioning(d) if _running(pid)]
     assert not left, f"processes of the dead node still run: {left}"
     # The cluster reports it dead; the other node's env still answers through its relay.
     while True:
