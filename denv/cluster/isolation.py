@@ -8,8 +8,9 @@ machine would:
   machine (the control plane, the Ray head, SeaweedFS) is the bridge's gateway address;
 - its own Docker Engine, run inside that namespace: its own data root under
   ``<cluster dir>/engines/<name>``, exec root, socket and pidfile under
-  ``/tmp/denv-e<tag>-<name>`` (unix socket paths must be short), its own ``docker0`` (a subnet of its own),
-  its own iptables (those of its namespace) and the cgroup parent ``denv-<tag>-<name>``;
+  ``/tmp/denv-e<tag>-<name>`` (unix socket paths must be short), its own ``docker0`` (a
+  subnet of its own), its own iptables (those of its namespace) and the cgroup parent
+  ``denv-<tag>-<name>``;
 - its Ray node, started inside that namespace on the node's address, with ``DOCKER_HOST``
   naming the node's engine (its agent's engine, the relay on the node's address).
 
