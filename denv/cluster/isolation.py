@@ -210,6 +210,8 @@ def start_engine(node: dict[str, Any], log_path: Path) -> int:
     root, run = Path(node["root"]), Path(node["run"])
     root.mkdir(parents=True, exist_ok=True)
     run.mkdir(mode=0o700, exist_ok=True)
+    for stale in ("dockerd.pid", "docker.sock"):  # a killed engine's (a restarted node)
+        (run / stale).unlink(missing_ok=True)
     (FREEZER / node["cgroup"]).mkdir(exist_ok=True)
     cmd = [
         *node_prefix(node),
