@@ -42,6 +42,7 @@ JOIN_ATTEMPTS = 3  # a Ray node that gave up at start is started again, this man
 NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
 # Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
 HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+ISOLATED_HEALTH_ENV = {"RAY_health_check_timeout_ms": "3000"}
 
 
 def node_names(count: int) -> list[str]:
@@ -115,6 +116,10 @@ def start_ray_node(
     ]
     prefix: list[str] = []
     env = {**HEALTH_ENV, **ray_auth.process_env(token_file(state))}
+    if control:
+        # Its GCS checks the nodes' health. A dead isolated node's address is gone, so a
+        # check times out rather than being refused: 3 s, not Ray's 10 s, per check.
+        env.update(ISOLATED_HEALTH_ENV)
     if iso and not head:
         from . import isolation
 

@@ -240,7 +240,10 @@ def _status(cluster_dir: Path) -> dict[str, Any]:
         timeout=120,
         check=True,
     ).stdout
-    found: dict[str, Any] = json.loads(out)
+    try:
+        found: dict[str, Any] = json.loads(out[out.index("{") :])
+    except ValueError as exc:
+        raise AssertionError(f"denv cluster status --json printed no JSON: {out!r}") from exc
     return found
 
 

@@ -326,7 +326,9 @@ def test_ray_refuses_whoever_lacks_the_cluster_token(
         argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         if argv0.endswith((b"/raylet", b"/gcs_server")):
             joined.add(pid)
-    assert len(joined) == 2 * len(nodes) + 2, f"not every node's raylet and the GCS: {joined}"
+    heads = 1 if cluster.isolated else 0  # an isolated cluster's head: a raylet of its own
+    want = 2 * len(nodes) + 2 + heads
+    assert len(joined) == want, f"not every node's raylet and the GCS: {joined}"
     for pid in sorted(joined):
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         variables = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
