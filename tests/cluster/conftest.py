@@ -87,7 +87,7 @@ CLUSTER_NODES = 3
 # own engine, the tests' images copied into each) wherever that can run (root, the cgroup
 # freezer: ``isolation.available``); DENV_TEST_CLUSTER_SHARED=1 (or a machine where it
 # cannot) gives nodes sharing this machine's engine. Measured here: the whole dir took
-# 464 s isolated and 369 s shared (load 2-8).
+# 464 s and 424 s isolated, 369 s shared (load 1-8).
 ISOLATED = os.environ.get("DENV_TEST_CLUSTER_SHARED") != "1" and not _isolation_unavailable()
 ISOLATED_IMAGES = ("denv-http-standin:latest", "denv-echo-env:latest")
 CLUSTER_MAX_ENVS = 4  # per node (denv serve --node-max-envs): capacity is testable
