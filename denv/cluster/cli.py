@@ -1,6 +1,7 @@
 """``denv cluster up|status|down``: a Ray cluster of N nodes on this machine (``local``).
 
 denv cluster up --nodes 3        # Ray nodes, node agents, SeaweedFS, denv serve --cluster
+denv cluster up --isolated --image denv-echo-env:latest   # nodes that share nothing
 eval "$(denv cluster up --nodes 3)"   # ... and export DENV_SERVER / DENV_API_KEY
 denv cluster status [--json]     # nodes (alive, envs, spares), server, store
 denv cluster down [--purge]      # stop all of it, remove the nodes' containers and mounts
@@ -58,6 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.add_argument(
                 "--no-serve", action="store_true", help="start Ray and the agents only"
             )
+            action.add_argument(
+                "--isolated",
+                action="store_true",
+                help="nodes that share nothing: each in its own network namespace, with "
+                "its own address and Docker Engine (root; docs/cluster.md)",
+            )
+            action.add_argument(
+                "--image",
+                action="append",
+                default=[],
+                metavar="IMAGE",
+                help="with --isolated: an image to copy from this machine's Docker Engine "
+                "into every node's (repeatable)",
+            )
         if name == "status":
             action.add_argument("--json", action="store_true", help="print JSON")
         if name == "down":
@@ -104,9 +119,18 @@ def _up(cluster_dir: Path, args: argparse.Namespace) -> int:
         port=args.port,
         max_envs=args.node_max_envs,
         max_memory_mb=args.node_max_memory,
+        isolated=args.isolated,
+        images=tuple(args.image),
     )
     names = ", ".join(n["name"] for n in state["nodes"])
     print(f"denv cluster up: Ray at {state['address']}, nodes {names}", file=sys.stderr)
+    if state.get("isolated"):
+        iso = state["isolated"]
+        where = ", ".join(f"{n} {v['ip']}" for n, v in iso["nodes"].items())
+        print(
+            f"denv cluster up: isolated nodes on bridge {iso['bridge']} ({iso['subnet']}): {where}",
+            file=sys.stderr,
+        )
     if state.get("store"):
         print(f"denv cluster up: SeaweedFS S3 at {state['store']['endpoint']}", file=sys.stderr)
     if state.get("server"):
@@ -135,6 +159,8 @@ def _status(cluster_dir: Path, as_json: bool) -> int:
         print(f"server  {server['url']}  {'running' if server['running'] else 'stopped'}")
     if store:
         print(f"store   {store['endpoint']}")
+    if found.get("isolated"):
+        print("nodes   isolated: each in its own network namespace with its own Docker Engine")
     print(f"{'NODE':<8}{'STATE':<8}{'ENVS':>6}{'SPARES':>8}{'MEMORY':>10}  RELAY")
     for node in found["nodes"]:
         state = "alive" if node["alive"] else "dead"

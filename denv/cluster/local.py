@@ -58,8 +58,11 @@ from .processes import (
     write_state,
 )
 from .ray_nodes import (
+    head_node,
+    join_nodes,
     node_names,
     ray_tmp_dir,
+    start_engine,
     start_ray_node,
     token_file,
     wait_gcs,
@@ -69,6 +72,7 @@ from .ray_nodes import (
 log = logging.getLogger(__name__)
 
 SERVER_START_S = 120.0
+CONTROL_HEAD = "head"  # an isolated cluster's Ray head: this machine's, running no envs
 
 
 # the whole cluster
@@ -88,10 +92,24 @@ def up(
     port: int = 0,
     max_envs: int = 0,
     max_memory_mb: int = 0,
+    isolated: bool = False,
+    images: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Start the local cluster (see the module's doc); its state (``cluster.json``)."""
+    """Start the local cluster (see the module's doc); its state (``cluster.json``).
+
+    ``isolated``: nodes that share nothing (``isolation``): each in its network namespace
+    with its own Docker Engine, into which ``images`` are loaded from this machine's."""
     if nodes < 1:
         raise ClusterError(f"--nodes {nodes}: a cluster needs at least 1 node")
+    if images and not isolated:
+        raise ClusterError("--image is for --isolated nodes (the others use this machine's engine)")
+    if isolated:
+        from . import isolation
+
+        why = isolation.available()
+        if why:
+            raise ClusterError(f"--isolated: {why}")
+        isolation.check_images(list(images))
     cluster_dir = cluster_dir.expanduser().resolve()
     private_dir(cluster_dir)
     found = read_state(cluster_dir)
@@ -112,12 +130,21 @@ def up(
     write_state(cluster_dir, state)
     try:
         names = node_names(nodes)
-        state["head"] = names[0]
-        start_ray_node(cluster_dir, state, names[0], head=True)
-        wait_gcs(state)
-        for name in names[1:]:
-            start_ray_node(cluster_dir, state, name)
-        wait_ray_nodes(state, names)
+        started = time.monotonic()
+        if isolated:
+            _make_isolated(cluster_dir, state, names, list(images))
+            log.info("isolated nodes' namespaces and engines in %.1f s", time.monotonic() - started)
+            state["head"] = CONTROL_HEAD
+            start_ray_node(cluster_dir, state, CONTROL_HEAD, head=True)
+            wait_gcs(state)
+            join_nodes(cluster_dir, state, names, one_by_one=True)  # one more Ray node here
+        else:
+            state["head"] = names[0]
+            start_ray_node(cluster_dir, state, names[0], head=True)
+            wait_gcs(state)
+            join_nodes(cluster_dir, state, names[1:])
+            wait_ray_nodes(state, names)
+        log.info("Ray nodes joined %.1f s after the start", time.monotonic() - started)
         from . import ray_cluster
 
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}
@@ -128,8 +155,14 @@ def up(
                 f"node agents of {', '.join(sorted(set(names) - set(agents)))} did not start: "
                 f"their errors are in the Ray logs under {state['ray_tmp']}"
             )
+        if isolated:  # not while Ray starts: on 2 cores its nodes then miss their timeouts
+            from . import isolation
+
+            log.info("node agents up %.1f s after the start", time.monotonic() - started)
+            isolation.load_images(state["isolated"], names, cluster_dir)
+            log.info("images in the nodes %.1f s after the start", time.monotonic() - started)
         if store:
-            state["store"] = _start_store(cluster_dir)
+            state["store"] = _start_store(cluster_dir, state.get("isolated", {}).get("gateway"))
             write_state(cluster_dir, state)
         if serve:
             state["server"] = _start_server(cluster_dir, state, cfg, port)
@@ -140,11 +173,26 @@ def up(
     return state
 
 
-def _start_store(cluster_dir: Path) -> dict[str, Any]:
+def _make_isolated(
+    cluster_dir: Path, state: dict[str, Any], names: list[str], images: list[str]
+) -> None:
+    """The host bridge and each node's namespace and engine (recorded before they are
+    made: ``down`` finds them)."""
+    from . import isolation
+
+    iso = isolation.plan(cluster_dir, names, images)
+    state["isolated"] = iso
+    write_state(cluster_dir, state)
+    isolation.make_host_side(iso)
+    for name in names:
+        start_engine(cluster_dir, state, name)
+
+
+def _start_store(cluster_dir: Path, host: str | None = None) -> dict[str, Any]:
     from . import seaweed
 
     data_dir = cluster_dir / "seaweed"
-    cfg = seaweed.start(data_dir)
+    cfg = seaweed.start(data_dir, host=host or "127.0.0.1")
     creds = cluster_dir / "store-credentials.json"
     fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -241,7 +289,15 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
     if server and session_pids(int(server["sid"])):
         stop_session(int(server["sid"]), grace_s=30.0)  # SIGTERM: it stops its boots first
         done.append(f"stopped denv serve (pid {server['sid']})")
+    iso = state.get("isolated")
+    if iso:  # every node's processes, engine and containers at once, as machines die
+        from . import isolation
+
+        done += isolation.remove(iso, cluster_dir / "nodes")
     running = [n for n in state.get("nodes", []) if session_pids(int(n["sid"]))]
+    head = state.get("ray_head")
+    if head and session_pids(int(head["sid"])):
+        running.append(head)
     stop_sessions([int(n["sid"]) for n in running])
     done += [f"stopped Ray node {n['name']} (session {n['sid']})" for n in running]
     if state.get("store"):
@@ -249,7 +305,8 @@ def down(cluster_dir: Path, purge: bool = False) -> list[str]:
 
         seaweed.stop(Path(state["store"]["data_dir"]), purge=purge)
         done.append("stopped SeaweedFS")
-    done += remove_node_objects(cluster_dir / "nodes")
+    if not iso:  # an isolated node's engine took its objects with it
+        done += remove_node_objects(cluster_dir / "nodes")
     shutil.rmtree(state.get("ray_tmp") or ray_tmp_dir(cluster_dir), ignore_errors=True)
     (cluster_dir / ray_auth.TOKEN_FILE).unlink(missing_ok=True)  # the next up makes a new one
     if purge:
@@ -311,7 +368,7 @@ def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
         return {"dir": str(cluster_dir), "running": False, "nodes": []}
     alive: set[str] = set()
     agents: dict[str, Any] = {}
-    head = next((n for n in state.get("nodes", []) if n["name"] == state.get("head")), None)
+    head = head_node(state)
     if head is not None and session_pids(int(head["sid"])):
         from . import ray_cluster
 
@@ -341,6 +398,7 @@ def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
                 "memory_mb": int(info.get("memory_bytes", 0)) // (1024 * 1024),
                 "state_dir": info.get("state_dir", str(cluster_dir / "nodes" / node["name"])),
                 "relay": info.get("relay", ""),  # where the ingress reaches its envs
+                "ip": node.get("ip", ""),
             }
         )
     server = state.get("server")
@@ -348,6 +406,7 @@ def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
         "dir": str(cluster_dir),
         "running": True,
         "address": state.get("address"),
+        "isolated": bool(state.get("isolated")),
         "nodes": nodes,
         "server": {
             "url": server["url"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -33,11 +34,15 @@ from .processes import (
     write_state,
 )
 
+log = logging.getLogger(__name__)
+
 OBJECT_STORE_BYTES = 200 * 1024 * 1024  # Ray's object store per node (layers copied between
 # agents pass through it; Ray spills to disk past it)
+JOIN_ATTEMPTS = 3  # a Ray node that gave up at start is started again, this many times in all
 NODE_START_S = 90.0  # a Ray node joins (2 cores shared by every node: slow at times)
 # Ray's GCS: a node is dead after 3 missed health checks 1 s apart (default 5 x 3 s).
 HEALTH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+ISOLATED_HEALTH_ENV = {"RAY_health_check_timeout_ms": "3000"}
 
 
 def node_names(count: int) -> list[str]:
@@ -69,27 +74,39 @@ def agent_ports() -> list[str]:
     """Ports for a node's agents, chosen here: left to the agents (0), the raylet waits for
     the port files they write and aborts after 15 s, which a loaded machine exceeds (the
     dashboard agent's imports alone took 37 s here)."""
+    ports: list[int] = []
+    while len(ports) < 4:  # free_port() may give the same port twice in a row
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
     return [
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
+        f"--dashboard-agent-listen-port={ports[0]}",
+        f"--dashboard-agent-grpc-port={ports[1]}",
+        f"--metrics-export-port={ports[2]}",
+        f"--runtime-env-agent-port={ports[3]}",
     ]
 
 
 def start_ray_node(
     cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
 ) -> dict[str, Any]:
-    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``."""
+    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``.
+
+    In an isolated cluster (``state["isolated"]``, see ``isolation``) the head is this
+    machine's own Ray node (``CONTROL_HEAD``: no ``denv_node``, no CPUs) on the host bridge's
+    gateway address, and each node runs in its namespace and cgroup on its own address, with
+    ``DOCKER_HOST`` naming its own engine."""
+    iso = state.get("isolated")
     temp_dir = Path(state["ray_tmp"]) / name
     temp_dir.mkdir(parents=True, exist_ok=True)
-    resources = json.dumps({"denv_node": 1, f"denv_node_{name}": 1})
+    control = bool(iso) and head
+    resources = json.dumps({} if control else {"denv_node": 1, f"denv_node_{name}": 1})
     cmd = [
         *ray_command(),
         "start",
         "--block",
         "--disable-usage-stats",
-        "--num-cpus=1",
+        f"--num-cpus={0 if control else 1}",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         f"--temp-dir={temp_dir}",
         f"--resources={resources}",
@@ -97,24 +114,77 @@ def start_ray_node(
         "--max-worker-port=0",
         *agent_ports(),
     ]
+    prefix: list[str] = []
+    env = {**HEALTH_ENV, **ray_auth.process_env(token_file(state))}
+    if control:
+        # Its GCS checks the nodes' health. A dead isolated node's address is gone, so a
+        # check times out rather than being refused: 3 s, not Ray's 10 s, per check.
+        env.update(ISOLATED_HEALTH_ENV)
+    if iso and not head:
+        from . import isolation
+
+        node_iso = iso["nodes"][name]
+        ip = node_iso["ip"]
+        prefix = isolation.node_prefix(node_iso)
+        env["DOCKER_HOST"] = isolation.docker_host(node_iso)
+    else:
+        ip = iso["gateway"] if iso else "127.0.0.1"
     if head:
         port = free_port()
-        state["address"] = f"127.0.0.1:{port}"
+        state["address"] = f"{ip}:{port}"
         cmd += [
             "--head",
             f"--port={port}",
-            "--node-ip-address=127.0.0.1",
+            f"--node-ip-address={ip}",
             "--include-dashboard=false",
             f"--dashboard-port={free_port()}",
         ]
     else:
-        cmd += [f"--address={state['address']}", "--node-ip-address=127.0.0.1"]
+        cmd += [f"--address={state['address']}", f"--node-ip-address={ip}"]
     log_path = cluster_dir / "logs" / f"ray-{name}.log"
-    pid = spawn(cmd, log_path, {**HEALTH_ENV, **ray_auth.process_env(token_file(state))})
-    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path)}
-    state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
+    pid = spawn([*prefix, *cmd], log_path, env)
+    node = {"name": name, "sid": pid, "temp_dir": str(temp_dir), "log": str(log_path), "ip": ip}
+    if control:
+        state["ray_head"] = node
+    else:
+        state["nodes"] = [n for n in state.get("nodes", []) if n["name"] != name] + [node]
     write_state(cluster_dir, state)
     return node
+
+
+def join_nodes(
+    cluster_dir: Path,
+    state: dict[str, Any],
+    names: list[str],
+    attempts: int = JOIN_ATTEMPTS,
+    one_by_one: bool = False,
+) -> None:
+    """Start the Ray nodes ``names`` side by side (``one_by_one``: each once the one before
+    has joined) and wait until Ray sees them all. A node whose ``ray start`` gave up is
+    started again (up to ``attempts`` times): Ray waits only 30 s for a new raylet to
+    register, which a loaded 2-core machine exceeds at times, the more so the more nodes
+    start at once."""
+    if one_by_one:
+        for name in names:
+            join_nodes(cluster_dir, state, [name], attempts)
+        return
+    for name in names:
+        start_ray_node(cluster_dir, state, name)
+    for attempt in range(1, attempts + 1):
+        try:
+            wait_ray_nodes(state, names)
+            return
+        except ClusterError:
+            exited = [
+                n["name"]
+                for n in state["nodes"]
+                if n["name"] in names and not session_pids(int(n["sid"]))
+            ]
+            if not exited or attempt == attempts:
+                raise
+            log.warning("Ray nodes %s exited at start: starting them again", ", ".join(exited))
+            for name in exited:
+                start_ray_node(cluster_dir, state, name)
 
 
 def token_file(state: dict[str, Any]) -> Path:
@@ -124,7 +194,8 @@ def token_file(state: dict[str, Any]) -> Path:
 
 def wait_gcs(state: dict[str, Any], timeout_s: float = NODE_START_S) -> None:
     """Until the head's GCS port answers; ClusterError with its log when the head exits."""
-    head = next(n for n in state["nodes"] if n["name"] == state["head"])
+    head = head_node(state)
+    assert head is not None, "wait_gcs before the head was started"
     host, port = state["address"].rsplit(":", 1)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -152,12 +223,15 @@ def wait_ray_nodes(
     address, token = state["address"], token_file(state)
     deadline = time.monotonic() + timeout_s
     while True:
-        head = _head(state)
+        head = head_node(state)
         if head is not None and not session_pids(int(head["sid"])):
             raise ClusterError(
                 f"waiting for Ray nodes {', '.join(names)}: the Ray head {head['name']} "
                 f"exited: {tail(Path(head['log']))}"
             )
+        for node in state.get("nodes", []):
+            if node["name"] in names and not session_pids(int(node["sid"])):
+                raise ClusterError(f"Ray node {node['name']} exited: {tail(Path(node['log']))}")
         missing, why = set(names), _gcs_silent(address)
         if not why:  # joining a GCS that does not answer would retry for minutes
             try:
@@ -175,7 +249,10 @@ def wait_ray_nodes(
         time.sleep(0.5)
 
 
-def _head(state: dict[str, Any]) -> dict[str, Any] | None:
+def head_node(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The Ray head's record: a node's, or this machine's own (an isolated cluster's)."""
+    if state.get("ray_head"):
+        return dict(state["ray_head"])
     return next((n for n in state.get("nodes", []) if n["name"] == state.get("head")), None)
 
 
@@ -190,11 +267,17 @@ def _gcs_silent(address: str) -> str:
 
 
 def kill_node(cluster_dir: Path, name: str) -> None:
-    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest."""
+    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest. In
+    an isolated cluster, everything the node runs goes at once, its engine and containers
+    too, and its network namespace with them (``isolation.kill_node``)."""
     state = read_state(cluster_dir) or {}
     node = next((n for n in state.get("nodes", []) if n["name"] == name), None)
     if node is None:
         raise ClusterError(f"no node {name!r} in {cluster_dir / STATE_FILE}")
+    if state.get("isolated"):
+        from . import isolation
+
+        isolation.kill_node(state["isolated"], name, cluster_dir / "nodes" / name)
     raylet = raylet_pid(int(node["sid"]))
     if raylet is not None:
         with contextlib.suppress(ProcessLookupError):
@@ -203,7 +286,8 @@ def kill_node(cluster_dir: Path, name: str) -> None:
 
 
 def restart_node(cluster_dir: Path, name: str) -> None:
-    """Start Ray node ``name`` again (a new Ray node with the same name and state dir)."""
+    """Start Ray node ``name`` again (a new Ray node with the same name and state dir; in an
+    isolated cluster its namespace and engine first, on the engine's data root kept)."""
     state = read_state(cluster_dir)
     if state is None or "address" not in state:
         raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
@@ -222,5 +306,20 @@ def restart_node(cluster_dir: Path, name: str) -> None:
         if time.monotonic() > deadline:
             raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
         time.sleep(0.2)
+    if state.get("isolated"):
+        start_engine(cluster_dir, state, name)
     start_ray_node(cluster_dir, state, name)
     wait_ray_nodes(state, [name])
+
+
+def start_engine(cluster_dir: Path, state: dict[str, Any], name: str) -> None:
+    """An isolated node's network namespace and Docker Engine (``isolation``), recorded."""
+    from . import isolation
+
+    iso = state["isolated"]
+    isolation.make_netns(iso, name)
+    log_path = cluster_dir / "logs" / f"dockerd-{name}.log"
+    iso["nodes"][name]["engine_log"] = str(log_path)
+    write_state(cluster_dir, state)  # the cgroup and namespace are found by name
+    iso["nodes"][name]["engine_sid"] = isolation.start_engine(iso["nodes"][name], log_path)
+    write_state(cluster_dir, state)

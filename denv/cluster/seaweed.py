@@ -75,8 +75,15 @@ def running(data_dir: Path) -> StoreConfig | None:
     return StoreConfig.model_validate(state["store"])
 
 
-def start(data_dir: Path, bucket: str = BUCKET, timeout_s: float = START_TIMEOUT_S) -> StoreConfig:
-    """Start SeaweedFS on ``data_dir`` (or find the one running there); its S3 store."""
+def start(
+    data_dir: Path,
+    bucket: str = BUCKET,
+    timeout_s: float = START_TIMEOUT_S,
+    host: str = "127.0.0.1",
+) -> StoreConfig:
+    """Start SeaweedFS on ``data_dir`` (or find the one running there); its S3 store. Its
+    ports are bound to ``host`` only (an isolated cluster's: the host bridge's gateway,
+    which its nodes reach)."""
     data_dir = data_dir.resolve()
     (data_dir / "data").mkdir(parents=True, exist_ok=True)
     found = running(data_dir)
@@ -85,7 +92,7 @@ def start(data_dir: Path, bucket: str = BUCKET, timeout_s: float = START_TIMEOUT
     stop(data_dir)  # what a SeaweedFS that died left: its state file, its sockets in /tmp
     for attempt in range(START_ATTEMPTS):
         try:
-            return _start_once(data_dir, bucket, timeout_s)
+            return _start_once(data_dir, bucket, timeout_s, host)
         except _ExitedAtStart as e:
             # Most likely a port taken between choosing it and binding it: choose again.
             if attempt == START_ATTEMPTS - 1:
@@ -94,11 +101,11 @@ def start(data_dir: Path, bucket: str = BUCKET, timeout_s: float = START_TIMEOUT
     raise AssertionError("unreachable")
 
 
-def _start_once(data_dir: Path, bucket: str, timeout_s: float) -> StoreConfig:
+def _start_once(data_dir: Path, bucket: str, timeout_s: float, host: str) -> StoreConfig:
     access_key, secret_key = _identity(data_dir)
     ports = {f"{s}.{kind}": p for (s, kind), p in zip(_pairs(), _free_ports(8), strict=True)}
     store = StoreConfig(
-        endpoint=f"http://127.0.0.1:{ports['s3.http']}",
+        endpoint=f"http://{host}:{ports['s3.http']}",
         bucket=bucket,
         access_key=access_key,
         secret_key=secret_key,
@@ -106,7 +113,7 @@ def _start_once(data_dir: Path, bucket: str, timeout_s: float) -> StoreConfig:
     log_path = data_dir / "weed.log"
     with open(log_path, "wb") as out:  # one start's log (it is verbose)
         proc = subprocess.Popen(
-            _command(data_dir, ports),
+            _command(data_dir, ports, host),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -151,7 +158,7 @@ def _pairs() -> list[tuple[str, str]]:
     return [(s, kind) for s in SERVICES for kind in ("http", "grpc")]
 
 
-def _command(data_dir: Path, ports: dict[str, int]) -> list[str]:
+def _command(data_dir: Path, ports: dict[str, int], host: str = "127.0.0.1") -> list[str]:
     def port(service: str, kind: str) -> str:
         return str(ports[f"{service}.{kind}"])
 
@@ -159,8 +166,8 @@ def _command(data_dir: Path, ports: dict[str, int]) -> list[str]:
         str(weed_binary()),
         "server",
         f"-dir={data_dir / 'data'}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
+        f"-ip={host}",
+        f"-ip.bind={host}",
         "-master.telemetry=false",
         f"-master.port={port('master', 'http')}",
         f"-master.port.grpc={port('master', 'grpc')}",

@@ -8,6 +8,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from denv.server.config import StoreConfig
 from denv.server.volumes.overlay import Volumes
@@ -97,6 +98,21 @@ class LocalCluster:
     max_envs: int  # the per-node cap the server got (--node-max-envs)
     store: StoreConfig | None
     up_stdout: str = ""  # what `denv cluster up` printed (the export lines)
+    isolated: dict[str, Any] | None = None  # `up --isolated`: its topology (``isolation``)
+
+    def docker(self, node: str, *args: str) -> list[str]:
+        """A ``docker`` command for node ``node``'s engine (this machine's, when shared)."""
+        if not self.isolated:
+            return ["docker", *args]
+        from denv.cluster import isolation
+
+        return ["docker", "-H", isolation.docker_host(self.isolated["nodes"][node]), *args]
+
+    def on_node(self, node: str, *cmd: str) -> list[str]:
+        """``cmd`` run where node ``node``'s network is: its namespace, when isolated."""
+        if not self.isolated:
+            return list(cmd)
+        return ["ip", "netns", "exec", self.isolated["nodes"][node]["netns"], *cmd]
 
     def kill_node(self, name: str) -> None:
         """Kill Ray node ``name`` as a machine dies (SIGKILL to its raylet, then the rest)."""
@@ -154,6 +170,10 @@ def cluster_sessions(cluster_dir: Path) -> list[int]:
 
     state = processes.read_state(cluster_dir) or {}
     sessions = [int(n["sid"]) for n in state.get("nodes", [])]
+    if state.get("ray_head"):  # an isolated cluster's head (this machine's own Ray node)
+        sessions.append(int(state["ray_head"]["sid"]))
+    for node in state.get("isolated", {}).get("nodes", {}).values():  # their engines
+        sessions += [int(node["engine_sid"])] if node.get("engine_sid") else []
     if state.get("server"):
         sessions.append(int(state["server"]["sid"]))
     return sessions

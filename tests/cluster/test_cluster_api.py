@@ -63,11 +63,15 @@ def standin(c: httpx.Client) -> dict[str, Any]:
     return ok(c.post("/v1/sandboxes", json={"image": STANDIN, "command": STANDIN_CMD}))
 
 
-def in_env(env: dict[str, Any], *cmd: str) -> str:
-    """Run ``cmd`` in the env's agent container (the nodes share this machine's engine)."""
+def in_env(cluster: LocalCluster, env: dict[str, Any], *cmd: str) -> str:
+    """Run ``cmd`` in the env's agent container, on its node's engine."""
     name = f"denv-{env['id'].lower()}-agent"
     out = subprocess.run(
-        ["docker", "exec", name, *cmd], capture_output=True, text=True, check=True, timeout=60
+        cluster.docker(env["node"], "exec", name, *cmd),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     return out.stdout
 
@@ -104,7 +108,7 @@ def test_a_version_becomes_durable_and_its_fork_spans_nodes(
     api: httpx.Client, cluster: LocalCluster
 ) -> None:
     parent = standin(api)
-    in_env(parent, "sh", "-c", "echo from-the-parent > /work/marker.txt")
+    in_env(cluster, parent, "sh", "-c", "echo from-the-parent > /work/marker.txt")
     version = ok(api.post(f"/v1/envs/{parent['id']}/snapshot", json={}))
     assert version["storage"] in ("uploading", "durable"), version
     assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
@@ -116,7 +120,7 @@ def test_a_version_becomes_durable_and_its_fork_spans_nodes(
     placed = Counter(e["node"] for e in children)
     assert placed[parent["node"]] == room, placed  # the node with the layers first, to its cap
     assert len(placed) >= 2, placed
-    marks = {e["node"]: in_env(e, "cat", "/work/marker.txt").strip() for e in children}
+    marks = {e["node"]: in_env(cluster, e, "cat", "/work/marker.txt").strip() for e in children}
     assert set(marks.values()) == {"from-the-parent"}, marks
     print(
         f"\n  fork across nodes: version {version['id']} durable; {count} children placed "
@@ -186,7 +190,7 @@ def test_dead_nodes_lose_their_envs_never_a_durable_version(
         envs = [standin(api) for _ in range(len(cluster.nodes))]
         victim = next(e for e in envs if e["node"] == victims[r % len(victims)])
         marker = f"round-{r}"
-        in_env(victim, "sh", "-c", f"echo {marker} > /work/marker.txt")
+        in_env(cluster, victim, "sh", "-c", f"echo {marker} > /work/marker.txt")
         version = ok(api.post(f"/v1/envs/{victim['id']}/snapshot", json={}))
         assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
         versions[version["id"]] = marker
@@ -210,7 +214,7 @@ def test_dead_nodes_lose_their_envs_never_a_durable_version(
                     child = ok(api.post(f"/v1/envs/{ok(res)['envs'][0]['id']}/wait", json={}), 200)
                     assert child["status"] == "healthy", child
                     assert child["node"] != victim["node"], child
-                    assert in_env(child, "cat", "/work/marker.txt").strip() == mark
+                    assert in_env(cluster, child, "cat", "/work/marker.txt").strip() == mark
                     api.delete(f"/v1/envs/{child['id']}")
             finally:
                 cluster.restart_node(victim["node"])
@@ -218,7 +222,9 @@ def test_dead_nodes_lose_their_envs_never_a_durable_version(
         name = f"denv-{victim['id'].lower()}-agent"
         deadline = time.monotonic() + LOST_WAIT_S
         while subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
+            cluster.docker(victim["node"], "ps", "-aq", "--filter", f"name={name}"),
+            capture_output=True,
+            text=True,
         ).stdout.strip():
             assert time.monotonic() < deadline, f"{name} still there after the node came back"
             time.sleep(1)
@@ -253,7 +259,9 @@ def test_a_control_plane_restart_reconciles_the_whole_cluster(
         assert api.delete(f"/v1/envs/{env['id']}").status_code == 204
         name = f"denv-{env['id'].lower()}-agent"
         left = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
+            cluster.docker(env["node"], "ps", "-aq", "--filter", f"name={name}"),
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         assert not left, f"{name} left after its delete"
     print(

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -128,12 +127,14 @@ def test_a_remote_node_boots_a_real_env_and_tears_it_down(
         # The env answers on its node's network (its address, behind the node's relay for
         # the control plane: this machine is the node here, so it reaches it directly).
         env_ip = split_address(booted.agent_ip)[0]
-        with urllib.request.urlopen(f"http://{env_ip}:8000/health", timeout=10) as r:
-            assert r.status == 200
+        probe = f"import urllib.request as u; u.urlopen('http://{env_ip}:8000/health', timeout=10)"
+        where = cluster.on_node("n1", sys.executable, "-c", probe)
+        answered = subprocess.run(where, capture_output=True, text=True, timeout=60)
+        assert answered.returncode == 0, answered.stderr
         assert set(node.states(spec.env_id).values()) == {"running"}
         label = f"label=denv.instance={cluster.instance_ids()['n1']}"
         mine = subprocess.run(
-            ["docker", "ps", "-q", "--no-trunc", "--filter", label],
+            cluster.docker("n1", "ps", "-q", "--no-trunc", "--filter", label),
             capture_output=True,
             text=True,
             check=True,
@@ -156,11 +157,12 @@ def test_a_remote_node_boots_a_real_env_and_tears_it_down(
 
 
 def test_agents_sharing_one_engine_boot_at_once_on_distinct_subnets(
-    nodes: dict[str, RemoteNode],
+    cluster: LocalCluster, nodes: dict[str, RemoteNode]
 ) -> None:
-    """Every agent carves env subnets from the same pool on the one Docker Engine: boots
-    racing on all nodes at once still get a subnet each (Docker refuses an overlap and the
-    pool takes the next one)."""
+    """Every agent carves env subnets from the same pool: boots racing on all nodes at once
+    still get a subnet each on their engine (on one shared Docker Engine, Docker refuses an
+    overlap and the pool takes the next one; isolated nodes each have an engine of their
+    own, where the same subnet may be used again)."""
     jobs = [(name, standin_spec(node)) for name, node in nodes.items() for _ in range(2)]
     started = time.monotonic()
     try:
@@ -168,14 +170,16 @@ def test_agents_sharing_one_engine_boot_at_once_on_distinct_subnets(
             booted = list(pool.map(lambda job: nodes[job[0]].bring_up(job[1]), jobs))
         boot_s = time.monotonic() - started
         subnets = []
-        for b in booted:
+        for (name, _), b in zip(jobs, booted, strict=True):
+            fmt = "{{json .IPAM.Config}}"
             out = subprocess.run(
-                ["docker", "network", "inspect", b.network, "--format", "{{json .IPAM.Config}}"],
+                cluster.docker(name, "network", "inspect", b.network, "--format", fmt),
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
-            subnets.append(json.loads(out)[0]["Subnet"])
+            engine = name if cluster.isolated else ""  # the engine the subnet is carved on
+            subnets.append((engine, json.loads(out)[0]["Subnet"]))
         assert len(set(subnets)) == len(jobs), f"subnets shared: {subnets}"
         for (name, spec), b in zip(jobs, booted, strict=True):
             nodes[name].wait_healthy(spec, b, 60)
@@ -322,7 +326,9 @@ def test_ray_refuses_whoever_lacks_the_cluster_token(
         argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         if argv0.endswith((b"/raylet", b"/gcs_server")):
             joined.add(pid)
-    assert len(joined) == 2 * len(nodes) + 2, f"not every node's raylet and the GCS: {joined}"
+    heads = 1 if cluster.isolated else 0  # an isolated cluster's head: a raylet of its own
+    want = 2 * len(nodes) + 2 + heads
+    assert len(joined) == want, f"not every node's raylet and the GCS: {joined}"
     for pid in sorted(joined):
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         variables = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)

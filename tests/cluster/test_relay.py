@@ -28,7 +28,7 @@ from cluster_helpers import LocalCluster
 
 from denv.cluster import local, ray_auth
 from denv.server import ids
-from denv.server.ingress.relay import RelayError, open_socket, split_address
+from denv.server.ingress.relay import HANDSHAKE_TIMEOUT_S, RelayError, open_socket, split_address
 from denv.server.node.seam import BootSpec
 from denv.server.records import ServiceSpec, VolumeSlot
 
@@ -79,12 +79,15 @@ def _connections_to(address: str) -> int:
     return sum(1 for line in out.splitlines() if line.split()[-1] == address)
 
 
-def _env_ip(env: dict[str, Any]) -> str:
-    """The env's address on its node's bridge (the nodes share this machine's engine)."""
+def _env_ip(cluster: LocalCluster, env: dict[str, Any]) -> str:
+    """The env's address on its node's bridge (from its node's engine)."""
     fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
     name = f"denv-{env['id'].lower()}-agent"
     return subprocess.run(
-        ["docker", "inspect", "-f", fmt, name], capture_output=True, text=True, check=True
+        cluster.docker(env["node"], "inspect", "-f", fmt, name),
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
 
 
@@ -122,7 +125,7 @@ def test_the_relay_refuses_whoever_lacks_the_cluster_key(
     cluster: LocalCluster, relays: dict[str, str], remote_env: dict[str, Any]
 ) -> None:
     relay = relays[remote_env["node"]]
-    ip = _env_ip(remote_env)
+    ip = _env_ip(cluster, remote_env)
     key = ray_auth.relay_key(cluster.ray_token.read_text().strip())
     assert key is not None
 
@@ -141,9 +144,11 @@ def test_the_relay_refuses_whoever_lacks_the_cluster_key(
     # Without the key: refused, the env never reached.
     with pytest.raises(RelayError, match="refused the control plane's relay key"):
         asyncio.run(health(bytes(32)))
-    # A plain HTTP request to the relay's port gets no HTTP answer.
+    # A plain HTTP request to the relay's port gets no HTTP answer (at the latest when the
+    # relay gives up waiting for a handshake: how many bytes it waits for depends on the
+    # request's bytes, so on the relay's address).
     with pytest.raises(httpx.RemoteProtocolError):
-        httpx.get(f"http://{relay}/health", trust_env=False, timeout=10)
+        httpx.get(f"http://{relay}/health", trust_env=False, timeout=HANDSHAKE_TIMEOUT_S + 10)
     # With the key: the same env answers; the key opens env addresses only, never the node.
     status_line = asyncio.run(health(key)).split(b"\r\n", 1)[0]
     assert re.fullmatch(rb"HTTP/1\.[01] 200 OK", status_line), status_line
