@@ -43,7 +43,7 @@ from typing import Any
 
 from denv.server.auth import load_or_create_key_file, private_dir
 
-from . import ray_auth
+from . import ray_auth, ray_tls
 from .agent import INSTANCE_FILE, AgentConfig
 from .processes import (
     STATE_FILE,
@@ -134,6 +134,10 @@ def up(
         if isolated:
             _make_isolated(cluster_dir, state, names, list(images))
             log.info("isolated nodes' namespaces and engines in %.1f s", time.monotonic() - started)
+        # Ray's TLS files beside the token: ray_auth.process_env turns TLS on for every Ray
+        # process with them. The certificate names each address a Ray process listens on.
+        ray_tls.create(cluster_dir / ray_tls.TLS_DIR, _ray_addresses(state))
+        if isolated:
             state["head"] = CONTROL_HEAD
             start_ray_node(cluster_dir, state, CONTROL_HEAD, head=True)
             wait_gcs(state)
@@ -171,6 +175,15 @@ def up(
         down(cluster_dir)
         raise
     return state
+
+
+def _ray_addresses(state: dict[str, Any]) -> list[str]:
+    """Where the cluster's Ray processes listen: loopback, or an isolated cluster's gateway
+    (its head) and nodes' addresses."""
+    iso = state.get("isolated")
+    if not iso:
+        return ["127.0.0.1"]
+    return [iso["gateway"], *(node["ip"] for node in iso["nodes"].values())]
 
 
 def _make_isolated(

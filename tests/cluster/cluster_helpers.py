@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import ssl
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -179,11 +181,18 @@ def cluster_sessions(cluster_dir: Path) -> list[int]:
     return sessions
 
 
-def grpc_call_answered(address: str, method: str, token: str | None, timeout_s: float = 10) -> bool:
+def grpc_call_answered(
+    address: str,
+    method: str,
+    token: str | None,
+    timeout_s: float = 10,
+    tls: ssl.SSLContext | None = None,
+) -> bool:
     """Make one unary gRPC call (an empty request message) to ``address`` ("host:port") over
-    HTTP/2 without TLS, as any gRPC client would, with ``authorization: Bearer <token>``
-    when ``token`` is given. True when the server answered with a message, False when it
-    ended the call with headers alone (an error status, such as UNAUTHENTICATED).
+    HTTP/2 (over TLS with ``tls``, else in clear), as any gRPC client would, with
+    ``authorization: Bearer <token>`` when ``token`` is given. True when the server answered
+    with a message, False when it ended the call with headers alone (an error status, such
+    as UNAUTHENTICATED).
 
     Written out by hand because grpcio is no dependency of denv; the request's headers are
     HPACK literals, the answer is told apart by its frame types, never decoded."""
@@ -200,7 +209,7 @@ def grpc_call_answered(address: str, method: str, token: str | None, timeout_s: 
     host, port = address.rsplit(":", 1)
     headers = [
         (":method", "POST"),
-        (":scheme", "http"),
+        (":scheme", "https" if tls is not None else "http"),
         (":path", method),
         (":authority", address),
         ("content-type", "application/grpc"),
@@ -209,7 +218,10 @@ def grpc_call_answered(address: str, method: str, token: str | None, timeout_s: 
     block = b"".join(literal(n, v) for n, v in headers)
     request = b"\x00" + (0).to_bytes(4, "big")  # not compressed, 0 bytes: an empty message
     settings, headers_end, end_stream, ack = 4, 0x4, 0x1, 0x1
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout_s))
+        if tls is not None:
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=host))
         sock.sendall(
             b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
             + frame(settings, 0, 0, b"")

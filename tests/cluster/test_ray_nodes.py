@@ -16,6 +16,7 @@ import os
 import pickle
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ import pytest
 import ray
 from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions, grpc_call_answered
 
-from denv.cluster import local, processes, ray_cluster, ray_nodes
+from denv.cluster import local, processes, ray_cluster, ray_nodes, ray_tls
 from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
 from denv.cluster.remote import RemoteNode
 from denv.server import ids
@@ -313,9 +314,13 @@ print(json.dumps(found))
 def test_ray_refuses_whoever_lacks_the_cluster_token(
     cluster: LocalCluster, nodes: dict[str, RemoteNode], tmp_path: Path
 ) -> None:
-    """Every Ray process of the cluster runs with token authentication: a client without the
-    token (or with another) can neither join the cluster nor call a node agent's worker."""
+    """Every Ray process of the cluster runs with token authentication and Ray's TLS: a
+    client without the token (or with another) can neither join the cluster nor call a node
+    agent's worker, and one without the cluster's certificate cannot even talk to them."""
     assert oct(cluster.ray_token.stat().st_mode & 0o777) == "0o600"
+    tls_dir = cluster.ray_token.parent / ray_tls.TLS_DIR
+    tls_env = ray_tls.tls_env(tls_dir)
+    assert tls_env, f"denv cluster up made no TLS files in {tls_dir}"
     token = cluster.ray_token.read_text().strip()
     pids = [pid for sid in cluster_sessions(cluster.dir) for pid in processes.session_pids(sid)]
     agents = {int(n.info()["pid"]) for n in nodes.values()}
@@ -335,16 +340,24 @@ def test_ray_refuses_whoever_lacks_the_cluster_token(
         assert variables.get(b"RAY_AUTH_MODE") == b"token", f"process {pid}: no token mode"
         assert variables.get(b"RAY_AUTH_TOKEN_PATH") == str(cluster.ray_token).encode()
         assert b"RAY_AUTH_TOKEN" not in variables, f"process {pid} has the token in its env"
+        for var, value in tls_env.items():
+            assert variables.get(var.encode()) == value.encode(), f"process {pid}: {var}"
     for pid in pids:  # no process shows the token itself
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             shown = Path(f"/proc/{pid}/environ").read_bytes()
             shown += Path(f"/proc/{pid}/cmdline").read_bytes()
             assert token.encode() not in shown, f"process {pid} shows the token"
+    # The clients hold the cluster's TLS files (so that it is the token they lack).
+    (tmp_path / ray_tls.TLS_DIR).symlink_to(tls_dir)
     wrong = tmp_path / "wrong-token"
     wrong.write_text("0" * 64)
     wrong.chmod(0o600)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_") and k != "HOME"}
-    env |= {"RAY_AUTH_MODE": "disabled", "HOME": str(tmp_path)}  # no ~/.ray/auth_token
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RAY_AUTH_") and k not in ("HOME", *ray_tls.TLS_VARS)
+    }
+    env |= {"RAY_AUTH_MODE": "disabled", "HOME": str(tmp_path), **tls_env}  # no ~/.ray/auth_token
     env |= {"RAY_gcs_server_port_wait_time_s": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     client = subprocess.run(
         [sys.executable, "-c", CLIENT, cluster.address, str(wrong)],
@@ -368,14 +381,38 @@ def test_ray_refuses_whoever_lacks_the_cluster_token(
         cluster.address: "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
         worker: "/ray.rpc.CoreWorkerService/GetCoreWorkerStats",
     }
+    mutual = _tls(tls_dir, with_certificate=True)
     for address, method in calls.items():
-        assert grpc_call_answered(address, method, token), f"{method} failed with the token"
-        assert not grpc_call_answered(address, method, None), f"{method} answered without it"
-        assert not grpc_call_answered(address, method, "0" * 64), f"{method}: a wrong token"
+        assert grpc_call_answered(address, method, token, tls=mutual), f"{method}: not answered"
+        assert not grpc_call_answered(address, method, None, tls=mutual), f"{method}: no token"
+        assert not grpc_call_answered(address, method, "0" * 64, tls=mutual), f"{method}: wrong"
+        # Without the cluster's certificate, or in clear, the token does not help.
+        for tls in (_tls(tls_dir, with_certificate=False), None):
+            assert _refused(address, method, token, tls), (
+                f"{method} answered {'in clear' if tls is None else 'without a certificate'}"
+            )
     print(
-        f"Ray token auth: {len(joined)} Ray processes with the token file; joining refused "
-        f"{sorted(found)}; {sorted(calls.values())} refused without the token"
+        f"Ray token auth and TLS: {len(joined)} Ray processes with the token file and the "
+        f"TLS files; joining refused {sorted(found)}; {sorted(calls.values())} refused without "
+        "the token, without the cluster's certificate and in clear"
     )
+
+
+def _tls(tls_dir: Path, with_certificate: bool) -> ssl.SSLContext:
+    """A gRPC client's TLS: the cluster's CA, and its certificate when ``with_certificate``."""
+    context = ssl.create_default_context(cafile=str(tls_dir / ray_tls.CA_CERT))
+    context.set_alpn_protocols(["h2"])
+    if with_certificate:
+        context.load_cert_chain(tls_dir / ray_tls.NODE_CERT, tls_dir / ray_tls.NODE_KEY)
+    return context
+
+
+def _refused(address: str, method: str, token: str, tls: ssl.SSLContext | None) -> bool:
+    """Whether the gRPC call got no answer: refused, or the connection closed."""
+    try:
+        return not grpc_call_answered(address, method, token, tls=tls)
+    except (AssertionError, OSError):  # ssl.SSLError is an OSError
+        return True
 
 
 def test_a_failed_up_stops_what_it_started(tmp_path: Path) -> None:

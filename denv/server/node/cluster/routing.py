@@ -51,6 +51,7 @@ class Routing(Layers):
         super().__init__(members, caps, store)
         self._booting: set[str] = set()
         self._cancelled: set[str] = set()
+        self._last_states: dict[str, dict[str, str]] = {}  # member: its containers' last answer
 
     # Node: images (any member answers)
     def _first(self, fn: Callable[[Node], T]) -> T:
@@ -170,20 +171,29 @@ class Routing(Layers):
 
     # Node: what runs
     def states(self, env_id: str | None = None) -> dict[str, str]:
+        """The containers' states. A member that does not answer, while Ray still counts it
+        alive (a node just killed, an agent restarting), says nothing about its envs: one
+        env's states are then "engine unavailable" (503, so no one reads its containers as
+        gone), and in the whole list its containers keep their last known states. Whether
+        the node is lost is the reaper's (``lost``), once Ray has seen it dead."""
         if env_id is not None:
             try:
                 return self._routed(env_id, lambda n: n.states(env_id))
-            except NodeLost:
-                return {}
+            except NodeLost as exc:
+                why = f"{exc}: its env's state is unknown"
+                raise ApiError(503, "engine_unavailable", why) from exc
         out: dict[str, str] = {}
         for name in self.live_members():
             try:
                 found = self._call(name, lambda n: n.states())
             except NodeLost:
+                with self._lock:
+                    out.update(self._last_states.get(name, {}))
                 continue
             with self._lock:
                 for cid in found:
                     self._cid.setdefault(cid, name)
+                self._last_states[name] = dict(found)
             out.update(found)
         self._measure_memory()
         return out
