@@ -167,3 +167,24 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         ["ip", "-4", "route", "show", subnet], capture_output=True, text=True, check=True
     ).stdout
     assert left == "", f"the host route to the children was left: {left}"
+
+
+def test_forget_leaves_another_containers_route_to_the_same_subnet(container: int) -> None:
+    """A container's network may go first (taking its route), and another container then
+    claims the same subnet: the first one's ``forget`` must not take the second's route.
+    (In CI a fork's children became unreachable that way.)"""
+    nets = live_net.LiveNet()
+    net = nets.ensure("ctr-test", container)
+    subnet = str(net.subnet)
+    got = subprocess.run(["ip", "route", "get", net.via], capture_output=True, text=True)
+    link = got.stdout.split(" dev ")[1].split()[0]
+    try:
+        # the other container's route to the same subnet, in place of this one's
+        subprocess.run(["ip", "route", "replace", subnet, "dev", link], check=True)
+        nets.forget("ctr-test")
+        left = subprocess.run(
+            ["ip", "-4", "route", "show", subnet], capture_output=True, text=True, check=True
+        ).stdout
+        assert f"dev {link}" in left, f"forget removed another container's route: {left!r}"
+    finally:
+        subprocess.run(["ip", "route", "del", subnet], capture_output=True)

@@ -149,6 +149,7 @@ class ContainerNet:
     pid: int  # the container's pid 1 (its network namespace)
     subnet: ipaddress.IPv4Network
     bridge: int  # the bridge's index in the container's namespace
+    via: str = ""  # the container's address: the host route's gateway
     taken: dict[int, str] = field(default_factory=dict)  # host index -> env
     dns: bool = False  # the gateway forwards to Docker's embedded resolver
     next: int = 2  # where the search for a free address starts (1 is the gateway)
@@ -265,7 +266,8 @@ class LiveNet:
         subnet = ipaddress.IPv4Network(f"{ip}/{plen}", strict=False)
         nat = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "iptables", "-w", "5",
                     "-t", "nat", "-S", "PREROUTING"])  # fmt: skip
-        net = ContainerNet(container, pid, subnet, index, dns=f"-i {BRIDGE} " in nat)
+        via = _container_address(pid)
+        net = ContainerNet(container, pid, subnet, index, via, dns=f"-i {BRIDGE} " in nat)
         # Addresses are handed out in turn from past the highest pair there: the children
         # of before the restart keep theirs (a pair still there refuses its name: EEXIST).
         held = [0]
@@ -274,7 +276,7 @@ class LiveNet:
                 with contextlib.suppress(ValueError):
                     held.append(int(name[len(PAIR_PREFIX) :], 16))
         net.next = max(held) + 1
-        self._route(net, _container_address(pid))
+        self._route(net, via)
         return net
 
     def _make(self, container: str, pid: int) -> ContainerNet:
@@ -289,13 +291,13 @@ class LiveNet:
             )
         except NetError:
             with contextlib.suppress(NetError):
-                _run(["ip", "route", "del", str(subnet)])
+                _run(["ip", "route", "del", str(subnet), "via", addr])
             raise
         with open_netlink(pid) as nl:
             index = next((a[3] for a in _dump_addrs(nl) if a[0] == BRIDGE), 0)
         if not index:
             raise NetError(f"the bridge {BRIDGE} was not made in the env's network namespace")
-        net = ContainerNet(container, pid, subnet, index, dns="dns udp" in out)
+        net = ContainerNet(container, pid, subnet, index, addr, dns="dns udp" in out)
         log.info("live children of %s: %s via %s", container[:12], subnet, addr)
         return net
 
@@ -416,8 +418,10 @@ class LiveNet:
                 if net.nl is not None:
                     net.nl.close()  # it would keep the container's namespace alive
                     net.nl = None
+            # Only the route via this container: when its network went first (taking the
+            # route), another container may hold the same subnet by now.
             with contextlib.suppress(NetError):
-                _run(["ip", "route", "del", str(net.subnet)])
+                _run(["ip", "route", "del", str(net.subnet), "via", net.via])
 
 
 def prune_routes(keep: set[str]) -> list[str]:
@@ -433,7 +437,7 @@ def prune_routes(keep: set[str]) -> list[str]:
         via = words[words.index("via") + 1]
         if via not in keep:
             with contextlib.suppress(NetError):
-                _run(["ip", "route", "del", words[0]])
+                _run(["ip", "route", "del", words[0], "via", via])
                 removed.append(words[0])
     return removed
 
