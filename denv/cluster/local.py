@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -181,9 +182,21 @@ def _ray_addresses(state: dict[str, Any]) -> list[str]:
     """Where the cluster's Ray processes listen: loopback, or an isolated cluster's gateway
     (its head) and nodes' addresses."""
     iso = state.get("isolated")
-    if not iso:
-        return ["127.0.0.1"]
+    if not iso:  # Ray also dials this machine's own addresses, not only loopback
+        return ["127.0.0.1", *_local_addresses()]
     return [iso["gateway"], *(node["ip"] for node in iso["nodes"].values())]
+
+
+def _local_addresses() -> list[str]:
+    """This machine's IPv4 addresses (``ip -4 -o addr``), loopback's aside."""
+    try:
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=False
+        ).stdout
+    except OSError:
+        return []
+    found = [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
+    return [a for a in found if not a.startswith("127.")]
 
 
 def _make_isolated(
