@@ -27,7 +27,7 @@ import pytest
 from conftest import LocalDenv, leftovers, start_server
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, assert_gone, message, state_of
+from provider_helpers import ECHO_IMAGE, assert_gone, live_pid, message, state_of
 from websockets.sync.client import connect
 
 from denv import Conflict, Denv, Env
@@ -71,24 +71,6 @@ def listening_pid(container: str, port: int) -> int:
             if target.startswith("socket:[") and target[8:-1] in inodes:
                 return int(pid)
     raise AssertionError(f"no process of {container[:12]} listens on {port}")
-
-
-def live_pid(env_id: str) -> int:
-    """The host pid of a live env's server: pid 1 of its own pid namespace, in the cgroup
-    named after it (whether it serves its own port in its container's network namespace or
-    the env's port in one of its own: ``denv serve --live-netns``)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            text = (proc / "cgroup").read_text()
-        except OSError:
-            continue
-        if f"/denv-live/{env_id}\n" in text:
-            found.append(int(proc.name))
-    assert found, f"no process of live env {env_id}"
-    return min(found)
 
 
 def work_of(env: Env, group: str) -> Path:

@@ -27,7 +27,7 @@ import pytest
 from conftest import LocalDenv, start_server
 from openenv.core import GenericEnvClient
 from outside_host import OutsideHost, outside_host
-from provider_helpers import ECHO_IMAGE, assert_gone, message
+from provider_helpers import ECHO_IMAGE, assert_gone, live_pid, message
 
 from denv import Denv, Env
 
@@ -59,23 +59,6 @@ print(json.dumps(out))
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
     with start_server(tmp_path_factory.mktemp("denv-netns"), "--live-netns", "on") as srv:
         yield srv
-
-
-def live_pid(env_id: str) -> int:
-    """The host pid of a live env's server process: pid 1 of its own pid namespace, in
-    the cgroup named after it."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            text = (proc / "cgroup").read_text()
-        except OSError:
-            continue
-        if f"/denv-live/{env_id}\n" in text:
-            found.append(int(proc.name))
-    assert found, f"no process of {env_id} found"
-    return min(found)
 
 
 def container_pid_of(env_id: str) -> int:
