@@ -108,7 +108,18 @@ def clean(state_dir: Path) -> None:
             break
         for m in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True)
+    keep_logs(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def keep_logs(state_dir: Path) -> None:
+    """Copy the server's logs beside ``state_dir`` (``NAME-logs``) before it is removed: a
+    failure in CI is read from them (pytest keeps its last three base temp dirs)."""
+    kept = state_dir.with_name(f"{state_dir.name}-logs")
+    for name in ("server.log", "server.out"):
+        if (state_dir / name).is_file():
+            kept.mkdir(exist_ok=True)
+            shutil.copyfile(state_dir / name, kept / name)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

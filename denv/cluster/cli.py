@@ -81,9 +81,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_true",
                 help="delete the cluster's directory too (node layers, the server's database)",
             )
+    ca = sub.add_parser(
+        "tls-ca",
+        help="make a CA for Ray's TLS on machines `up` does not start (Kubernetes: a Secret)",
+        description="Make a CA (ca.crt, ca.key) for Ray's TLS in DIR (0700, the key 0600). "
+        "Give it to every Ray machine or pod; each makes its own certificate with tls-cert "
+        "(docs/kubernetes.md).",
+    )
+    ca.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write")
+    cert = sub.add_parser(
+        "tls-cert",
+        help="make this Ray node's TLS certificate, signed by a CA of tls-ca",
+        description="Make node.crt and node.key, signed by the CA in --ca, naming this "
+        "node's addresses and names, in DIR beside a copy of ca.crt; then run Ray with "
+        "RAY_USE_TLS=1 and RAY_TLS_SERVER_CERT, RAY_TLS_SERVER_KEY, RAY_TLS_CA_CERT naming them.",
+    )
+    cert.add_argument("--ca", type=Path, required=True, metavar="DIR", help="the CA's dir")
+    cert.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write")
+    cert.add_argument(
+        "--address",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="an address Ray dials this node at (repeatable; loopback is always named)",
+    )
+    cert.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a DNS name Ray dials this node by, e.g. a Service's (repeatable)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.action in ("tls-ca", "tls-cert"):
+        return _tls(args)
     try:
         from . import local
         from .processes import ClusterError
@@ -103,6 +136,25 @@ def main(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         print(f"denv cluster {args.action}: {exc}", file=sys.stderr)
         return 1
+
+
+def _tls(args: argparse.Namespace) -> int:
+    try:
+        from . import ray_tls
+    except ImportError as exc:
+        print(f"denv cluster: needs {exc.name}: pip install 'denv[cluster]'", file=sys.stderr)
+        return 1
+    try:
+        if args.action == "tls-ca":
+            where = ray_tls.create_ca(args.out)
+            print(f"denv cluster tls-ca: a CA in {where}: keep ca.key secret", file=sys.stderr)
+        else:
+            where = ray_tls.issue(args.ca, args.out, args.address, args.dns)
+            print(f"denv cluster tls-cert: node.crt and node.key in {where}", file=sys.stderr)
+    except (ray_tls.TLSError, OSError) as exc:
+        print(f"denv cluster {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _up(cluster_dir: Path, args: argparse.Namespace) -> int:

@@ -12,7 +12,10 @@ files, and keeps the token and the calls off the wire in clear.
     env = tls_env(cluster_dir / TLS_DIR)                       # {} when there is none
 
 The CA's key is only needed to issue certificates; ``create`` keeps it (0600) beside the
-others, so that a node added later can be given one.
+others, so that a node added later can be given one. Where machines are not started by
+``denv cluster up`` (Kubernetes pods, whose addresses are known only when they start),
+``create_ca`` makes the CA once and ``issue`` gives each node its own certificate
+(``denv cluster tls-ca`` and ``tls-cert``).
 """
 
 from __future__ import annotations
@@ -39,18 +42,28 @@ USE_VAR, CERT_VAR, KEY_VAR, CA_VAR = (
     "RAY_TLS_CA_CERT",
 )
 TLS_VARS = (USE_VAR, CERT_VAR, KEY_VAR, CA_VAR)
+CA_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "denv cluster CA")])
+NODE_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "denv cluster node")])
+
+
+class TLSError(Exception):
+    """A CA or certificate cannot be made: the message names what and the fix."""
 
 
 def create(directory: Path, addresses: Sequence[str]) -> Path:
     """A new CA and one certificate for every Ray process of the cluster, naming
     ``addresses`` (and loopback), in ``directory`` (made 0700; keys 0600). Returns it."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    create_ca(directory)
+    return issue(directory, directory, addresses)
+
+
+def create_ca(directory: Path) -> Path:
+    """A new CA (``ca.crt``, ``ca.key``) in ``directory`` (made 0700; the key 0600)."""
+    _private_dir(directory)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "denv cluster CA")])
     ca = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now)
+        _builder(CA_NAME, CA_NAME, ca_key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -68,13 +81,42 @@ def create(directory: Path, addresses: Sequence[str]) -> Path:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    node_key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    _write(directory / CA_KEY, _key_pem(ca_key))
+    _write(directory / CA_CERT, ca.public_bytes(serialization.Encoding.PEM))
+    return directory
+
+
+def issue(
+    ca_dir: Path, directory: Path, addresses: Sequence[str], dns_names: Sequence[str] = ()
+) -> Path:
+    """A node certificate and key signed by the CA of ``ca_dir``, naming ``addresses``,
+    ``dns_names``, loopback and ``localhost``, in ``directory`` beside a copy of the CA's
+    certificate (never its key, unless ``directory`` is ``ca_dir``). Returns ``directory``.
+
+    A Kubernetes pod runs this at its start (``denv cluster tls-cert``) with its own
+    address, since pod addresses are known only then."""
+    try:
+        ca = x509.load_pem_x509_certificate((ca_dir / CA_CERT).read_bytes())
+        ca_key = serialization.load_pem_private_key((ca_dir / CA_KEY).read_bytes(), None)
+    except (OSError, ValueError) as exc:
+        raise TLSError(
+            f"no CA in {ca_dir} ({exc}): make one with `denv cluster tls-ca --out {ca_dir}`"
+        ) from None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TLSError(f"{ca_dir / CA_KEY} is not an EC key made by `denv cluster tls-ca`")
+    names: list[x509.GeneralName] = [
+        x509.DNSName(n) for n in dict.fromkeys(["localhost", *dns_names])
+    ]
     for address in dict.fromkeys(["127.0.0.1", *addresses]):
-        names.append(x509.IPAddress(ipaddress.ip_address(address)))
-    node_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "denv cluster node")])
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(address)))
+        except ValueError:
+            raise TLSError(f"{address!r} is not an IP address (names go in --dns)") from None
+    _private_dir(directory)
+    now = datetime.datetime.now(datetime.UTC)
+    node_key = ec.generate_private_key(ec.SECP256R1())
     node = (
-        _builder(node_name, ca_name, node_key.public_key(), now)
+        _builder(NODE_NAME, ca.subject, node_key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(
@@ -85,11 +127,16 @@ def create(directory: Path, addresses: Sequence[str]) -> Path:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write(directory / CA_KEY, _key_pem(ca_key))
     _write(directory / NODE_KEY, _key_pem(node_key))
-    _write(directory / CA_CERT, ca.public_bytes(serialization.Encoding.PEM))
     _write(directory / NODE_CERT, node.public_bytes(serialization.Encoding.PEM))
+    if directory.resolve() != ca_dir.resolve():
+        _write(directory / CA_CERT, ca.public_bytes(serialization.Encoding.PEM))
     return directory
+
+
+def _private_dir(directory: Path) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
 
 
 def tls_env(directory: Path) -> dict[str, str]:

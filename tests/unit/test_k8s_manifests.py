@@ -10,11 +10,15 @@ settings that must agree with `denv serve` (its flags, its egress ranges, its en
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -345,3 +349,135 @@ def test_rbac_grants_no_wildcards_and_nothing_cluster_wide() -> None:
         assert spec.get("serviceAccountName"), where
         if "node-agent" not in where and "denv-node" not in where:
             assert spec.get("automountServiceAccountToken") is False, where
+
+
+RAY_TLS_FILES = {
+    "RAY_TLS_SERVER_CERT": "node.crt",
+    "RAY_TLS_SERVER_KEY": "node.key",
+    "RAY_TLS_CA_CERT": "ca.crt",
+}
+
+
+def _ray_pods() -> Iterator[tuple[str, Resource, list[Resource]]]:
+    """(where, pod spec, its Ray containers): the Ray head, denv serve, the node agent."""
+    for where, spec in _pod_specs():
+        ray = [
+            c
+            for c in spec["containers"]
+            if "ray start" in " ".join([*c.get("command", []), *c.get("args", [])])
+            or any(a.startswith("--cluster=") for a in c.get("args", []))
+        ]
+        if ray:
+            yield where, spec, ray
+
+
+def _tls_init(spec: Resource) -> Resource:
+    found = [c for c in spec.get("initContainers", []) if c["name"] == "ray-tls"]
+    assert len(found) == 1, "no init container ray-tls"
+    return found[0]
+
+
+def test_every_ray_process_speaks_mutual_tls_with_a_certificate_its_pod_made() -> None:
+    """Each Ray container runs with RAY_USE_TLS=1 and files of a memory-backed volume that the
+    pod's init container fills with `denv cluster tls-cert` for the pod's own address; the
+    CA's key (Secret denv-ray-ca, 0400) is mounted in that init container only."""
+    ray_containers = 0
+    for where, spec, ray in _ray_pods():
+        init = _tls_init(spec)
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        out = next(a.split("=", 1)[1] for a in init["args"] if a.startswith("--out="))
+        ca = next(a.split("=", 1)[1] for a in init["args"] if a.startswith("--ca="))
+        assert init["command"] == ["denv", "cluster", "tls-cert"], where
+        assert "--address=$(POD_IP)" in init["args"], where
+        pod_ip = next(e for e in init["env"] if e["name"] == "POD_IP")
+        assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+        assert volumes[mounts[ca]]["secret"]["secretName"] == "denv-ray-ca", where
+        assert volumes[mounts[ca]]["secret"]["defaultMode"] == 0o400
+        assert volumes[mounts[out]]["emptyDir"]["medium"] == "Memory", where
+        for c in ray:
+            ray_containers += 1
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            assert env["RAY_USE_TLS"] == "1", (where, c["name"])
+            for var, name in RAY_TLS_FILES.items():
+                assert env[var] == f"{out}/{name}", (where, c["name"], var)
+            theirs = {m["mountPath"]: m for m in c["volumeMounts"]}
+            assert theirs[out]["name"] == mounts[out] and theirs[out]["readOnly"], c["name"]
+            assert ca not in theirs, f"{where}/{c['name']} mounts the CA's key"
+    assert ray_containers == 3, "the Ray head, denv serve and the node agent"
+
+
+def _tls_cert_argv(spec: Resource, pod_ip: str) -> list[str]:
+    """The init container's command line, as the kubelet runs it for a pod at ``pod_ip``."""
+    init = _tls_init(spec)
+    return [*init["command"], *(a.replace("$(POD_IP)", pod_ip) for a in init["args"])]
+
+
+def test_the_certificates_the_pods_make_pass_a_mutual_tls_handshake(tmp_path: Path) -> None:
+    """The init containers' own command lines, run here (a CA made by `denv cluster tls-ca`,
+    as docs/kubernetes.md says): a node agent's certificate and the control plane's
+    complete a mutual TLS handshake on loopback, the agent checking the name it dials the
+    Ray head by (node-agent.yaml's `ray start --address`), and each side the CA."""
+    cli = [sys.executable, "-m", "denv"]
+    ca = tmp_path / "ca"
+    subprocess.run([*cli, "cluster", "tls-ca", "--out", str(ca)], check=True, timeout=60)
+    assert (ca / "ca.key").stat().st_mode & 0o777 == 0o600
+    made = {}
+    for name, kind, ip in (
+        ("head", "Deployment/denv-control-plane", "10.42.0.7"),
+        ("agent", "DaemonSet/denv-node", "10.42.1.9"),
+    ):
+        spec = dict(_pod_specs())[kind]
+        argv = _tls_cert_argv(spec, ip)
+        argv = [a.replace("/etc/denv/ray-ca", str(ca)) for a in argv]
+        argv = [a.replace("/etc/denv/ray-tls", str(tmp_path / name)) for a in argv]
+        subprocess.run([*cli, *argv[1:]], check=True, timeout=60)
+        assert not (tmp_path / name / "ca.key").exists(), "the CA's key copied beside the cert"
+        made[name] = tmp_path / name
+    agent_args = " ".join(dict(_pod_specs())["DaemonSet/denv-node"]["containers"][0]["args"])
+    head_name = agent_args.split("--address=", 1)[1].split(":", 1)[0]
+
+    def context(side: int, who: Path) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(side)
+        ctx.load_cert_chain(who / "node.crt", who / "node.key")
+        ctx.load_verify_locations(who / "ca.crt")
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    server_ctx = context(ssl.PROTOCOL_TLS_SERVER, made["head"])
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        seen: list[object] = []
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                seen.append(tls.getpeercert())
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        client_ctx = context(ssl.PROTOCOL_TLS_CLIENT, made["agent"])
+        with (
+            socket.create_connection(listener.getsockname(), timeout=10) as raw,
+            client_ctx.wrap_socket(raw, server_hostname=head_name) as tls,
+        ):
+            peer = tls.getpeercert() or {}
+        sans = {value for kind, value in peer.get("subjectAltName", ()) if kind == "IP Address"}
+        assert "10.42.0.7" in sans, f"the head's certificate lacks its pod address: {sans}"
+        thread.join(10)
+    assert seen and seen[0], "the head saw no client certificate"
+    # A name the head's certificate does not hold is refused.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        thread = threading.Thread(target=lambda: _accept_quietly(listener, server_ctx))
+        thread.start()
+        with (
+            socket.create_connection(listener.getsockname(), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError, match="match"),
+        ):
+            client_ctx.wrap_socket(raw, server_hostname="ray.elsewhere.example")
+        thread.join(10)
+
+
+def _accept_quietly(listener: socket.socket, ctx: ssl.SSLContext) -> None:
+    conn, _ = listener.accept()
+    with contextlib.suppress(ssl.SSLError, OSError), ctx.wrap_socket(conn, server_side=True):
+        pass

@@ -125,3 +125,28 @@ def test_a_token_with_the_files_beside_it_turns_tls_on(tls: Path) -> None:
     alone.mkdir()
     bare = ray_auth.create_token_file(alone / ray_auth.TOKEN_FILE)
     assert "RAY_USE_TLS" not in ray_auth.process_env(bare)
+
+
+def test_a_node_certificate_is_issued_by_an_existing_ca_without_its_key(tmp_path: Path) -> None:
+    """`denv cluster tls-cert` (Kubernetes pods, machines `up` does not start): a CA made
+    once signs each node's certificate, which names the node's addresses and DNS names;
+    the CA's key stays where it was."""
+    ca = ray_tls.create_ca(tmp_path / "ca")
+    node = ray_tls.issue(ca, tmp_path / "node", ["10.1.2.3"], ["denv-ray.denv-system.svc"])
+    assert sorted(p.name for p in node.iterdir()) == ["ca.crt", "node.crt", "node.key"]
+    cert = x509.load_pem_x509_certificate((node / "node.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(a) for a in sans.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "10.1.2.3"}
+    assert set(sans.get_values_for_type(x509.DNSName)) == {"localhost", "denv-ray.denv-system.svc"}
+    ca_cert = x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes())
+    cert.verify_directly_issued_by(ca_cert)
+    assert stat.S_IMODE((node / "node.key").stat().st_mode) == 0o600
+
+
+def test_issuing_without_a_ca_or_with_a_bad_address_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ray_tls.TLSError, match="denv cluster tls-ca --out"):
+        ray_tls.issue(tmp_path / "none", tmp_path / "node", ["10.1.2.3"])
+    ca = ray_tls.create_ca(tmp_path / "ca")
+    with pytest.raises(ray_tls.TLSError, match=r"not an IP address \(names go in --dns\)"):
+        ray_tls.issue(ca, tmp_path / "node", ["denv-ray"])
+    assert not (tmp_path / "node").exists(), "a refused certificate left a directory"
