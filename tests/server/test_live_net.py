@@ -188,3 +188,30 @@ def test_forget_leaves_another_containers_route_to_the_same_subnet(container: in
         assert f"dev {link}" in left, f"forget removed another container's route: {left!r}"
     finally:
         subprocess.run(["ip", "route", "del", subnet], capture_output=True)
+
+
+def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int) -> None:
+    """A server's start prunes stale routes while another server's container may be claiming
+    its own: a route claimed after the prune read the routes is not touched, even when the
+    prune's list of running containers (read after) misses that container. (Read the other
+    way round, the fresh route looked stale, and the children behind it were cut off.)"""
+    nets = live_net.LiveNet()
+    claimed: list[live_net.ContainerNet] = []
+
+    def running() -> set[str]:
+        claimed.append(nets.ensure("ctr-late", container))  # claims its route now
+        out = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+        vias = {ln.split(" via ")[1].split()[0] for ln in out.splitlines() if " via " in ln}
+        return vias - {claimed[0].via}  # every other route kept: this test prunes nothing
+
+    try:
+        live_net.prune_routes(running)
+        left = subprocess.run(
+            ["ip", "-4", "route", "show", str(claimed[0].subnet)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"via {claimed[0].via}" in left, "the prune removed a route claimed meanwhile"
+    finally:
+        nets.forget("ctr-late")

@@ -40,6 +40,7 @@ import socket
 import struct
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -424,11 +425,16 @@ class LiveNet:
                 _run(["ip", "route", "del", str(net.subnet), "via", net.via])
 
 
-def prune_routes(keep: set[str]) -> list[str]:
+def prune_routes(running: Callable[[], set[str]]) -> list[str]:
     """Remove this host's routes to children's subnets whose gateway is not the address of
-    a running container in ``keep`` (addresses): left by a server that stopped without
-    removing them. Returns the subnets removed."""
+    a running container (``running()``: their addresses): left by a server that stopped
+    without removing them. Returns the subnets removed.
+
+    The routes are read before the containers: a container that claims its route between
+    the two reads is then running when the second is made (read the other way round, its
+    fresh route would look stale, and its children would be cut off)."""
     out = _run(["ip", "-4", "route", "show", "root", str(SUBNETS)])
+    keep = running()
     removed = []
     for line in out.splitlines():
         words = line.split()

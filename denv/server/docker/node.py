@@ -312,17 +312,18 @@ class DockerNode:
         """Host routes to live children's subnets whose container no longer runs (any
         server's: a route names only an address), left by a server that stopped before it
         removed its env's network (which takes the route with it)."""
+
+        def running() -> set[str]:
+            return {
+                str(n.get("IPAddress") or "")
+                for c in self.engine.api.containers()
+                for n in ((c.get("NetworkSettings") or {}).get("Networks") or {}).values()
+            } - {""}
+
         try:
-            running = self.engine.api.containers()
-        except Exception:  # the engine is checked elsewhere: keep the routes meanwhile
+            live_net.prune_routes(running)
+        except Exception:  # the engine and `ip` are checked elsewhere: the routes stay
             return
-        keep = {
-            str(n.get("IPAddress") or "")
-            for c in running
-            for n in ((c.get("NetworkSettings") or {}).get("Networks") or {}).values()
-        }
-        with contextlib.suppress(live_net.NetError):
-            live_net.prune_routes(keep - {""})
 
     def recover(
         self,
