@@ -1,6 +1,7 @@
 """The cluster (issue 18) against one node, side by side in one run.
 
     .venv/bin/python -m bench.bench_cluster [--rounds 8] [--cap 4] [--out bench/results]
+    .venv/bin/python -m bench.bench_cluster --isolated    # nodes that share nothing
     make bench-cluster
 
 Local clusters (``denv.cluster.local``: Ray nodes on this machine, a node agent each,
@@ -178,10 +179,11 @@ def durable(c: httpx.Client, mb: int = 32) -> dict[str, Any]:
     }
 
 
-def _with_cluster(root: Path, nodes: int, cap: int, fn: Any) -> Any:
+def _with_cluster(root: Path, nodes: int, cap: int, fn: Any, isolated: bool = False) -> Any:
     cluster_dir = root / f"c{nodes}-cap{cap}"
-    log.info("starting a local cluster of %d node(s) (cap %d)", nodes, cap)
-    state = local.up(cluster_dir, nodes=nodes, max_envs=cap)
+    log.info("starting a local cluster of %d node(s) (cap %d, isolated %s)", nodes, cap, isolated)
+    images = (STANDIN,) if isolated else ()
+    state = local.up(cluster_dir, nodes=nodes, max_envs=cap, isolated=isolated, images=images)
     try:
         with _client(state, cluster_dir) as c:
             return fn(c)
@@ -198,19 +200,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=4, help="envs per node for the capacity run")
     parser.add_argument("--relay-steps", type=int, default=2000, help="per side, relay part")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="nodes that share nothing (denv cluster up --isolated: a namespace, a Docker "
+        "Engine and a relay each); results in cluster-isolated.{json,md}",
+    )
     args = parser.parse_args(argv)
+    iso = args.isolated
+    name = "cluster-isolated" if iso else "cluster"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     before = conditions()
     with tempfile.TemporaryDirectory(prefix="denv-bench-cluster-") as tmp:
         root = Path(tmp)
-        one = _with_cluster(root, 1, 0, lambda c: warm_forks(c, args.rounds))
-        three = _with_cluster(root, 3, 0, lambda c: (warm_forks(c, args.rounds), durable(c)))
-        cap1 = _with_cluster(root, 1, args.cap, lambda c: capacity(c, 4 * args.cap))
-        cap3 = _with_cluster(root, 3, args.cap, lambda c: capacity(c, 4 * args.cap))
+        one = _with_cluster(root, 1, 0, lambda c: warm_forks(c, args.rounds), iso)
+        three = _with_cluster(root, 3, 0, lambda c: (warm_forks(c, args.rounds), durable(c)), iso)
+        cap1 = _with_cluster(root, 1, args.cap, lambda c: capacity(c, 4 * args.cap), iso)
+        cap3 = _with_cluster(root, 3, args.cap, lambda c: capacity(c, 4 * args.cap), iso)
     relay = bench_relay.measure(args.relay_steps)  # processes of its own: no cluster needed
     forks3, store = three
     result = {
         "machine": machine(),
+        "isolated": iso,
         "conditions": {"before": before, "after": conditions()},
         "warm_fork8": {
             "one_node": one,
@@ -229,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         "relay_step": relay,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "cluster.json", result)
+    write_json(args.out / f"{name}.json", result)
     wf, cp = result["warm_fork8"], result["capacity"]
     lines = [
-        "# Cluster (issue 18): 3 local nodes against 1, one run",
+        "# Cluster (issue 18): 3 local nodes against 1, one run"
+        + (" (isolated nodes: a namespace, an engine and a relay each)" if iso else ""),
         "",
         "| measure | 1 node | 3 nodes | result |",
         "| --- | --- | --- | --- |",
@@ -251,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         *bench_relay.table(relay),
         "",
     ]
-    (args.out / "cluster.md").write_text("\n".join(lines))
+    (args.out / f"{name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -8,7 +8,7 @@
 BENCH_STATE_DIR ?= /tmp/denv-bench-$(shell id -u)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster bench-relay bench-upload bench-layer-stream bench-console
+.PHONY: bench bench-quick bench-report bench-limits bench-trainer bench-live bench-egress bench-cluster bench-cluster-isolated bench-relay bench-upload bench-layer-stream bench-console
 
 bench: $(VENV_STAMP) docker images
 	$(PY) -m bench --state-dir $(BENCH_STATE_DIR) $(BENCH_ARGS)
@@ -47,6 +47,11 @@ bench-egress: $(VENV_STAMP) docker images
 ## caps on 3 nodes against 1, a snapshot to durable (bench/bench_cluster.py; ~10 min).
 bench-cluster: $(VENV_STAMP) docker images
 	$(PY) -m bench.bench_cluster $(BENCH_ARGS)
+
+## The same on nodes that share nothing (denv cluster up --isolated: a network namespace, a
+## Docker Engine and a relay each): bench/results/cluster-isolated.{json,md} (~15 min).
+bench-cluster-isolated: $(VENV_STAMP) docker images
+	$(PY) -m bench.bench_cluster --isolated $(BENCH_ARGS)
 
 ## Issue 27's relay target: a WebSocket step through the ingress straight to an env against
 ## through a node relay in its own process, side by side (bench/bench_relay.py; ~1 min).
