@@ -61,7 +61,7 @@ test-prereqs: $(TEST_PREREQS)
 
 test:
 	$(MAKE) --no-print-directory -j4 test-prereqs
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q --durations=30 --junitxml=.cache/test-report.xml
 	scripts/test_installed.sh
 
 ## The live-fork e2e tests against the installed wheel (a clean venv, the tests copied out of
