@@ -39,8 +39,9 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
 
 ``{"op": "hello"}``
     ``{"pid": ..., "env": id, "threads": [...], "unknown_threads": [...], "frozen": n,
-    "huge_kib": n, "modules": [...]}`` (objects kept out of collections; memory in huge
-    pages; the names in ``sys.modules``)
+    "huge_kib": n, "modules": [...], "warm": {...} | null, "sessions": n}`` (objects kept
+    out of collections; memory in huge pages; the names in ``sys.modules``; the outcome of
+    a zygote's warm-up; OpenEnv sessions open)
 ``{"op": "preload", "modules": [name, ...], "warm": bool}``
     import each named module not imported yet (a zygote, before its first copy), and with
     ``warm`` serve one session-less request in-process (OpenEnv's ``GET /metadata``), answer
@@ -449,6 +450,7 @@ class Live:
         self.serving: asyncio.Task[None] | None = None
         self.setting_up: asyncio.Task[None] | None = None
         self.stages: list[tuple[str, float, int]] = []  # a child's start (DENV_LIVE_TRACE)
+        self.warmed: dict[str, Any] | None = None  # the warm-up's outcome (a zygote's)
 
     # serving
     async def serve(self, server: Any, serve: Any, sockets: Any) -> None:
@@ -482,11 +484,13 @@ class Live:
                         "frozen": gc.get_freeze_count(),
                         "huge_kib": _anon_huge_kib(),
                         "modules": sorted(sys.modules),
+                        "warm": self.warmed,
+                        "sessions": sum(len(getattr(x, "_sessions", {})) for x in OPENENV_SERVERS),
                     }
                 elif op == "preload":
                     out = preload(req.get("modules") or [])
                     if req.get("warm"):
-                        out["warm"] = await self._warm()
+                        out["warm"] = self.warmed = await self._warm()
                         out["unknown_threads"] = unknown_threads()
                 elif op == "gate":
                     self.gate.open.clear()
