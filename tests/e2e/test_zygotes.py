@@ -109,6 +109,12 @@ def test_a_live_start_copies_the_keys_zygote(server: LocalDenv) -> None:
             assert len(ready) == 1
             zygote_id, owner, _ = ready[0]
             assert owner.startswith("zygote:")
+            # Before its first copy the zygote served one session-less request in-process
+            # (OpenEnv's GET /metadata: the first Environment built, once) and holds no
+            # OpenEnv session.
+            said = wait_for("the zygote's warm-up", lambda: warmed(server, zygote_id))
+            assert said["warm"]["path"] == "/metadata" and said["warm"]["status"] == 200
+            assert said["sessions"] == 0 and not said["unknown_threads"]
 
             children = [start(server) for _ in range(2)]
             started += [p for p, _ in children]
@@ -167,14 +173,25 @@ def test_a_live_start_copies_the_keys_zygote(server: LocalDenv) -> None:
     assert out.split() == []
 
 
-def modules_of(server: LocalDenv, env_id: str) -> set[str]:
-    """The modules the env's server process has imported (its launcher says)."""
+def hello_of(server: LocalDenv, env_id: str) -> dict[str, Any]:
+    """What the env's server process's launcher says of it (``hello``)."""
     from denv.server.docker import live
 
     with sqlite3.connect(server.state_dir / "denv.db") as con:
         (raw,) = con.execute("SELECT runtime FROM envs WHERE id = ?", (env_id,)).fetchone()
     proc = json.loads(raw)["live"]
-    return set(live.hello(live.Proc(int(proc["pid"]), int(proc["start"])))["modules"])
+    return live.hello(live.Proc(int(proc["pid"]), int(proc["start"])))
+
+
+def warmed(server: LocalDenv, env_id: str) -> dict[str, Any] | None:
+    """The launcher's ``hello`` once the zygote's warm-up is done, else None."""
+    said = hello_of(server, env_id)
+    return said if said.get("warm") else None
+
+
+def modules_of(server: LocalDenv, env_id: str) -> set[str]:
+    """The modules the env's server process has imported (its launcher says)."""
+    return set(hello_of(server, env_id)["modules"])
 
 
 def note(env: Env, text: str | None = None) -> str | None:

@@ -443,6 +443,8 @@ def modules(proc: Proc) -> list[str]:
 
 
 def preload(proc: Proc, names: list[str], timeout_s: float = 60.0) -> dict[str, Any]:
-    """Have a live server process import ``names`` (see the launcher's ``preload``)."""
+    """Have a live server process import ``names`` and serve one session-less warm-up
+    request in-process (see the launcher's ``preload``)."""
     with _connect(ctl_path(proc.pid), timeout_s) as sock:
-        return _ask(sock, {"op": "preload", "modules": names}, sock.makefile("rb"))
+        req = {"op": "preload", "modules": names, "warm": True}
+        return _ask(sock, req, sock.makefile("rb"))

@@ -318,27 +318,32 @@ class Zygotes:
         """Import in the zygote what ``first`` (the env of its configuration that booted
         before it, and has served its client since) imported once it served: the modules a
         server imports in its first session, which each copy would otherwise import in its
-        own (no session is opened on the zygote). False when the zygote now runs a thread
-        of its own (it can no longer be copied); a failure to ask is only logged."""
+        own (no session is opened on the zygote); and warm it with one session-less request
+        (the launcher's ``warm``), even when ``first`` is gone already. False when the
+        zygote now runs a thread of its own (it can no longer be copied); a failure to ask
+        is only logged."""
         node = self.ctx.node
-        rec = self.ctx.store.get_env(first.id)
-        if rec is None or rec.runtime.live is None or zygote.runtime.live is None:
+        if zygote.runtime.live is None:
             return True
+        rec = self.ctx.store.get_env(first.id)
         try:
-            learnt = set(node.live_modules(rec.runtime.live))
-            missing = sorted(learnt - set(node.live_modules(zygote.runtime.live)))
-            out = node.live_preload(zygote.runtime.live, missing) if missing else {}
+            missing: list[str] = []
+            if rec is not None and rec.runtime.live is not None and rec.status in READY:
+                learnt = set(node.live_modules(rec.runtime.live))
+                missing = sorted(learnt - set(node.live_modules(zygote.runtime.live)))
+            out = node.live_preload(zygote.runtime.live, missing)
         except Exception as exc:  # LiveError, or a cluster node's error: no preload
             why = exc.message if isinstance(exc, LiveError) else repr(exc)
             log.info("zygote: preloading %s failed: %s", zygote.id, why)
             return True
         log.info(
-            "zygote: %s preloaded %s of %d modules %s served with (%.1f ms)",
+            "zygote: %s preloaded %s of %d modules %s served with (%.1f ms), warmed: %s",
             zygote.id,
             out.get("imported", 0),
             len(missing),
             first.id,
             float(out.get("ms", 0.0)),
+            out.get("warm"),
         )
         return not out.get("unknown_threads")
 

@@ -39,11 +39,14 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
 
 ``{"op": "hello"}``
     ``{"pid": ..., "env": id, "threads": [...], "unknown_threads": [...], "frozen": n,
-    "huge_kib": n, "modules": [...]}`` (objects kept out of collections; memory in huge
-    pages; the names in ``sys.modules``)
-``{"op": "preload", "modules": [name, ...]}``
-    import each named module not imported yet (a zygote, before its first copy), answer
-    ``{"ok": true, "imported": n, "failed": n, "ms": ..., "unknown_threads": [...]}``
+    "huge_kib": n, "modules": [...], "warm": {...} | null, "sessions": n}`` (objects kept
+    out of collections; memory in huge pages; the names in ``sys.modules``; the outcome of
+    a zygote's warm-up; OpenEnv sessions open)
+``{"op": "preload", "modules": [name, ...], "warm": bool}``
+    import each named module not imported yet (a zygote, before its first copy), and with
+    ``warm`` serve one session-less request in-process (OpenEnv's ``GET /metadata``), answer
+    ``{"ok": true, "imported": n, "failed": n, "ms": ..., "warm": {...},
+    "unknown_threads": [...]}``
 ``{"op": "gate", "timeout_s": s}``
     close admission (new HTTP requests and each new WebSocket message wait), wait until no
     request and no worker job is in flight, answer ``{"ok": true, "wait_ms": ..., "hold":
@@ -332,13 +335,15 @@ def reset_thread_pools(loop: asyncio.AbstractEventLoop) -> None:
         ex._threads.clear()  # type: ignore[attr-defined]
         ex._idle_semaphore = threading.Semaphore(0)
         ex._shutdown_lock = threading.Lock()
-    with contextlib.suppress(Exception):
-        from collections import deque
+    # Only where the parent loaded anyio's asyncio backend: else it has no anyio worker to
+    # forget, and importing it here cost each child ~20 ms of CPU (a zygote's copies).
+    anyio_asyncio = sys.modules.get("anyio._backends._asyncio")
+    if anyio_asyncio is not None:
+        with contextlib.suppress(Exception):
+            from collections import deque
 
-        from anyio._backends import _asyncio as anyio_asyncio
-
-        anyio_asyncio._threadpool_idle_workers.set(deque())
-        anyio_asyncio._threadpool_workers.set(set())
+            anyio_asyncio._threadpool_idle_workers.set(deque())
+            anyio_asyncio._threadpool_workers.set(set())
     loop._default_executor = None  # type: ignore[attr-defined]
     JOBS.n = 0
     JOBS.lock = threading.Lock()
@@ -445,6 +450,7 @@ class Live:
         self.serving: asyncio.Task[None] | None = None
         self.setting_up: asyncio.Task[None] | None = None
         self.stages: list[tuple[str, float, int]] = []  # a child's start (DENV_LIVE_TRACE)
+        self.warmed: dict[str, Any] | None = None  # the warm-up's outcome (a zygote's)
 
     # serving
     async def serve(self, server: Any, serve: Any, sockets: Any) -> None:
@@ -478,9 +484,14 @@ class Live:
                         "frozen": gc.get_freeze_count(),
                         "huge_kib": _anon_huge_kib(),
                         "modules": sorted(sys.modules),
+                        "warm": self.warmed,
+                        "sessions": sum(len(getattr(x, "_sessions", {})) for x in OPENENV_SERVERS),
                     }
                 elif op == "preload":
                     out = preload(req.get("modules") or [])
+                    if req.get("warm"):
+                        out["warm"] = self.warmed = await self._warm()
+                        out["unknown_threads"] = unknown_threads()
                 elif op == "gate":
                     self.gate.open.clear()
                     gated = True
@@ -517,6 +528,59 @@ class Live:
             if gated:
                 self.gate.open.set()
             writer.close()
+
+    async def _warm(self) -> dict[str, Any]:
+        """Serve one session-less request in this process (a zygote, before its first copy):
+        OpenEnv's ``GET /metadata``, which builds one ``Environment`` and closes it, as any
+        HTTP client of the env may have it do. What the first construction of an
+        environment costs once per process (lazy imports, source read for tool schemas,
+        pydantic's first schemas, anyio's worker pool) is then done here, once, and not in
+        each copy's first session (~70 ms of a copy's first ``reset()`` on the echo env). No
+        session is opened and nothing is written to /work. Only for an OpenEnv server."""
+        if not OPENENV_SERVERS or self.server is None:
+            return {"skipped": "not an OpenEnv server"}
+        t0 = time.perf_counter()
+        done = asyncio.Event()
+        status = 0
+
+        async def receive() -> dict[str, Any]:
+            if not done.is_set() and not getattr(receive, "sent", False):
+                receive.sent = True  # type: ignore[attr-defined]
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                done.set()
+
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": ("127.0.0.1", int(self.config.port or 0)),
+            "client": ("127.0.0.1", 0),
+            "scheme": "http",
+            "method": "GET",
+            "root_path": "",
+            "path": WARM_PATH,
+            "raw_path": WARM_PATH.encode(),
+            "query_string": b"",
+            "headers": [(b"host", b"localhost"), (b"user-agent", b"denv-zygote-warm")],
+        }
+        state = getattr(getattr(self.server, "lifespan", None), "state", None)
+        if isinstance(state, dict):
+            scope["state"] = state.copy()
+        try:
+            await asyncio.wait_for(self.gate(scope, receive, send), WARM_TIMEOUT_S)
+        except Exception as exc:  # the app's own error: the zygote stays as it is
+            return {"path": WARM_PATH, "error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            done.set()
+        return {"path": WARM_PATH, "status": status, "ms": (time.perf_counter() - t0) * 1e3}
 
     async def _gate(self, timeout_s: float) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -773,6 +837,9 @@ SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
 SETUP_WAIT_S = 60.0
 REAP_EVERY_S = 0.5
 MAX_PRELOAD = 20000  # module names a preload takes
+# A zygote's warm-up request (``Live._warm``): OpenEnv's session-less GET.
+WARM_PATH = "/metadata"
+WARM_TIMEOUT_S = 30.0
 CTL_LINE_LIMIT = 1 << 22  # bytes of one control request (a preload's names)
 # How long a fork waits for threads of the server's own to end before it is refused.
 STRANGERS_WAIT_S = 1.0
