@@ -6,7 +6,8 @@ several processes with creates and forks as fast as it is answered (it ignores 4
 again at once, the worst a client can do), with twice as many clients as its cap on creates
 in flight, so it holds every slot the caps give it. The server runs with its default caps;
 what keeps B near its idle time is that each key's containers run in a CPU group of their
-own and the server's queue in front of the Docker Engine serves the key with fewer calls in
+own, weighted by its boots in flight (one boot: 4x the default weight, eight: half of it),
+and the server's queue in front of the Docker Engine serves the key with fewer calls in
 flight first (docs/hardening.md, "Fair CPU between keys"). B's median latency under the
 flood must stay within 2x of its idle median (idle samples taken before and after the
 flood, so that drift during the run hits both sides), both measured in this one run.
@@ -16,8 +17,10 @@ Counts: 9 samples of each and 4 flooding processes of 4 clients in CI, 15 and 16
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import LocalDenv, instance_id, start_server
 from flood_worker import flood
 from reliability_helpers import (
     STANDIN,
@@ -39,13 +42,15 @@ from reliability_helpers import (
 )
 
 from denv.server.auth import create_api_key
+from denv.server.docker import cgroups
 
 pytestmark = pytest.mark.e2e
 
-#: Issue 25 asks for 1.5x. Measured with the key groups and the engine queue on this
-#: 2-core machine, shared with other work: 1.30x/1.43x, 1.64x/1.50x, 1.44x/1.57x
-#: (create/fork), from 4.5x-8.3x before them (bench/results/flood.md). 1.5x holds in one run
-#: of three, so the bound is 2x, at the default caps (the old 2x held only at tightened caps).
+#: Issue 25 asks for 1.5x. Measured with the key groups (weighted by their boots in flight)
+#: and the engine queue on this 2-core machine, shared with other work (load 10 to 14):
+#: 1.45x/1.58x, 1.63x/1.39x, 1.52x/1.51x (create/fork), from 4.5x-8.3x before the groups and
+#: the queue (bench/results/flood.md). 1.5x does not hold in every run, so the bound is 2x, at
+#: the default caps (the old 2x held only at tightened caps).
 MAX_RATIO = 2.0
 CREATE = {"image": STANDIN, "command": STANDIN_CMD}
 CLIENTS = 4  # flooding clients per process: 4 processes hold 16, twice the creates cap
@@ -129,6 +134,39 @@ def test_a_flooding_key_does_not_slow_another_past_2x(
     assert refused > 0, f"the flood never reached a cap: {seen}"
     assert ratios["create"] <= MAX_RATIO and ratios["fork"] <= MAX_RATIO, ratios
     assert_nothing_left(request, server.state_dir, "flood: after", quiet=True)
+
+
+def test_a_keys_group_weighs_more_while_its_one_env_boots(server: LocalDenv) -> None:
+    """What keeps a key's one boot ahead of the host's threads serving another key's flood:
+    its group's CPU weight is 4x the default while the env boots, the default once healthy."""
+    root = cgroups.ROOT / "cpu"
+    assert (root / "cpu.shares").exists(), "no cgroup v1 cpu hierarchy: run as root on v1"
+    inst = instance_id(server.state_dir)
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # the weights of this server's key groups, while the create runs
+        while not done.is_set():
+            for f in root.glob(f"denv-{inst}-*/cpu.shares"):
+                with contextlib.suppress(OSError, ValueError):  # gone with the key's last env
+                    seen.add(int(f.read_text()))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    with api(server) as b:
+        keep = ok(b.post("/v1/sandboxes", json=CREATE))  # the group outlives the next env
+        watcher.start()
+        try:
+            env = ok(b.post("/v1/sandboxes", json=CREATE))
+        finally:
+            done.set()
+            watcher.join()
+        assert env["status"] == "healthy", env
+        assert cgroups.boot_shares(1) in seen, seen
+        (group,) = root.glob(f"denv-{inst}-*")
+        assert int((group / "cpu.shares").read_text()) == cgroups.KEY_SHARES
+        for e in (env, keep):
+            assert b.delete(f"/v1/envs/{e['id']}").status_code == 204
 
 
 def wait_for_flood(a: httpx.Client) -> None:

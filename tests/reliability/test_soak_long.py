@@ -59,7 +59,14 @@ def test_grpo_rounds_with_kills_and_a_restart_leave_nothing(
         f"{killed['reasons']}, restart at round {result['restart']['at_round']}; "
         f"{len(result['leaked_envs'])} leaked, {len(result['versions_beyond_policy'])} "
         f"versions beyond policy, {len(result['unreferenced_layers'])} stray layers, "
-        f"left on the machine: {result['machine_leftovers']}",
+        f"left on the machine: {result['machine_leftovers']}; server RSS (MiB) "
+        + (
+            ", ".join(
+                f"{life}: {r['rss_start_mib']} at its start, {r['rss_end_mib']} at its end"
+                for life, r in result["rss"].items()
+            )
+            or "not sampled"
+        ),
     )
     assert result["leaked_envs"] == []
     assert result["versions_beyond_policy"] == []

@@ -7,7 +7,10 @@ Each API key's containers run in a cgroup of the key's (``key_parent``, Docker's
 ``CgroupParent``) at the top of each hierarchy, beside Docker's own ``/docker``: the kernel
 gives each key's group the same CPU weight, so the CPU one key's boots and envs get does not
 shrink with the number of envs another key starts (16 booting envs of one key against one of
-another's: 1/17 of the containers' CPU for the one, half with groups). A live env's children
+another's: 1/17 of the containers' CPU for the one, half with groups). While a key's envs
+boot its group's weight follows how many (``boot_shares``): a key booting one env outweighs
+the host's threads that serve another key's sixteen (dockerd, containerd, runc: they run
+outside every key's group), and a key booting many gets less than the default. A live env's children
 run in cgroups under their container's (``live_apart``), so within their key's group too.
 Docker's cgroupfs driver only: with the systemd driver containers keep Docker's default.
 """
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 FREEZE_TIMEOUT_S = 2.0
 ROOT = Path("/sys/fs/cgroup")
 KEY_GROUP = "denv-"  # a key's group: /denv-<server instance>-<digest of the key's owner id>
+KEY_SHARES = 1024  # a key's group's CPU weight with no boot in flight (the kernel's default)
+BOOT_SHARES = 4096  # a key's boots in flight share this weight: one has it all, eight 1/8 each
 
 
 def key_parent(instance_id: str, owner: str) -> str | None:
@@ -38,6 +43,27 @@ def key_parent(instance_id: str, owner: str) -> str | None:
     if not owner:
         return None
     return f"/{KEY_GROUP}{instance_id}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
+
+
+def boot_shares(boots: int) -> int:
+    """The CPU weight of a key's group with ``boots`` envs booting: 4x the default for one,
+    the default for four, half of it for eight; the default again once none boots."""
+    return KEY_SHARES if boots <= 0 else max(2, BOOT_SHARES // boots)
+
+
+def set_key_shares(parent: str, shares: int, *, make: bool) -> None:
+    """Set the CPU weight of a key's group (``key_parent``); with ``make``, make the group
+    first if Docker has not yet (Docker keeps a group it finds). cgroup v1's cpu hierarchy,
+    or v2 where the group exists; elsewhere nothing."""
+    v1 = ROOT / "cpu" / parent.lstrip("/")
+    with suppress(OSError):
+        if (ROOT / "cpu").is_dir() and not (ROOT / "cpu").is_symlink():
+            if make:
+                v1.mkdir(exist_ok=True)
+            if v1.is_dir():
+                (v1 / "cpu.shares").write_text(str(shares))
+        elif (v2 := ROOT / parent.lstrip("/") / "cpu.weight").exists():
+            v2.write_text(str(1 + (shares - 2) * 9999 // 262142))  # v2's scale, as runc maps
 
 
 def remove_key_parents(instance_id: str, keep: set[str] | None = None) -> None:

@@ -14,6 +14,8 @@ import contextlib
 import os
 import shutil
 import threading
+from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,7 @@ class DockerNode:
         self.queue = EngineQueue()  # Docker calls that make or remove: the quietest key first
         self._owners: dict[str, str] = {}  # env id -> the API key it was booted for
         self._owners_lock = threading.Lock()
+        self._boots: Counter[str] = Counter()  # API key -> its envs booting here
         self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
         self.rules = live_apart.Rules()  # live servers' port rules, per container
@@ -137,9 +140,30 @@ class DockerNode:
         with self._owners_lock:
             self._owners[spec.env_id] = spec.owner
         parent = self._key_parent(spec.owner)
-        return boot.bring_up(
-            self.engine, self.volumes, self.guard, self._limits, spec, self.queue, parent
-        )
+        with self._booting(spec.owner, parent):
+            return boot.bring_up(
+                self.engine, self.volumes, self.guard, self._limits, spec, self.queue, parent
+            )
+
+    @contextlib.contextmanager
+    def _booting(self, owner: str, parent: str | None) -> Iterator[None]:
+        """One more env of ``owner`` booting (made, then waited for): its key's group gets
+        the weight of its boots in flight (``cgroups.boot_shares``) until it ends."""
+        self._count_boot(owner, parent, 1)
+        try:
+            yield
+        finally:
+            self._count_boot(owner, parent, -1)
+
+    def _count_boot(self, owner: str, parent: str | None, step: int) -> None:
+        with self._owners_lock:  # the lock ``_forget_owner`` removes groups under
+            self._boots[owner] += step
+            boots = self._boots[owner]
+            if boots <= 0:
+                del self._boots[owner]
+            if parent:  # made only for a key with an env here: a group outlives no env
+                held = owner in self._owners.values()
+                cgroups.set_key_shares(parent, cgroups.boot_shares(boots), make=held)
 
     def _key_parent(self, owner: str) -> str | None:
         """The key's cgroup (``cgroups.key_parent``) where Docker's driver is cgroupfs."""
@@ -166,7 +190,8 @@ class DockerNode:
                 cgroups.remove_key_parents(self.engine.instance_id, keep={p for p in busy if p})
 
     def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
-        boot.wait_healthy(self.engine, self.guard, spec, booted, timeout_s)
+        with self._booting(spec.owner, self._key_parent(spec.owner)):
+            boot.wait_healthy(self.engine, self.guard, spec, booted, timeout_s)
 
     def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
         with self.guard.step(env_id):
