@@ -56,3 +56,11 @@ class ImageStore(LayerStore):
             raise self._error(e, f"looking up image {ref!r}") from e
         facts = json.loads(got["Body"].read())
         return facts if isinstance(facts, dict) else None
+
+    def delete_ref(self, ref: str) -> None:
+        """Forget the name ``ref`` (gone already: fine)."""
+        try:
+            self._s3.delete_object(Bucket=self.cfg.bucket, Key=self.ref_key(ref))
+        except Exception as e:
+            if _code(e) not in _MISSING_KEY_CODES:
+                raise self._error(e, f"forgetting image {ref!r}") from e

@@ -143,13 +143,25 @@ class Images(Layers):
         """Every service's image on member ``name``; BootFailed naming the image and the
         member when it is nowhere to be found."""
         for svc in services:
-            image_id = svc.image_digest
-            with self._lock:
-                bringing = self._bringing[(name, image_id)]
-            # Asked each time (one call): the member may have collected it since.
-            with bringing:  # envs of one image on one member: one copy, the others wait
-                if not self._call(name, lambda n, i=image_id: _images(n).has_image(i)):  # type: ignore[misc]
-                    self._bring_image(name, svc.image, image_id)
+            self._ensure_image(name, svc.image, svc.image_digest)
+
+    def _ensure_image(self, name: str, ref: str, image_id: str) -> None:
+        with self._lock:
+            bringing = self._bringing[(name, image_id)]
+        # Asked each time (one call): the member may have collected it since.
+        with bringing:  # envs of one image on one member: one copy, the others wait
+            if not self._call(name, lambda n: _images(n).has_image(image_id)):
+                self._bring_image(name, ref or image_id, image_id)
+
+    def seed_layer(self, image_id: str, path: str) -> str | None:
+        """What the image has at ``path``, as a layer made on the least loaded member (the
+        image brought there first)."""
+        name = self._least_loaded()
+        self._ensure_image(name, "", image_id)
+        layer = self._call(name, lambda n: n.seed_layer(image_id, path))
+        if layer:
+            self._made(name, [layer])
+        return layer
 
     def _bring_image(self, name: str, ref: str, image_id: str) -> None:
         started, tried = time.monotonic(), []
