@@ -115,10 +115,12 @@ def _sandbox(api: httpx.Client, ref: str) -> dict[str, Any]:
     return env
 
 
-def _wait_stored(store: ImageStore, image_ids: list[str]) -> None:
+def _wait_stored(store: ImageStore, refs: list[str], image_ids: list[str]) -> None:
+    """Until each image is in the store, and its name recorded there."""
     deadline = time.monotonic() + STORED_WAIT_S
     while True:
         missing = [i for i in image_ids if store.digest_of(i) is None]
+        missing += [r for r in refs if store.ref(r) is None]
         if not missing:
             return
         assert time.monotonic() < deadline, f"not saved into the store: {missing}"
@@ -138,7 +140,7 @@ def test_images_come_from_the_store_are_collected_and_missing_ones_name_image_an
         made += [e["id"] for e in first]
         ids = [e["services"][0]["image_digest"] for e in first]
         used_id, unused_id = ids
-        _wait_stored(store, ids)
+        _wait_stored(store, images, ids)
         for e in first:
             assert api.delete(f"/v1/envs/{e['id']}").status_code in (200, 204)
         # 2. Every node loses both: a sandbox of each name starts on a node that lacked it.

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
-from denv.server.volumes.object_store import _MISSING_KEY_CODES, LayerStore, _code
+from denv.server.volumes.object_store import (
+    _MISSING_KEY_CODES,
+    LayerNotStored,
+    LayerStore,
+    _code,
+)
 
 IMAGE_PREFIX = "images/"
 REF_PREFIX = "image-refs/"
@@ -37,6 +43,16 @@ class ImageStore(LayerStore):
     @staticmethod
     def ref_key(ref: str) -> str:
         return f"{REF_PREFIX}{base64.urlsafe_b64encode(ref.encode()).decode()}.json"
+
+    def get(self, layer_id: str, dest: Path) -> str:
+        """Download the saved image ``layer_id`` (its id) into ``dest``: ``LayerStore.get``."""
+        try:
+            return super().get(layer_id, dest)
+        except LayerNotStored:
+            raise LayerNotStored(
+                f"image {layer_id} is not in the object store {self.cfg.endpoint}, bucket "
+                f"{self.cfg.bucket!r}: it was never saved there or was deleted"
+            ) from None
 
     def put_ref(self, ref: str, facts: dict[str, Any]) -> None:
         """Remember that the name ``ref`` is the image ``facts["id"]`` (replaces the last)."""
