@@ -108,6 +108,18 @@ def test_a_create_of_an_image_on_no_node_is_refused_naming_the_nodes_asked() -> 
     assert cluster(a=False, b=True).inspect_image("my-env:1", False).id == IMAGE_ID
 
 
+def test_a_create_when_no_node_answers_is_503_not_a_missing_image() -> None:
+    node = cluster(a=True)
+
+    def lost(image: str, pull: bool) -> ImageFacts:
+        raise NodeLost("a", "its agent restarts")
+
+    MEMBERS["a"].inspect_image = lost  # type: ignore[method-assign]
+    with pytest.raises(ApiError) as refused:
+        node.inspect_image("my-env:1", False)
+    assert (refused.value.status, refused.value.code) == (503, "engine_unavailable")
+
+
 @pytest.mark.parametrize(
     ("ref", "registry"),
     [

@@ -59,10 +59,12 @@ class Images(Layers):
         record of its name, else pulled by a member (``pull``); 422 ``image_not_found``
         naming the image and the members asked."""
         asked: list[str] = []
+        lost: NodeLost | None = None
         for name in self.live_members():
             try:
                 facts = self._call(name, lambda n: n.inspect_image(image, False))
-            except NodeLost:
+            except NodeLost as exc:
+                lost = exc
                 continue
             except ApiError as exc:
                 if exc.code != "image_not_found":
@@ -71,14 +73,22 @@ class Images(Layers):
                 continue
             self._found_image(name, image, facts)
             return facts
+        if not asked:  # no member answered: nothing could boot it anyway
+            raise ApiError(
+                503,
+                "engine_unavailable",
+                "no node of the cluster answers"
+                + (f" (last: {lost})" if lost else "")
+                + ": check `denv cluster status` and the Ray cluster",
+            )
         stored = self._stored_facts(image)
         if stored is not None:
             return stored
-        if pull and asked:
+        if pull:
             facts = self._call(asked[0], lambda n: n.inspect_image(image, True))
             self._found_image(asked[0], image, facts)
             return facts
-        where = f"any node of the cluster ({', '.join(asked)})" if asked else "a live node"
+        where = f"any node of the cluster ({', '.join(asked)})"
         store = " nor in object storage" if self._image_store is not None else ""
         fix = "load it into a node's Docker Engine (docker load) or denv cluster up --image"
         raise ApiError(
