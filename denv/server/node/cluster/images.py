@@ -31,6 +31,9 @@ from .placement import NodeCaps
 
 log = logging.getLogger(__name__)
 
+UPLOAD_ATTEMPTS = 3  # a store that closed a connection mid-upload (a busy SeaweedFS) is tried again
+UPLOAD_RETRY_S = 5.0  # then 10 s
+
 
 def names_registry(ref: str) -> bool:
     """Whether an image name names its registry (``ghcr.io/a/b``, ``localhost:5000/b``), as
@@ -129,15 +132,28 @@ class Images(Layers):
 
     def _upload_image(self, name: str, ref: str, facts: ImageFacts, cfg: StoreConfig) -> None:
         started = time.monotonic()
-        try:
-            digest = self._call(name, lambda n: _images(n).upload_image(facts.id, cfg))
-            assert self._image_store is not None
-            self._image_store.put_ref(ref, facts.model_dump(mode="json"))
-        except Exception as exc:
-            log.warning("cluster: storing image %s from %s failed: %s", ref, name, exc)
-            with self._lock:
-                self._image_uploads.discard(facts.id)
-            return
+        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+            try:
+                digest = self._call(name, lambda n: _images(n).upload_image(facts.id, cfg))
+                assert self._image_store is not None
+                self._image_store.put_ref(ref, facts.model_dump(mode="json"))
+                break
+            except Exception as exc:
+                log.warning(
+                    "cluster: storing image %s from %s failed (attempt %d of %d): %s",
+                    ref,
+                    name,
+                    attempt,
+                    UPLOAD_ATTEMPTS,
+                    exc,
+                )
+                with self._lock:
+                    stopped = self._stopped
+                if stopped or attempt == UPLOAD_ATTEMPTS or isinstance(exc, NodeLost):
+                    with self._lock:  # the next create of it tries again
+                        self._image_uploads.discard(facts.id)
+                    return
+                time.sleep(UPLOAD_RETRY_S * attempt)
         with self._lock:
             self._images_stored[facts.id] = digest
             self._image_uploads.discard(facts.id)
