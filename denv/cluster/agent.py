@@ -42,12 +42,13 @@ from denv.server.config import (
 )
 from denv.server.docker.boot import WARM_LABEL
 from denv.server.docker.engine import Engine
+from denv.server.docker.images import DEFAULT_BUDGET_MB
 from denv.server.docker.node import DockerNode
 from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
 from denv.server.net.subnets import SubnetPool
-from denv.server.node.seam import Booted, Node, NodeLost
+from denv.server.node.seam import Booted, ImageNode, Node, NodeLost
 from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
 
@@ -65,10 +66,15 @@ ACTOR_PREFIX = "denv-node-"  # the agent of node "a" is the actor "denv-node-a"
 NAMESPACE = "denv"
 MAX_CONCURRENCY = 128  # calls at once: boots and waits block a thread for their whole time
 STOP_DRAIN_S = 60.0  # after stop(): how long boots in flight may take to end (Cancelled)
-# Methods of the Node seam the control plane may call (every public one of ``Node``).
+IMAGE_GC_S = 300.0  # how often an agent collects the images it brought (and after each)
+# Methods the control plane may call: every public one of ``Node`` and ``ImageNode``.
 NODE_METHODS = frozenset(
-    name for name in dir(Node) if not name.startswith("_") and callable(getattr(Node, name))
+    name
+    for seam in (Node, ImageNode)
+    for name in dir(seam)
+    if not name.startswith("_") and callable(getattr(seam, name))
 )
+_BRING_IMAGE = frozenset({"copy_image", "fetch_image", "pull_image"})
 
 
 class AgentConfig(BaseModel):
@@ -86,6 +92,7 @@ class AgentConfig(BaseModel):
     max_envs: int = 0  # envs (spares included) one node holds; 0: no cap
     max_memory_mb: int = 0  # memory the envs of one node may use together; 0: no cap
     relay_port: int = 0  # each node's relay port; 0: the one it had, else a free one
+    image_budget_mb: int = DEFAULT_BUDGET_MB  # the images a node brought, kept up to this
 
 
 def instance_id(state_dir: Path) -> str:
@@ -145,9 +152,19 @@ class NodeAgent:
         log.info("denv node agent %s (instance %s) on %s", name, self.instance_id, self.state_dir)
 
     def _docker_node(self) -> DockerNode:
-        return DockerNode(
+        node = DockerNode(
             self.engine, self.volumes, self.cfg.limits, peers=peer_agent, address=self.address
         )
+        node.images.budget_mb = self.cfg.image_budget_mb
+        return node
+
+    def _collect_images(self) -> None:
+        with self._lock:
+            node = self.node
+        try:
+            node.collect_images()
+        except Exception:
+            log.exception("node %s: collecting images failed", self.name)
 
     def _start_relay(self) -> None:
         """The relay that carries the control plane's ingress to this node's envs
@@ -179,7 +196,11 @@ class NodeAgent:
         log.info("node %s: relay for the ingress at %s", self.name, self.relay_address)
 
     def _watch_guard(self) -> None:
+        collected = time.monotonic()
         while not self._closed.wait(HOST_GUARD_CHECK_S):
+            if time.monotonic() - collected > IMAGE_GC_S:
+                self._collect_images()
+                collected = time.monotonic()
             try:
                 self.guard.check()
             except HostGuardError:
@@ -200,6 +221,8 @@ class NodeAgent:
             ip = split_address(booted.agent_ip)[0]
             args = (spec, booted.model_copy(update={"agent_ip": ip}), *rest)
         result = getattr(node, method)(*args, **kwargs)
+        if method in _BRING_IMAGE:  # one more image on this node: within its budget?
+            threading.Thread(target=self._collect_images, name="denv-image-gc", daemon=True).start()
         if method == "bring_up" and self.relay_address and isinstance(result, Booted):
             # The control plane reaches the env through this node's relay.
             result = result.model_copy(

@@ -54,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="memory per node's envs (default: no cap)",
             )
             action.add_argument(
+                "--node-image-budget",
+                type=int,
+                default=None,
+                metavar="MB",
+                help="disk the images a node brought (from another node or the store) may "
+                "take before it removes unused ones, least recently used first "
+                "(default 20480)",
+            )
+            action.add_argument(
                 "--no-store", action="store_true", help="no SeaweedFS: versions stay on nodes"
             )
             action.add_argument(
@@ -171,6 +180,7 @@ def _up(cluster_dir: Path, args: argparse.Namespace) -> int:
         port=args.port,
         max_envs=args.node_max_envs,
         max_memory_mb=args.node_max_memory,
+        image_budget_mb=args.node_image_budget,
         isolated=args.isolated,
         images=tuple(args.image),
     )

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from denv.server.auth import load_or_create_key_file, private_dir
+from denv.server.docker.images import DEFAULT_BUDGET_MB
 
 from . import ray_auth, ray_tls
 from .agent import INSTANCE_FILE, AgentConfig
@@ -77,10 +78,27 @@ CONTROL_HEAD = "head"  # an isolated cluster's Ray head: this machine's, running
 
 
 # the whole cluster
-def agent_config(cluster_dir: Path, max_envs: int = 0, max_memory_mb: int = 0) -> AgentConfig:
+def agent_config(
+    cluster_dir: Path,
+    max_envs: int = 0,
+    max_memory_mb: int = 0,
+    image_budget_mb: int | None = None,
+) -> AgentConfig:
     """What the agents of a local cluster get (``denv serve --node-state-dir`` the same)."""
     return AgentConfig(
-        state_root=str(cluster_dir / "nodes"), max_envs=max_envs, max_memory_mb=max_memory_mb
+        state_root=str(cluster_dir / "nodes"),
+        max_envs=max_envs,
+        max_memory_mb=max_memory_mb,
+        image_budget_mb=DEFAULT_BUDGET_MB if image_budget_mb is None else image_budget_mb,
+    )
+
+
+def _caps_config(cluster_dir: Path, caps: dict[str, Any]) -> AgentConfig:
+    return agent_config(
+        cluster_dir,
+        caps.get("max_envs", 0),
+        caps.get("max_memory_mb", 0),
+        caps.get("image_budget_mb"),
     )
 
 
@@ -93,6 +111,7 @@ def up(
     port: int = 0,
     max_envs: int = 0,
     max_memory_mb: int = 0,
+    image_budget_mb: int | None = None,
     isolated: bool = False,
     images: tuple[str, ...] = (),
 ) -> dict[str, Any]:
@@ -153,7 +172,9 @@ def up(
         from . import ray_cluster
 
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}
-        cfg = agent_config(cluster_dir, max_envs, max_memory_mb)
+        if image_budget_mb is not None:
+            state["caps"]["image_budget_mb"] = image_budget_mb
+        cfg = _caps_config(cluster_dir, state["caps"])
         agents = ray_cluster.discover(cfg)
         if set(agents) != set(names):
             raise ClusterError(
@@ -251,6 +272,7 @@ def _start_server(
         f"--node-state-dir={cfg.state_root}",
         f"--node-max-envs={cfg.max_envs}",
         f"--node-max-memory={cfg.max_memory_mb}",
+        f"--node-image-budget={cfg.image_budget_mb}",
     ]
     if "store" in state:
         cmd += [
@@ -278,7 +300,7 @@ def restart_server(cluster_dir: Path) -> dict[str, Any]:
         raise ClusterError(f"no denv serve was started from {cluster_dir}")
     stop_session(int(state["server"]["sid"]), grace_s=30.0)
     caps = state.get("caps", {})
-    cfg = agent_config(cluster_dir, caps.get("max_envs", 0), caps.get("max_memory_mb", 0))
+    cfg = _caps_config(cluster_dir, caps)
     port = int(state["server"]["url"].rsplit(":", 1)[1])
     server = _start_server(cluster_dir, state, cfg, port)
     state["server"] = server

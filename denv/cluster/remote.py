@@ -235,6 +235,30 @@ class RemoteNode:
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
         self._call(LONG_TIMEOUT_S, "fetch_layer", layer_id, digest, store)
 
+    # images (``ImageNode``)
+    def has_image(self, image_id: str) -> bool:
+        return cast(bool, self._call(CALL_TIMEOUT_S, "has_image", image_id))
+
+    def offer_image(self, image_id: str) -> LayerOffer:
+        return cast(LayerOffer, self._call(LONG_TIMEOUT_S, "offer_image", image_id))
+
+    def copy_image(self, image_id: str, origin: str) -> int:
+        return cast(int, self._call(LONG_TIMEOUT_S, "copy_image", image_id, origin))
+
+    def upload_image(self, image_id: str, store: StoreConfig) -> str:
+        return cast(str, self._call(LONG_TIMEOUT_S, "upload_image", image_id, store))
+
+    def fetch_image(self, image_id: str, digest: str, store: StoreConfig) -> None:
+        self._call(LONG_TIMEOUT_S, "fetch_image", image_id, digest, store)
+
+    def pull_image(self, ref: str, image_id: str) -> None:
+        self._call(LONG_TIMEOUT_S, "pull_image", ref, image_id)
+
+    def collect_images(
+        self, budget_mb: int | None = None, recent_s: float | None = None
+    ) -> list[str]:
+        return cast(list[str], self._call(LONG_TIMEOUT_S, "collect_images", budget_mb, recent_s))
+
     # reconcile
     def owned(self) -> Owned:
         return cast(Owned, self._call(CALL_TIMEOUT_S, "owned"))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from denv.server import cli as server_cli
 from denv.server.config import ServerConfig
+from denv.server.docker.images import DEFAULT_BUDGET_MB
 from denv.server.node.cluster.node import ClusterNode
 from denv.server.node.cluster.options import ClusterSettings
 from denv.server.node.seam import Node
@@ -44,6 +45,9 @@ def agent_config(settings: ClusterSettings, config: ServerConfig) -> AgentConfig
         max_envs=settings.caps.max_envs,
         max_memory_mb=settings.caps.max_memory_mb,
         relay_port=settings.relay_port,
+        image_budget_mb=(
+            DEFAULT_BUDGET_MB if settings.image_budget_mb is None else settings.image_budget_mb
+        ),
     )
 
 

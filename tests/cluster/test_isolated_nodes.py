@@ -232,6 +232,59 @@ def test_the_control_plane_steps_each_env_through_its_nodes_relay_only(
     )
 
 
+def test_an_image_on_one_node_only_starts_on_another(
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """An image only n0's engine holds (not this machine's, not n1's) starts an env on n1:
+    n1 copies it from n0, node to node, and records it as brought (what it may collect)."""
+    iso, ref = iso_cluster["iso"], f"denv-test-image-{os.urandom(4).hex()}:1"
+    (tmp_path / "Dockerfile").write_text(f"FROM {ECHO_IMAGE}\nLABEL denv.test.image={ref}\n")
+    made: list[str] = []
+    engines = [["docker", "-H", isolation.docker_host(iso["nodes"][n])] for n in NODES]
+    try:
+        # Built in n0's engine (on the echo image up loaded there): no other engine has it.
+        built = subprocess.run(
+            [*engines[0], "build", "-q", "-t", ref, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert built.returncode == 0, built.stderr
+        here = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, timeout=60)
+        assert here.returncode != 0, "the image is on this machine's engine too"
+        image_id = _engine(iso, "n0", "image", "inspect", "--format", "{{.Id}}", ref).strip()
+        with httpx.Client(
+            base_url=iso_cluster["url"],
+            headers={"Authorization": f"Bearer {iso_cluster['api_key']}"},
+            timeout=300,
+            trust_env=False,
+        ) as c:
+            for _ in range(3):  # placement spreads: within 2 creates one lands on n1
+                res = c.post("/v1/sandboxes", json={"image": ref})
+                assert res.status_code == 201, res.text
+                made.append(res.json()["id"])
+                if res.json()["node"] == "n1":
+                    break
+            env = res.json()
+            assert env["node"] == "n1" and env["status"] == "healthy", env
+            images = _engine(iso, "n1", "images", "-q", "--no-trunc").split()
+            assert image_id in images, "n1 runs the env without the image?"
+            brought = json.loads((iso_cluster["dir"] / "nodes" / "n1" / "images.json").read_text())
+            assert image_id in brought
+    finally:
+        with httpx.Client(
+            base_url=iso_cluster["url"],
+            headers={"Authorization": f"Bearer {iso_cluster['api_key']}"},
+            timeout=300,
+            trust_env=False,
+        ) as c:
+            for env_id in made:
+                c.delete(f"/v1/envs/{env_id}")
+        for prefix in engines:
+            subprocess.run([*prefix, "rmi", "-f", ref], capture_output=True, timeout=60)
+    print(f"\n  {ref}: only on n0, copied to n1 for an env there")
+
+
 def _status(cluster_dir: Path) -> dict[str, Any]:
     out = subprocess.run(
         [*CLI, "status", "--json", "--state-dir", str(cluster_dir)],

@@ -18,12 +18,13 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
 from denv.server.docker import boot, cgroups, live, live_apart, live_net, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
+from denv.server.docker.images import ImageSource, NodeImages
 from denv.server.docker.layers import LayerTransfer, Peers
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
@@ -64,6 +65,7 @@ class DockerNode:
         self._limits = limits or Limits()
         self.guard = boot.Guard()  # the env locks boots share with teardown and snapshots
         self.layers = LayerTransfer(volumes)
+        self.images = NodeImages(engine, volumes.layers_dir.parent)
         self.queue = EngineQueue()  # Docker calls that make or remove: the quietest key first
         self._owners: dict[str, str] = {}  # env id -> the API key it was booted for
         self._owners_lock = threading.Lock()
@@ -134,12 +136,14 @@ class DockerNode:
     def drop_partial_layers(self) -> None:
         self.volumes.clean_tmp()
         self.layers.drop_partial()
+        self.images.drop_partial()
 
     # one env
     def bring_up(self, spec: BootSpec) -> Booted:
         with self._owners_lock:
             self._owners[spec.env_id] = spec.owner
         parent = self._key_parent(spec.owner)
+        self.images.used(s.image_digest for s in spec.services)
         with self._booting(spec.owner, parent):
             return boot.bring_up(
                 self.engine, self.volumes, self.guard, self._limits, spec, self.queue, parent
@@ -601,3 +605,31 @@ class DockerNode:
 
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
         self.layers.fetch_layer(layer_id, digest, store)
+
+    # images moved between nodes (``ImageNode``; ``images``)
+    def has_image(self, image_id: str) -> bool:
+        return self.images.has(image_id)
+
+    def offer_image(self, image_id: str) -> LayerOffer:
+        return self.images.offer(image_id, self._address)
+
+    def copy_image(self, image_id: str, origin: str) -> int:
+        if self._peers is None:
+            raise NodeLost(origin, "this node is in no cluster: it reaches no other node")
+        return self.images.copy_from(image_id, origin, cast(ImageSource, self._peers(origin)))
+
+    def upload_image(self, image_id: str, store: StoreConfig) -> str:
+        return self.images.upload(image_id, store)
+
+    def fetch_image(self, image_id: str, digest: str, store: StoreConfig) -> None:
+        self.images.fetch(image_id, digest, store)
+
+    def pull_image(self, ref: str, image_id: str) -> None:
+        self.images.pull(ref, image_id, self.engine.pull_credentials)
+
+    def collect_images(
+        self, budget_mb: int | None = None, recent_s: float | None = None
+    ) -> list[str]:
+        if recent_s is None:
+            return self.images.collect(budget_mb)
+        return self.images.collect(budget_mb, recent_s)

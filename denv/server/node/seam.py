@@ -40,6 +40,9 @@ The calls, by what they serve::
     upload_layer / fetch_layer           layers between nodes and object storage (layerpack),
                                          as streams (file to socket to file, file to S3),
                                          never a whole layer in memory
+
+A cluster's members also implement ``ImageNode``: images copied between nodes, through
+object storage or pulled, the same way, and collected under each node's budget.
 """
 
 from __future__ import annotations
@@ -395,4 +398,42 @@ class Node(Protocol):
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
         """Download the layer from object storage, check ``digest``, unpack and publish it
         (a no-op when the node has it); StoreError, LayerNotStored, LayerDigestMismatch."""
+        ...
+
+
+class ImageNode(Protocol):
+    """What one node of a cluster does with images, beside ``Node`` (a cluster's member:
+    ``DockerNode``, ``RemoteNode``). Image ids are the engine's (``sha256:`` of the config),
+    so an image is checked by its id wherever it came from. Each move is a stream (a saved
+    image goes file to socket or store to file, and is loaded from the file), never the
+    whole image in memory."""
+
+    def has_image(self, image_id: str) -> bool: ...
+
+    def offer_image(self, image_id: str) -> LayerOffer:
+        """The image saved and offered to one taker (``copy_image`` on another node)."""
+        ...
+
+    def copy_image(self, image_id: str, origin: str) -> int:
+        """Take node ``origin``'s offer of the image and load it: the bytes copied (0 when
+        it is here). NodeLost naming ``origin`` when its stream fails."""
+        ...
+
+    def upload_image(self, image_id: str, store: StoreConfig) -> str:
+        """The image saved into object storage (once); the saved tar's digest."""
+        ...
+
+    def fetch_image(self, image_id: str, digest: str, store: StoreConfig) -> None:
+        """The image from object storage, its saved tar checked against ``digest``, loaded."""
+        ...
+
+    def pull_image(self, ref: str, image_id: str) -> None:
+        """``ref`` pulled from its registry; ValueError when it is no longer ``image_id``."""
+        ...
+
+    def collect_images(
+        self, budget_mb: int | None = None, recent_s: float | None = None
+    ) -> list[str]:
+        """Remove the images this node brought that no container uses, least recently used
+        first, until they fit ``budget_mb`` (default: the node's); the ids removed."""
         ...

@@ -33,6 +33,7 @@ class ClusterSettings:
     caps: NodeCaps
     node_state_dir: str = ""  # each node agent's state dir on its machine ("": its default)
     relay_port: int = 0  # each node's ingress relay port (0: a free one, kept across restarts)
+    image_budget_mb: int | None = None  # the images a node brought, kept up to (None: default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 8)",
     )
     group.add_argument(
+        "--node-image-budget",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="disk the images a node brought (from another node or the store) may take "
+        "before it removes unused ones, least recently used first (default 20480)",
+    )
+    group.add_argument(
         "--node-state-dir",
         default="",
         metavar="DIR",
@@ -113,6 +122,7 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
             ("--node-live-reserve", args.node_live_reserve is not None),
             ("--node-state-dir", args.node_state_dir),
             ("--node-relay-port", args.node_relay_port),
+            ("--node-image-budget", args.node_image_budget is not None),
         ):
             if given:
                 raise ValueError(f"{flag} is an option of a cluster: add --cluster ADDRESS")
@@ -125,6 +135,8 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
     reserve = DEFAULT_LIVE_RESERVE if args.node_live_reserve is None else args.node_live_reserve
     if reserve < 0:
         raise ValueError("--node-live-reserve is >= 0 (0: place live envs as any env)")
+    if args.node_image_budget is not None and args.node_image_budget < 0:
+        raise ValueError("--node-image-budget is >= 0 MB (0: keep no unused brought image)")
     if not 0 <= args.node_relay_port < 65536:
         raise ValueError("--node-relay-port is a TCP port (1-65535), or 0 for a free one")
     store = None
@@ -160,4 +172,5 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
         ),
         node_state_dir=args.node_state_dir,
         relay_port=args.node_relay_port,
+        image_budget_mb=args.node_image_budget,
     )

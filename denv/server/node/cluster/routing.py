@@ -22,7 +22,6 @@ from denv.server.node.seam import (
     BootFailed,
     BootSpec,
     Cancelled,
-    ImageFacts,
     Metered,
     Node,
     NodeLost,
@@ -31,7 +30,7 @@ from denv.server.node.seam import (
 )
 from denv.server.records import LiveProc, VolumeSlot
 
-from .layers import Layers
+from .images import Images
 from .placement import NodeCaps
 
 log = logging.getLogger(__name__)
@@ -39,8 +38,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Routing(Layers):
-    """Layers plus the ``Node`` calls, each sent to the member it concerns."""
+class Routing(Images):
+    """Images and layers plus the ``Node`` calls, each sent to the member it concerns."""
 
     def __init__(
         self,
@@ -72,9 +71,6 @@ class Routing(Layers):
     def engine_version(self) -> str:
         return self._first(lambda n: n.engine_version())
 
-    def inspect_image(self, image: str, pull: bool) -> ImageFacts:
-        return self._first(lambda n: n.inspect_image(image, pull))
-
     # Node: one env
     def bring_up(self, spec: BootSpec) -> Booted:
         with self._lock:
@@ -85,6 +81,7 @@ class Routing(Layers):
             self._env[spec.env_id] = name
             self._booting.add(spec.env_id)
         try:
+            self._ensure_images(name, spec.services)
             if not spec.late_mount:
                 self._ensure_layers(name, [x for v in spec.volumes for x in v.layers])
             booted = self._call(name, lambda n: n.bring_up(spec))
