@@ -67,6 +67,9 @@ ACTOR_PREFIX = "denv-node-"  # the agent of node "a" is the actor "denv-node-a"
 NAMESPACE = "denv"
 MAX_CONCURRENCY = 128  # calls at once: boots and waits block a thread for their whole time
 STOP_DRAIN_S = 60.0  # after stop(): how long boots in flight may take to end (Cancelled)
+# Calls that need the node's engine (the reaper asks for states every few seconds): one
+# answered means the engine is back.
+ENGINE_CALLS = frozenset({"states", "owned", "engine_version", "inspect_image", "bring_up"})
 # Methods of the Node seam the control plane may call (every public one of ``Node``).
 NODE_METHODS = frozenset(
     name for name in dir(Node) if not name.startswith("_") and callable(getattr(Node, name))
@@ -211,7 +214,7 @@ class NodeAgent:
                 self._engine_outage = (time.time(), None)
                 log.warning("node %s: its Docker Engine does not answer: %s", self.name, exc)
             raise
-        if self._engine_outage[1] is None:  # it answers again
+        if self._engine_outage[1] is None and method in ENGINE_CALLS:  # it answers again
             self._engine_outage = (self._engine_outage[0], time.time())
         if method == "exit_reason" and result is None:
             result = self._stopped_by_engine(*args)
