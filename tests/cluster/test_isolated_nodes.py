@@ -9,6 +9,9 @@ machine's namespace. It shows that:
 - the control plane steps it with a real OpenEnv client over its ingress, through the
   node's relay, while the env's own address cannot be reached from here (it can from inside
   its node's namespace: the address is real);
+- faults of one node or of the control plane (issue 27, item 7), each with what the user
+  sees and nothing left: its engine killed, its network cut, the control plane killed
+  mid-fork, the Ray head restarted (under ``make soak`` only: minutes on 2 cores);
 - killing a node takes its engine and containers with it (nothing of it is left on this
   machine) and ``denv cluster status`` reports it dead, while the other node's env still
   answers;
