@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +42,10 @@ from denv.server.config import (
     HOST_GUARD_CHECK_S,
 )
 from denv.server.docker.boot import WARM_LABEL
-from denv.server.docker.engine import Engine
+from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.images import DEFAULT_BUDGET_MB
 from denv.server.docker.node import DockerNode
+from denv.server.errors import ApiError
 from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
@@ -67,6 +69,9 @@ NAMESPACE = "denv"
 MAX_CONCURRENCY = 128  # calls at once: boots and waits block a thread for their whole time
 STOP_DRAIN_S = 60.0  # after stop(): how long boots in flight may take to end (Cancelled)
 IMAGE_GC_S = 300.0  # how often an agent collects the images it brought (and after each)
+# Calls that need the node's engine (the reaper asks for states every few seconds): one
+# answered means the engine is back.
+ENGINE_CALLS = frozenset({"states", "owned", "engine_version", "inspect_image", "bring_up"})
 # Methods the control plane may call: every public one of ``Node`` and ``ImageNode``.
 NODE_METHODS = frozenset(
     name
@@ -141,6 +146,9 @@ class NodeAgent:
         self.node = self._docker_node()
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        # The engine's last outage: when a call first found it gone, and when one found it
+        # back (None: still gone); (0, 0) when none was seen.
+        self._engine_outage: tuple[float, float | None] = (0.0, 0.0)
         try:  # the firewall rules of envs that outlived the last agent process
             self.engine.adopt_egress()
         except Exception:
@@ -220,7 +228,17 @@ class NodeAgent:
             spec, booted, *rest = args
             ip = split_address(booted.agent_ip)[0]
             args = (spec, booted.model_copy(update={"agent_ip": ip}), *rest)
-        result = getattr(node, method)(*args, **kwargs)
+        try:
+            result = getattr(node, method)(*args, **kwargs)
+        except ApiError as exc:
+            if exc.code == "engine_unavailable" and self._engine_outage[1] is not None:
+                self._engine_outage = (time.time(), None)
+                log.warning("node %s: its Docker Engine does not answer: %s", self.name, exc)
+            raise
+        if self._engine_outage[1] is None and method in ENGINE_CALLS:  # it answers again
+            self._engine_outage = (self._engine_outage[0], time.time())
+        if method == "exit_reason" and result is None:
+            result = self._stopped_by_engine(*args)
         if method in _BRING_IMAGE:  # one more image on this node: within its budget?
             threading.Thread(target=self._collect_images, name="denv-image-gc", daemon=True).start()
         if method == "bring_up" and self.relay_address and isinstance(result, Booted):
@@ -229,6 +247,22 @@ class NodeAgent:
                 update={"agent_ip": relayed(result.agent_ip, self.relay_address)}
             )
         return result
+
+    def _stopped_by_engine(self, env_id: str, service: str) -> str | None:
+        """Why a container of ``env_id`` exited, when it stopped while its engine was away
+        (an engine restarted without live-restore stops every container it finds running)."""
+        gone_at, back_at = self._engine_outage
+        if back_at is None or gone_at <= 0:
+            return None
+        info = self.engine.inspect(container_name(env_id, service)) or {}
+        finished = _docker_time((info.get("State") or {}).get("FinishedAt"))
+        if finished is None or not gone_at - 1 <= finished <= back_at + 1:
+            return None
+        at = time.strftime("%H:%M:%S UTC", time.gmtime(gone_at))
+        return (
+            f"node {self.name}'s Docker Engine stopped answering at {at}; "
+            "its restart stopped the env's containers"
+        )
 
     def _stop(self) -> None:
         """The control plane stops: boots in flight end (Cancelled); the agent stays up.
@@ -299,6 +333,18 @@ def peer_agent(name: str) -> RemoteNode:
     except ValueError as exc:
         raise NodeLost(name, "it has no node agent running") from exc
     return RemoteNode(name, handle)
+
+
+def _docker_time(value: Any) -> float | None:
+    """Seconds since the epoch of a Docker timestamp ("2026-12-03T12:24:50.1234Z"), None
+    for none (Docker's zero time "0001-01-01T00:00:00Z" included)."""
+    if not isinstance(value, str) or value.startswith("0001-"):
+        return None
+    try:
+        whole = datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return whole.timestamp()
 
 
 def _read_port(path: Path) -> int:

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .processes import ClusterError, session_pids, spawn, tail
+from .processes import ClusterError, session_pids, spawn, stop_session, tail
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 FREEZER = CGROUP_ROOT / "freezer"
@@ -206,7 +206,13 @@ def make_netns(iso: dict[str, Any], name: str) -> None:
 
 
 def start_engine(node: dict[str, Any], log_path: Path) -> int:
-    """The node's dockerd, in its namespace and cgroup; its session id once it answers."""
+    """The node's dockerd, in its namespace and cgroup; its session id once it answers.
+    An engine of the node that still answers (its node's Ray died, its engine did not: a cut
+    network) is kept: a second dockerd would take its socket, and the first its containers."""
+    if node.get("engine_sid") and session_pids(int(node["engine_sid"])):
+        if _run("docker", "-H", docker_host(node), "version", check=False).returncode == 0:
+            return int(node["engine_sid"])
+        stop_session(int(node["engine_sid"]), grace_s=10.0)  # hung: restarted, as by systemd
     root, run = Path(node["root"]), Path(node["run"])
     root.mkdir(parents=True, exist_ok=True)
     run.mkdir(mode=0o700, exist_ok=True)

@@ -308,6 +308,51 @@ def restart_server(cluster_dir: Path) -> dict[str, Any]:
     return server
 
 
+def restart_head(cluster_dir: Path) -> None:
+    """The Ray head dies as its machine does (SIGKILL) and comes back on the same address.
+
+    Ray keeps no cluster state across a head's death unless its GCS stores it in Redis (not
+    done here): the new head is a new Ray cluster, and Ray ends every process of the old one
+    within a minute of losing the head. So this ends them at once: the nodes' Ray processes
+    (their agents and relays) and ``denv serve --cluster``. It then starts the head on its
+    address, the nodes again (each keeps its state dir; an isolated node its engine), their
+    agents, and the control plane on the same URL and database. The envs' containers run
+    on in their engines throughout, and the control plane takes them back as after its own
+    restart."""
+    cluster_dir = cluster_dir.expanduser().resolve()
+    state = read_state(cluster_dir)
+    head = head_node(state) if state else None
+    if state is None or head is None or "address" not in state:
+        raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
+    _leave_cluster(state["address"])
+    stop_sessions([int(head["sid"])], grace_s=0.0)  # SIGTERM then SIGKILL: a dead machine
+    ended = [int(n["sid"]) for n in state.get("nodes", []) if n["name"] != head["name"]]
+    if state.get("server"):
+        ended.append(int(state["server"]["sid"]))
+    stop_sessions(ended, grace_s=0.0)
+    port = int(state["address"].rsplit(":", 1)[1])
+    start_ray_node(cluster_dir, state, head["name"], head=True, port=port)
+    wait_gcs(state)
+    names = [n["name"] for n in state.get("nodes", []) if n["name"] != head["name"]]
+    join_nodes(cluster_dir, state, names, one_by_one=bool(state.get("isolated")))
+    from . import ray_cluster
+
+    caps = state.get("caps", {})
+    cfg = agent_config(cluster_dir, caps.get("max_envs", 0), caps.get("max_memory_mb", 0))
+    agents = ray_cluster.discover(cfg)
+    expected = {n["name"] for n in state.get("nodes", [])}
+    if set(agents) != expected:
+        raise ClusterError(
+            f"node agents of {', '.join(sorted(expected - set(agents)))} did not start "
+            f"after the head's restart: see the Ray logs under {state['ray_tmp']}"
+        )
+    ray_cluster.disconnect()
+    if state.get("server"):
+        port = int(state["server"]["url"].rsplit(":", 1)[1])
+        state["server"] = _start_server(cluster_dir, state, cfg, port)
+        write_state(cluster_dir, state)
+
+
 def _wait_server(url: str, key: str, pid: int, log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_S
     request = urllib.request.Request(f"{url}/v1/health", headers={"Authorization": f"Bearer {key}"})

@@ -88,9 +88,10 @@ def agent_ports() -> list[str]:
 
 
 def start_ray_node(
-    cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False
+    cluster_dir: Path, state: dict[str, Any], name: str, *, head: bool = False, port: int = 0
 ) -> dict[str, Any]:
-    """Start Ray node ``name`` (the head when ``head``) and record it in ``state``.
+    """Start Ray node ``name`` (the head when ``head``, its GCS on ``port`` or a free one)
+    and record it in ``state``.
 
     In an isolated cluster (``state["isolated"]``, see ``isolation``) the head is this
     machine's own Ray node (``CONTROL_HEAD``: no ``denv_node``, no CPUs) on the host bridge's
@@ -130,7 +131,7 @@ def start_ray_node(
     else:
         ip = iso["gateway"] if iso else "127.0.0.1"
     if head:
-        port = free_port()
+        port = port or free_port()
         state["address"] = f"{ip}:{port}"
         cmd += [
             "--head",
@@ -308,8 +309,7 @@ def restart_node(cluster_dir: Path, name: str) -> None:
         time.sleep(0.2)
     if state.get("isolated"):
         start_engine(cluster_dir, state, name)
-    start_ray_node(cluster_dir, state, name)
-    wait_ray_nodes(state, [name])
+    join_nodes(cluster_dir, state, [name])  # started again if it gives up (a loaded machine)
 
 
 def start_engine(cluster_dir: Path, state: dict[str, Any], name: str) -> None:

@@ -19,6 +19,7 @@ import ray
 import ray.exceptions
 
 from denv.server.config import DOCKER_TIMEOUT_S, StoreConfig
+from denv.server.errors import ApiError
 from denv.server.node.seam import (
     Booted,
     BootSpec,
@@ -34,6 +35,13 @@ from denv.server.records import LiveProc, VolumeSlot
 CALL_TIMEOUT_S = float(DOCKER_TIMEOUT_S) + 30.0  # a quick call: a Docker call's limit and some
 BOOT_MARGIN_S = 60.0  # past a boot's own time limit (the agent answers BootFailed first)
 LONG_TIMEOUT_S = 1800.0  # pulls, image exports, snapshots, layer transfers
+
+
+def _on_node(name: str, exc: ApiError) -> ApiError:
+    """``exc`` (a node's engine does not answer) naming the node: on a cluster "start
+    dockerd" alone does not say on which machine."""
+    details = {**(exc.details or {}), "node": name}
+    return ApiError(exc.status, exc.code, f"node {name}: {exc.message}", details)
 
 
 class RemoteNode:
@@ -52,6 +60,8 @@ class RemoteNode:
             return ray.get(ref, timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
+            if isinstance(cause, ApiError) and cause.code == "engine_unavailable":
+                raise _on_node(self.name, cause) from None
             if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
                 raise cause from None  # BootFailed, Cancelled, ApiError... as raised there
             raise NodeLost(self.name, f"{method} failed in Ray: {cause}") from exc

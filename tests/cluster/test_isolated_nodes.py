@@ -9,6 +9,9 @@ machine's namespace. It shows that:
 - the control plane steps it with a real OpenEnv client over its ingress, through the
   node's relay, while the env's own address cannot be reached from here (it can from inside
   its node's namespace: the address is real);
+- faults of one node or of the control plane (issue 27, item 7), each with what the user
+  sees and nothing left: its engine killed, its network cut, the control plane killed
+  mid-fork, the Ray head restarted (under ``make soak`` only: minutes on 2 cores);
 - killing a node takes its engine and containers with it (nothing of it is left on this
   machine) and ``denv cluster status`` reports it dead, while the other node's env still
   answers;
@@ -24,9 +27,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,11 +312,279 @@ def _running(pid: int) -> bool:
         return False
 
 
+# Faults of separate nodes (issue 27, item 7): a node's engine killed, its network cut, the Ray
+# head restarted, the control plane killed mid-fork. Each says what the user sees and that
+# nothing is lost or left; they run before the node kill below, on this module's cluster.
+ENGINE_BACK_S = 60.0  # the reaper sees a restarted engine's stopped containers (5 s passes)
+RAY_NODE_ENDS_S = 120.0  # a cut node's Ray, back on the network, learns it is dead and exits
+SETTLED_S = 120.0  # envs a killed control plane left starting are healthy or failed
+SOAK = os.environ.get("DENV_SOAK") == "1"  # make soak: the head's restart too
+
+
+@pytest.fixture
+def api(iso_cluster: dict[str, Any]) -> Iterator[httpx.Client]:
+    """A client of the cluster's API; the envs it made (``made``) are deleted afterwards."""
+    with httpx.Client(
+        base_url=iso_cluster["url"],
+        headers={"Authorization": f"Bearer {iso_cluster['api_key']}"},
+        timeout=300,
+        trust_env=False,
+    ) as c:
+        c.made = []  # type: ignore[attr-defined]
+        yield c
+        for env_id in c.made:  # type: ignore[attr-defined]
+            c.delete(f"/v1/envs/{env_id}")
+
+
+def _ok(res: httpx.Response, status: int = 201) -> dict[str, Any]:
+    assert res.status_code == status, f"{res.request.method} {res.request.url}: {res.text}"
+    body: dict[str, Any] = res.json()
+    return body
+
+
+def _create(c: httpx.Client) -> dict[str, Any]:
+    env = _ok(c.post("/v1/sandboxes", json={"image": ECHO_IMAGE}))
+    c.made.append(env["id"])  # type: ignore[attr-defined]
+    return env
+
+
+def _create_on(c: httpx.Client, node: str) -> dict[str, Any]:
+    """A healthy echo env on ``node`` (placement takes the node with the fewest envs; those
+    made on the way elsewhere are deleted)."""
+    others = []
+    for _ in range(6):
+        env = _create(c)
+        if env["node"] == node:
+            break
+        others.append(env)
+    else:
+        raise AssertionError(f"no env placed on {node}: {[e['node'] for e in others]}")
+    for other in others:
+        c.delete(f"/v1/envs/{other['id']}")
+    assert env["status"] == "healthy", env
+    return env
+
+
+def _wait_env(c: httpx.Client, env_id: str, status: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while (got := _ok(c.get(f"/v1/envs/{env_id}"), 200))["status"] != status:
+        assert time.monotonic() < deadline, f"{env_id}: {got['status']} after {timeout_s:.0f} s"
+        time.sleep(0.5)
+    return got
+
+
+def _health(c: httpx.Client, env: dict[str, Any]) -> int:
+    return c.get(f"{env['endpoints'][0]['url']}/health").status_code
+
+
+def _containers(iso: dict[str, Any], node: str) -> dict[str, str]:
+    """The env id of each container in node ``node``'s engine (name -> env id)."""
+    out = _engine(iso, node, "ps", "-a", "--format", '{{.Names}} {{.Label "denv.env"}}')
+    return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+
+
+def _engine_pid(node: dict[str, Any]) -> int:
+    return int((Path(node["run"]) / "dockerd.pid").read_text())
+
+
+def _in_a_process(code: str) -> None:
+    """Run ``code`` (with ``cluster_dir`` set) in a process of its own: what joins the
+    cluster as a Ray driver (a node's restart) never does so in this test process."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=False
+    )
+    assert done.returncode == 0, f"{code}:\n{done.stderr[-3000:]}"
+
+
+def test_a_killed_engine_leaves_its_envs_serving_and_creates_go_elsewhere(
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]], api: httpx.Client
+) -> None:
+    """Node n0's dockerd SIGKILLed (its agent and Ray node live on): its env's container
+    outlives it and still answers; creates go to n1 (n0 came first: fewest envs, then by
+    name); once the engine is back (as systemd restarts it) the containers it stopped make
+    the env failed, its record naming the engine's restart; nothing of it is left."""
+    iso, cluster_dir = iso_cluster["iso"], iso_cluster["dir"]
+    victim, other = "n0", "n1"
+    node, env = iso["nodes"][victim], envs[victim]
+    os.kill(_engine_pid(node), signal.SIGKILL)
+    host = isolation.docker_host(node)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["docker", "-H", host, "version"], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "the killed engine still answers"
+        time.sleep(0.2)
+    # What runs keeps running: its shim outlives the engine, its relay is the agent's.
+    assert _health(api, env) == 200
+    assert _ok(api.get(f"/v1/envs/{env['id']}"), 200)["status"] == "healthy"
+    made = [_create(api) for _ in range(2)]
+    assert [e["node"] for e in made] == [other, other], made
+    assert all(e["status"] == "healthy" and _health(api, e) == 200 for e in made), made
+    # The engine back: it stops the containers it finds running (no live-restore).
+    from denv.cluster import ray_nodes
+
+    ray_nodes.start_engine(cluster_dir, processes.read_state(cluster_dir) or {}, victim)
+    got = _wait_env(api, env["id"], "failed", ENGINE_BACK_S)
+    error = got["error"]
+    assert error["code"] == "exited", got
+    assert f"node {victim}'s Docker Engine" in error["message"], error
+    assert api.delete(f"/v1/envs/{env['id']}").status_code == 204
+    assert _container(env) not in _containers(iso, victim)
+    print(
+        f"\n  {victim}'s engine killed: its env answered on, creates went to {other}; the "
+        f"engine back, the env failed: {error['message']!r}; its container removed"
+    )
+
+
+def test_a_cut_network_loses_the_nodes_envs_and_its_return_removes_them(
+    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]], api: httpx.Client
+) -> None:
+    """Node n1's link down: Ray finds it dead and its env fails 'lost' naming it, while its
+    container runs on in its engine (the node lives, cut off); the link back up, the node's
+    Ray learns it was declared dead and exits; the node started again (its engine kept)
+    gets the lost env's container removed by the control plane."""
+    iso, cluster_dir = iso_cluster["iso"], iso_cluster["dir"]
+    victim, survivor = "n1", "n0"
+    node, env = iso["nodes"][victim], envs[victim]
+    elsewhere = _create_on(api, survivor)
+    engine = _engine_pid(node)
+    state = processes.read_state(cluster_dir) or {}
+    ray_sid = next(int(n["sid"]) for n in state["nodes"] if n["name"] == victim)
+    cut = time.monotonic()
+    subprocess.run(["ip", "link", "set", node["veth"], "down"], check=True)
+    try:
+        got = _wait_env(api, env["id"], "failed", DEATH_NOTICED_S)
+        lost_after = time.monotonic() - cut
+        assert got["error"]["code"] == "lost" and victim in got["error"]["message"], got
+        assert _container(env) in _engine(iso, victim, "ps", "--format", "{{.Names}}")
+        assert _health(api, elsewhere) == 200  # the other node carries on
+    finally:
+        subprocess.run(["ip", "link", "set", node["veth"], "up"], check=True)
+    deadline = time.monotonic() + RAY_NODE_ENDS_S
+    while processes.session_pids(ray_sid):
+        assert time.monotonic() < deadline, f"{victim}'s Ray still runs after the cut"
+        time.sleep(1)
+    _in_a_process(
+        "from pathlib import Path; from denv.cluster import ray_nodes; "
+        f"ray_nodes.restart_node(Path({str(cluster_dir)!r}), {victim!r})"
+    )
+    assert _engine_pid(node) == engine, "the node's restart replaced its running engine"
+    deadline = time.monotonic() + ENGINE_BACK_S
+    while _container(env) in _containers(iso, victim):
+        assert time.monotonic() < deadline, f"{_container(env)} left on {victim}"
+        time.sleep(1)
+    assert _ok(api.get(f"/v1/envs/{env['id']}"), 200)["status"] == "failed"
+    print(
+        f"\n  {victim}'s link cut: its env lost after {lost_after:.1f} s while its container "
+        "ran on; back and restarted (same engine), the container was removed"
+    )
+
+
+def test_a_control_plane_killed_mid_fork_leaves_no_env_half_made(
+    iso_cluster: dict[str, Any], api: httpx.Client
+) -> None:
+    """``denv serve`` SIGKILLed while a fork(2) boots its children: the fork's client gets
+    no answer; once the control plane is back each child is healthy and answers, or failed
+    with a reason, none stays starting; the parent answers; every container on the nodes
+    belongs to an env the API lists, and deletes leave nothing."""
+    from denv.cluster import local
+
+    iso, cluster_dir = iso_cluster["iso"], iso_cluster["dir"]
+    parent = _create(api)
+    answer: list[object] = []
+
+    def fork() -> None:
+        try:
+            answer.append(api.post(f"/v1/envs/{parent['id']}/fork", json={"count": 2}))
+        except httpx.HTTPError as exc:
+            answer.append(exc)
+
+    forking = threading.Thread(target=fork)
+    forking.start()
+    deadline = time.monotonic() + 120
+    while True:
+        listed = _ok(api.get("/v1/envs", params={"limit": 200}), 200)["items"]
+        children = [e for e in listed if e.get("parent_id") == parent["id"]]
+        if children and all(e["status"] in ("creating", "starting") for e in children):
+            break
+        assert time.monotonic() < deadline and not answer, f"no child seen booting: {answer}"
+        time.sleep(0.1)
+    server_sid = int((processes.read_state(cluster_dir) or {})["server"]["sid"])
+    os.killpg(server_sid, signal.SIGKILL)
+    forking.join(60)
+    assert answer and isinstance(answer[0], httpx.HTTPError), answer
+    api.made += [c["id"] for c in children]  # type: ignore[attr-defined]
+    local.restart_server(cluster_dir)
+    deadline = time.monotonic() + SETTLED_S
+    while True:
+        got = {c["id"]: _ok(api.get(f"/v1/envs/{c['id']}"), 200) for c in children}
+        if all(g["status"] in ("healthy", "failed") for g in got.values()):
+            break
+        assert time.monotonic() < deadline, {i: g["status"] for i, g in got.items()}
+        time.sleep(1)
+    for child in got.values():
+        if child["status"] == "healthy":
+            assert _health(api, child) == 200, child
+        else:
+            assert child["error"]["code"] and child["error"]["message"], child
+    assert _health(api, parent) == 200
+    listed = {e["id"] for e in _ok(api.get("/v1/envs", params={"limit": 200}), 200)["items"]}
+    for name in NODES:  # no container without an env record
+        strays = {c: e for c, e in _containers(iso, name).items() if e and e not in listed}
+        assert not strays, f"containers on {name} of no listed env: {strays}"
+    for env_id in [parent["id"], *got]:
+        assert api.delete(f"/v1/envs/{env_id}").status_code == 204
+    for name in NODES:
+        left = {c for c, e in _containers(iso, name).items() if e in {parent["id"], *got}}
+        assert not left, f"{name} kept {left} after the deletes"
+    ends = sorted(f"{g['status']}/{(g.get('error') or {}).get('code')}" for g in got.values())
+    print(f"\n  control plane killed mid-fork: its children after the restart {ends}; none left")
+
+
+@pytest.mark.skipif(
+    not SOAK,
+    reason="a Ray head restart takes 2-5 min on 2 shared cores (the head, each node one by "
+    "one, the agents, the server): make soak runs it (DENV_SOAK=1)",
+)
+def test_a_restarted_ray_head_gives_the_envs_back(
+    iso_cluster: dict[str, Any], api: httpx.Client
+) -> None:
+    """The Ray head SIGKILLed and started again on its address (``local.restart_head``: the
+    nodes' Ray processes and the control plane are started again, as Ray ends them when its
+    head is gone): the envs on both nodes are healthy on the same nodes and answer through
+    their relays; a create works; no process of the old Ray cluster is left."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    iso, cluster_dir = iso_cluster["iso"], iso_cluster["dir"]
+    on = {name: _create_on(api, name) for name in NODES}
+    before = processes.read_state(cluster_dir) or {}
+    old = [int(before["ray_head"]["sid"]), int(before["server"]["sid"])]
+    old += [int(n["sid"]) for n in before["nodes"]]
+    engines = {name: _engine_pid(iso["nodes"][name]) for name in NODES}
+    _in_a_process(
+        "from pathlib import Path; from denv.cluster import local; "
+        f"local.restart_head(Path({str(cluster_dir)!r}))"
+    )
+    assert not [sid for sid in old if processes.session_pids(sid)], "the old Ray cluster runs on"
+    assert {name: _engine_pid(iso["nodes"][name]) for name in NODES} == engines
+    for name, env in on.items():
+        got = _ok(api.get(f"/v1/envs/{env['id']}"), 200)
+        assert got["status"] == "healthy" and got["node"] == name, got
+        assert _health(api, got) == 200
+        with GenericEnvClient(base_url=got["endpoints"][0]["url"]).sync() as client:
+            client.reset()
+            assert client.step({"message": "after"}).observation["echoed_message"] == "after"
+    fresh = _create(api)
+    assert fresh["status"] == "healthy" and _health(api, fresh) == 200, fresh
+    alive = {n["name"]: n["alive"] for n in _status(cluster_dir)["nodes"]}
+    assert alive == {"n0": True, "n1": True}, alive
+    print("\n  Ray head restarted: the envs on n0 and n1 healthy on their nodes and stepped")
+
+
 def test_killing_a_node_takes_its_engine_and_containers_with_it(
-    iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]]
+    iso_cluster: dict[str, Any], api: httpx.Client
 ) -> None:
     iso, cluster_dir = iso_cluster["iso"], iso_cluster["dir"]
     victim, survivor = "n1", "n0"
+    envs = {name: _create_on(api, name) for name in NODES}  # the faults above failed others
     node = iso["nodes"][victim]
     assert {n["name"]: n["alive"] for n in _status(cluster_dir)["nodes"]} == {
         "n0": True,
@@ -344,8 +617,7 @@ def test_killing_a_node_takes_its_engine_and_containers_with_it(
             break
         assert time.monotonic() - killed < DEATH_NOTICED_S, alive
         time.sleep(1)
-    url = envs[survivor]["endpoints"][0]["url"]
-    assert httpx.get(f"{url}/health", trust_env=False, timeout=30).json() == {"status": "healthy"}
+    assert _health(api, envs[survivor]) == 200
     print(f"\n  {victim} killed: engine, containers, namespace gone; dead in status")
 
 

@@ -96,9 +96,10 @@ class Placement(Membership):
             raise NodeLost("(none)", "the cluster has no live node")
         return min(loads, key=lambda n: (loads[n][0], n))
 
-    def _place(self, spec: BootSpec) -> str:
+    def _place(self, spec: BootSpec, skip: frozenset[str] = frozenset()) -> str:
+        """The member for ``spec``, never one of ``skip`` (whose engine did not answer)."""
         self._refresh()
-        loads = {n: ld for n, ld in self._load().items() if self._has_room(n, ld)}
+        loads = {n: ld for n, ld in self._load().items() if self._has_room(n, ld) and n not in skip}
         if not loads:
             raise BootFailed(
                 "start_failed",

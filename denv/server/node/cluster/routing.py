@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ from .placement import NodeCaps
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+ENGINE_DOWN_S = 30.0  # placement passes over a member this long after its engine failed
 
 
 class Routing(Images):
@@ -51,14 +53,32 @@ class Routing(Images):
         self._booting: set[str] = set()
         self._cancelled: set[str] = set()
         self._last_states: dict[str, dict[str, str]] = {}  # member: its containers' last answer
+        self._engine_down: dict[str, float] = {}  # member -> when its engine last did not answer
+
+    # A member whose Docker Engine does not answer (killed, restarting) while its agent does:
+    # placement passes it over for a while, and calls any member answers try it last.
+    def _engine_failed(self, name: str) -> None:
+        with self._lock:
+            self._engine_down[name] = time.monotonic()
+
+    def _engines_down(self) -> frozenset[str]:
+        now = time.monotonic()
+        with self._lock:
+            return frozenset(n for n, t in self._engine_down.items() if now - t < ENGINE_DOWN_S)
 
     # Node: images (any member answers)
     def _first(self, fn: Callable[[Node], T]) -> T:
         last: Exception | None = None
-        for name in self.live_members():
+        down = self._engines_down()
+        for name in sorted(self.live_members(), key=lambda n: n in down):
             try:
                 return self._call(name, fn)
             except NodeLost as exc:
+                last = exc
+            except ApiError as exc:
+                if exc.code != "engine_unavailable":
+                    raise
+                self._engine_failed(name)
                 last = exc
         raise ApiError(
             503,
@@ -76,25 +96,47 @@ class Routing(Images):
         with self._lock:
             if self._stopped or spec.env_id in self._cancelled:
                 raise Cancelled()
-        name = self._place(spec)
-        with self._lock:
-            self._env[spec.env_id] = name
-            self._booting.add(spec.env_id)
-        try:
-            self._ensure_images(name, spec.services)
-            if not spec.late_mount:
-                self._ensure_layers(name, [x for v in spec.volumes for x in v.layers])
-            booted = self._call(name, lambda n: n.bring_up(spec))
-        except NodeLost as exc:
-            raise BootFailed("lost", f"{exc} (while the env started)") from exc
-        finally:
+        tried: set[str] = set()
+        failed: ApiError | None = None
+        while True:
+            name = self._place_past_engines(spec, tried, failed)
             with self._lock:
-                self._booting.discard(spec.env_id)
+                self._env[spec.env_id] = name
+                self._booting.add(spec.env_id)
+            try:
+                self._ensure_images(name, spec.services)
+                if not spec.late_mount:
+                    self._ensure_layers(name, [x for v in spec.volumes for x in v.layers])
+                booted = self._call(name, lambda n: n.bring_up(spec))
+                break
+            except NodeLost as exc:
+                raise BootFailed("lost", f"{exc} (while the env started)") from exc
+            except ApiError as exc:
+                if exc.code != "engine_unavailable":
+                    raise
+                # Its engine does not answer, so it started nothing: another member may.
+                log.warning("cluster: %s; placing env %s elsewhere", exc.message, spec.env_id)
+                self._engine_failed(name)
+                tried.add(name)
+                failed = exc
+            finally:
+                with self._lock:
+                    self._booting.discard(spec.env_id)
         with self._lock:
             for cid in booted.containers.values():
                 self._cid[cid] = name
             self._net[booted.network] = name
         return booted.model_copy(update={"node": name})
+
+    def _place_past_engines(self, spec: BootSpec, tried: set[str], failed: ApiError | None) -> str:
+        """A member for ``spec`` whose engine answered lately, else (none with room) any
+        not ``tried`` yet; ``failed`` (the last engine's error) once every one was tried."""
+        try:
+            return self._place(spec, self._engines_down() | tried)
+        except BootFailed:
+            if failed is not None:
+                raise failed from None
+            return self._place(spec, frozenset(tried))
 
     def _routed(self, env_id: str, fn: Callable[[Node], T]) -> T:
         name = self._env_member(env_id)
@@ -183,7 +225,9 @@ class Routing(Images):
         for name in self.live_members():
             try:
                 found = self._call(name, lambda n: n.states())
-            except NodeLost:
+            except (NodeLost, ApiError) as exc:
+                if isinstance(exc, ApiError) and exc.code != "engine_unavailable":
+                    raise
                 with self._lock:
                     out.update(self._last_states.get(name, {}))
                 continue
