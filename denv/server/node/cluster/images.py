@@ -42,6 +42,9 @@ def names_registry(ref: str) -> bool:
     return bool(slash) and ("." in first or ":" in first or first == "localhost")
 
 
+ENGINE_DOWN_S = 30.0  # placement passes over a member this long after its engine failed
+
+
 class Images(Layers):
     """Layers plus the images of the members: where each is, bringing it, storing it."""
 
@@ -56,20 +59,37 @@ class Images(Layers):
         self._images_stored: dict[str, str] = {}  # image id -> its saved tar's digest
         self._image_uploads: set[str] = set()
         self._bringing: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self._engine_down: dict[str, float] = {}  # member -> when its engine last did not answer
+
+    # A member whose Docker Engine does not answer (killed, restarting) while its agent does:
+    # placement passes it over for a while, and calls any member answers try it last.
+    def _engine_failed(self, name: str) -> None:
+        with self._lock:
+            self._engine_down[name] = time.monotonic()
+
+    def _engines_down(self) -> frozenset[str]:
+        now = time.monotonic()
+        with self._lock:
+            return frozenset(n for n, t in self._engine_down.items() if now - t < ENGINE_DOWN_S)
 
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         """The image's facts from the first live member that has it, else from the store's
         record of its name, else pulled by a member (``pull``); 422 ``image_not_found``
         naming the image and the members asked."""
         asked: list[str] = []
-        lost: NodeLost | None = None
-        for name in self.live_members():
+        lost: Exception | None = None
+        down = self._engines_down()
+        for name in sorted(self.live_members(), key=lambda n: n in down):
             try:
                 facts = self._call(name, lambda n: n.inspect_image(image, False))
             except NodeLost as exc:
                 lost = exc
                 continue
             except ApiError as exc:
+                if exc.code == "engine_unavailable":  # its agent answers, its engine does not
+                    self._engine_failed(name)
+                    lost = exc
+                    continue
                 if exc.code != "image_not_found":
                     raise
                 asked.append(name)

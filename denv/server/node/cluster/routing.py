@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -37,7 +36,6 @@ from .placement import NodeCaps
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-ENGINE_DOWN_S = 30.0  # placement passes over a member this long after its engine failed
 
 
 class Routing(Images):
@@ -53,18 +51,6 @@ class Routing(Images):
         self._booting: set[str] = set()
         self._cancelled: set[str] = set()
         self._last_states: dict[str, dict[str, str]] = {}  # member: its containers' last answer
-        self._engine_down: dict[str, float] = {}  # member -> when its engine last did not answer
-
-    # A member whose Docker Engine does not answer (killed, restarting) while its agent does:
-    # placement passes it over for a while, and calls any member answers try it last.
-    def _engine_failed(self, name: str) -> None:
-        with self._lock:
-            self._engine_down[name] = time.monotonic()
-
-    def _engines_down(self) -> frozenset[str]:
-        now = time.monotonic()
-        with self._lock:
-            return frozenset(n for n, t in self._engine_down.items() if now - t < ENGINE_DOWN_S)
 
     # Node: images (any member answers)
     def _first(self, fn: Callable[[Node], T]) -> T:
