@@ -3,7 +3,7 @@
 ``ClusterNode`` decides where an image comes from (a registry, another node, the store) and
 what the error says when it is nowhere; it asks members only to do the moves. So these
 members are stand-ins that hold a set of image ids and record the calls made to them (the
-seam that cannot run here without a Ray cluster); tests/cluster/test_images.py and
+seam that cannot run here without a Ray cluster); tests/cluster/test_cluster_images.py and
 test_isolated_nodes.py run the same on real node agents and engines.
 """
 
