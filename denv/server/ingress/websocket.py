@@ -186,7 +186,13 @@ async def _open_upstream(
         return None
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         _close(sock)
-        log.info("ingress: env's port %d not answering WebSocket (%s)", port, type(exc).__name__)
+        log.warning(
+            "ingress: env's port %d at %s not answering WebSocket (%s: %s)",
+            port,
+            host,
+            type(exc).__name__,
+            exc,
+        )
         await _reject_error(send, scope, 502, "internal", upstream_down_message(port))
         return None
     except BaseException:
