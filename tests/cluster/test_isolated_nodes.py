@@ -318,7 +318,7 @@ def _running(pid: int) -> bool:
 ENGINE_BACK_S = 60.0  # the reaper sees a restarted engine's stopped containers (5 s passes)
 RAY_NODE_ENDS_S = 120.0  # a cut node's Ray, back on the network, learns it is dead and exits
 SETTLED_S = 120.0  # envs a killed control plane left starting are healthy or failed
-SOAK = os.environ.get("DENV_SOAK") == "1"  # make soak: the head's restart too
+SOAK = os.environ.get("DENV_SOAK") == "1"  # make soak: the head's restart, a cut link, a failed up
 
 
 @pytest.fixture
@@ -434,6 +434,11 @@ def test_a_killed_engine_leaves_its_envs_serving_and_creates_go_elsewhere(
     )
 
 
+@pytest.mark.skipif(
+    not SOAK,
+    reason="a cut link takes 80 s (Ray's death notice, the node's Ray exiting once back, a "
+    "node restart) and CI's time is near its bound: make soak runs it (DENV_SOAK=1)",
+)
 def test_a_cut_network_loses_the_nodes_envs_and_its_return_removes_them(
     iso_cluster: dict[str, Any], envs: dict[str, dict[str, Any]], api: httpx.Client
 ) -> None:
@@ -635,6 +640,11 @@ def test_an_image_missing_here_is_refused_before_anything_starts(tmp_path: Path)
     assert not cluster_dir.exists(), "up made the cluster's directory before refusing"
 
 
+@pytest.mark.skipif(
+    not SOAK,
+    reason="a second isolated up (about 55 s) and CI's time is near its bound; the shared "
+    "engine's failed up (test_ray_nodes) runs in CI: make soak runs this one (DENV_SOAK=1)",
+)
 def test_a_failed_isolated_up_removes_what_it_made(tmp_path: Path) -> None:
     """``up --isolated`` failing at its end (denv serve cannot listen) has made the bridge, a
     namespace, an engine and Ray nodes by then: all of it is gone when it returns."""
