@@ -215,3 +215,42 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
         assert f"via {claimed[0].via}" in left, "the prune removed a route claimed meanwhile"
     finally:
         nets.forget("ctr-late")
+
+
+def _bridge_mac(pid: int) -> str:
+    out = subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-o", "link", "show", "denv-live"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split("link/ether ")[1].split()[0]
+
+
+def test_deleting_a_child_leaves_its_siblings_gateway_where_it_was(container: int) -> None:
+    """The bridge keeps its own MAC: left to the kernel it takes its lowest port's, so the
+    first child's delete changed the gateway's MAC under its sibling, whose cached one then
+    led nowhere, and whose connections hung (16% of fork(2)s in a loop, before the fix)."""
+    nets = live_net.LiveNet()
+    kids: list[Child] = []
+    net = nets.ensure("ctr-test", container)
+    try:
+        a, b = Child(), Child()
+        kids += [a, b]
+        a.go(nets.attach(net, "env_a", a.proc.pid))
+        b.go(nets.attach(net, "env_b", b.proc.pid))
+        assert a.ask("hello") == "child" and b.ask("hello") == "child"  # both know the gateway
+        before = _bridge_mac(container)
+        a.kill()  # its namespace, and its pair (the bridge's lowest port), go
+        deadline = time.monotonic() + 10
+        while any(
+            n.startswith(live_net.PAIR_PREFIX + "2") for n in live_net._link_names(container)
+        ):
+            assert time.monotonic() < deadline, "the deleted child's pair stayed"
+            time.sleep(0.05)
+        assert _bridge_mac(container) == before, "the gateway's MAC changed with a delete"
+        assert b.ask("hello") == "child"  # its replies still reach the gateway
+    finally:
+        for kid in kids:
+            kid.kill()
+        nets.forget("ctr-test")

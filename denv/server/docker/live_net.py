@@ -201,10 +201,13 @@ def _rules(subnet: ipaddress.IPv4Network) -> str:
 
 
 # In the container's namespace, once: the bridge with IPv6 off (so no process of the
-# container reaches a child by a link-local address), forwarding on, the rules.
+# container reaches a child by a link-local address), forwarding on, the rules. The bridge
+# gets a MAC of its own: left to the kernel it takes its lowest port's, so deleting the child
+# of that port changed the gateway's MAC under its siblings, whose cached one then led
+# nowhere (a sibling's replies were lost: its connections hung, 16% of them in a loop).
 _SETUP = r"""set -e
 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 2>/dev/null || true
-ip link add {bridge} type bridge
+ip link add {bridge} address {mac} type bridge
 echo 1 > /proc/sys/net/ipv6/conf/{bridge}/disable_ipv6 2>/dev/null || true
 ip addr add {gateway}/{prefix} dev {bridge}
 ip link set {bridge} up
@@ -284,7 +287,8 @@ class LiveNet:
         addr = _container_address(pid)
         subnet = self._claim_subnet(addr)
         gateway = subnet.network_address + 1
-        script = _SETUP.format(bridge=BRIDGE, gateway=gateway, prefix=PREFIX)
+        mac = ":".join(f"{b:02x}" for b in mac_of(str(gateway)))
+        script = _SETUP.format(bridge=BRIDGE, gateway=gateway, prefix=PREFIX, mac=mac)
         try:
             out = _run(
                 ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "/bin/sh", "-c", script],
