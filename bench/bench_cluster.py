@@ -74,9 +74,14 @@ def _ok(res: httpx.Response, status: int = 201) -> dict[str, Any]:
     return body
 
 
-def _exec(env_id: str, script: str) -> None:
-    name = f"denv-{env_id.lower()}-agent"
-    subprocess.run(["docker", "exec", name, "sh", "-c", script], check=True, timeout=120)
+# Isolated nodes: node name -> its own Docker Engine (``docker -H``); empty otherwise.
+_ENGINES: dict[str, str] = {}
+
+
+def _exec(env: dict[str, Any], script: str) -> None:
+    name = f"denv-{env['id'].lower()}-agent"
+    host = ["-H", _ENGINES[env["node"]]] if env.get("node") in _ENGINES else []
+    subprocess.run(["docker", *host, "exec", name, "sh", "-c", script], check=True, timeout=120)
 
 
 def _wait_pool(c: httpx.Client, env_id: str) -> None:
@@ -104,7 +109,7 @@ def warm_forks(c: httpx.Client, rounds: int) -> dict[str, Any]:
             _wait_pool(c, parent["id"])
             time.sleep(2)  # let the refill's last boot settle
             # 1 MB changed since the parent's version: the same file rewritten each round
-            _exec(parent["id"], "head -c 1048576 /dev/urandom > /work/round.bin")
+            _exec(parent, "head -c 1048576 /dev/urandom > /work/round.bin")
             started = time.monotonic()
             fork = _ok(c.post(f"/v1/envs/{parent['id']}/fork", json={"count": WARM}))
             kids = [  # the fork answers once its children are healthy; wait only for stragglers
@@ -160,7 +165,7 @@ def capacity(c: httpx.Client, limit: int) -> dict[str, Any]:
 def durable(c: httpx.Client, mb: int = 32) -> dict[str, Any]:
     env = _ok(c.post("/v1/sandboxes", json={"image": STANDIN, "command": CMD}))
     try:
-        _exec(env["id"], f"head -c {mb << 20} /dev/urandom > /work/big.bin")
+        _exec(env, f"head -c {mb << 20} /dev/urandom > /work/big.bin")
         started = time.monotonic()
         version = _ok(c.post(f"/v1/envs/{env['id']}/snapshot", json={}))
         snapshot_s = time.monotonic() - started
@@ -184,6 +189,12 @@ def _with_cluster(root: Path, nodes: int, cap: int, fn: Any, isolated: bool = Fa
     log.info("starting a local cluster of %d node(s) (cap %d, isolated %s)", nodes, cap, isolated)
     images = (STANDIN,) if isolated else ()
     state = local.up(cluster_dir, nodes=nodes, max_envs=cap, isolated=isolated, images=images)
+    _ENGINES.clear()
+    if isolated:
+        from denv.cluster import isolation
+
+        nodes_of = state["isolated"]["nodes"]
+        _ENGINES.update({n: isolation.docker_host(node) for n, node in nodes_of.items()})
     try:
         with _client(state, cluster_dir) as c:
             return fn(c)
