@@ -65,9 +65,9 @@ def _wait_new_netns(pid: int) -> None:
         time.sleep(0.005)
 
 
-def _ip(*args: str, pid: int | None = None) -> None:
+def _ip(*args: str, pid: int | None = None) -> str:
     pre = ["nsenter", f"--net=/proc/{pid}/ns/net", "--"] if pid else []
-    subprocess.run([*pre, "ip", *args], check=True, capture_output=True, text=True)
+    return subprocess.run([*pre, "ip", *args], check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
@@ -218,12 +218,7 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
 
 
 def _bridge_mac(pid: int) -> str:
-    out = subprocess.run(
-        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-o", "link", "show", "denv-live"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _ip("-o", "link", "show", "denv-live", pid=pid)
     return out.split("link/ether ")[1].split()[0]
 
 

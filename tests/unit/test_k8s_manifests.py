@@ -215,11 +215,8 @@ def test_every_ray_process_joins_with_the_token_of_a_mounted_secret() -> None:
     """The Ray head, denv serve (a Ray driver) and the node agents run with Ray's token
     authentication, the token read from a file of the Secret denv-ray-token (0400)."""
     ray_containers = 0
-    for kind, spec in _pod_specs():
-        for c in _containers(spec):
-            argv = " ".join([*c.get("command", []), *c.get("args", [])])
-            if "ray start" not in argv and "--cluster=" not in argv:
-                continue
+    for kind, spec, ray in _ray_pods():
+        for c in ray:
             ray_containers += 1
             env = {e["name"]: e for e in c.get("env", [])}
             assert env["RAY_AUTH_MODE"]["value"] == "token", (kind, c["name"])
@@ -372,7 +369,7 @@ def _ray_pods() -> Iterator[tuple[str, Resource, list[Resource]]]:
 
 
 def _tls_init(spec: Resource) -> Resource:
-    found = [c for c in spec.get("initContainers", []) if c["name"] == "ray-tls"]
+    found: list[Resource] = [c for c in spec.get("initContainers", []) if c["name"] == "ray-tls"]
     assert len(found) == 1, "no init container ray-tls"
     return found[0]
 
@@ -460,7 +457,7 @@ def test_the_certificates_the_pods_make_pass_a_mutual_tls_handshake(tmp_path: Pa
             socket.create_connection(listener.getsockname(), timeout=10) as raw,
             client_ctx.wrap_socket(raw, server_hostname=head_name) as tls,
         ):
-            peer = tls.getpeercert() or {}
+            peer: dict[str, Any] = dict(tls.getpeercert() or {})
         sans = {value for kind, value in peer.get("subjectAltName", ()) if kind == "IP Address"}
         assert "10.42.0.7" in sans, f"the head's certificate lacks its pod address: {sans}"
         thread.join(10)
