@@ -188,10 +188,18 @@ def test_every_command_and_its_secret_options_are_found() -> None:
     assert not [(p, o) for p, o in SECRET_VALUED if o == "--api-key"], SECRET_VALUED
 
 
+# What each sub-command needs besides, so that only the bad option is wrong.
+SUB_VALID: dict[tuple[str, ...], list[str]] = {
+    ("serve", "--cluster"): ["nodes=1"],
+    ("cluster", "tls-ca"): ["--out", "ca"],
+    ("cluster", "tls-cert"): ["--ca", "ca", "--out", "node"],
+}
+
+
 def leaf_args(path: tuple[str, ...]) -> list[str]:
     """The command line of a command path, with what it needs besides."""
-    if path == ("serve", "--cluster"):
-        return ["serve", "--cluster", "nodes=1"]
+    if path in SUB_VALID:
+        return [*path, *SUB_VALID[path]]
     return [*path, *VALID.get(path[0], [])] if len(path) == 1 else list(path)
 
 
