@@ -129,6 +129,12 @@ class _Settings:
             call.holds,
         )
 
+    @property
+    def lease_ended(self) -> bool:
+        """Whether the server ended this client's own lease (its next create would raise
+        `LeaseExpired`)."""
+        return self._keeper is not None and self._keeper.lost is not None
+
     def _lease_ended(self, exc: LeaseExpired) -> None:
         if self._keeper is not None:
             self._keeper.note(exc)
@@ -247,6 +253,12 @@ class ClientBase(_Settings):
         """
         lease_id = self._lease()
         return None if lease_id is None else self._call(ops.get_lease(lease_id))
+
+    def hold_lease(self) -> str | None:
+        """The id of the lease this client's envs go under, opened now if it was not yet
+        (one request, where `lease()` also reads it back); None with `detach=True`.
+        `LeaseExpired` once the server ended it."""
+        return self._lease()
 
     def _run(self, plan: Generator[Call[Any], Any, T]) -> T:
         """Run a plan of several calls (see `denv._lineage`): send each its value or error."""

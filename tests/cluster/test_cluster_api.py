@@ -176,6 +176,7 @@ class Load:
         self.thread.join(300)
 
 
+@pytest.mark.timeout(3600 if SOAK else 600)  # 20 rounds took about 20 min on isolated nodes
 def test_dead_nodes_lose_their_envs_never_a_durable_version(
     api: httpx.Client, cluster: LocalCluster
 ) -> None:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import LocalDenv, clean, instance_id, start_server
 from provider_helpers import ECHO_IMAGE
@@ -283,6 +284,43 @@ def test_a_providers_envs_and_forks_are_held_by_its_lease(server: LocalDenv, adm
     for p in (provider, *branches, async_branch):
         p.close()
     wait_deleted(admin, [str(i) for i in ids], 5)
+
+
+def test_providers_one_after_another_share_one_lease_until_it_idles(
+    server: LocalDenv, admin: Denv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trainer that makes a provider per env (start, stop, again) opens one client and one
+    lease for all of them, not one each (a request to open and one to close per env); the
+    lease closes once no provider has held it for `IDLE_KEEP_S`, and the next provider then
+    opens a new one."""
+    from denv.openenv import DenvProvider, _connection
+
+    monkeypatch.setattr(_connection, "IDLE_KEEP_S", 1.0)
+    leases = []
+    for _ in range(2):
+        provider = DenvProvider(server=server.url, api_key=server.key)
+        provider.wait_for_ready(provider.start_container(ECHO_IMAGE))
+        leases.append(admin.get_env(str(provider.env_id)).lease_id)
+        provider.close()
+    assert leases[0] is not None and leases == [leases[0]] * 2, leases
+    headers = {"Authorization": f"Bearer {server.key}"}
+    deadline = time.monotonic() + 10
+    while (state := lease_state(server, leases[0], headers)) == "open":
+        assert time.monotonic() < deadline, "the idle lease is still open after 10 s"
+        time.sleep(0.25)
+    assert state == "closed", state
+    provider = DenvProvider(server=server.url, api_key=server.key)
+    try:
+        provider.wait_for_ready(provider.start_container(ECHO_IMAGE))
+        assert admin.get_env(str(provider.env_id)).lease_id not in (None, leases[0])
+    finally:
+        provider.close()
+
+
+def lease_state(server: LocalDenv, lease_id: str, headers: dict[str, str]) -> str:
+    res = httpx.get(f"{server.url}/v1/leases/{lease_id}", headers=headers, timeout=10)
+    res.raise_for_status()
+    return str(res.json()["state"])
 
 
 def test_a_server_stopping_expires_no_lease(tmp_path: Path) -> None:
