@@ -63,7 +63,7 @@ def _batch(tree: Path, url: str, key: str, n: int) -> list[list[Any]]:
     return rows
 
 
-def _summary(rows: list[list[float]]) -> dict[str, Any]:
+def _summary(rows: list[float]) -> dict[str, Any]:
     xs = sorted(rows)
     return {
         "n": len(xs),
