@@ -71,10 +71,12 @@ test-installed: $(VENV_STAMP) docker images image-openenv-template
 	scripts/test_installed.sh
 
 ## The reliability suite at the issue's full counts (200 leak cycles, 32 concurrent forks...)
-## and the cluster's (20 rounds of killing and restarting a node under load): not in CI.
+## and the cluster's (20 rounds of killing and restarting a node under load, on isolated nodes:
+## each its own network namespace and engine): not in CI.
 .PHONY: soak
 soak: $(VENV_STAMP) docker images
-	DENV_SOAK=1 $(PY) -m pytest -q tests/reliability tests/cluster
+	DENV_SOAK=1 $(PY) -m pytest -q tests/reliability
+	DENV_SOAK=1 DENV_TEST_CLUSTER_ISOLATED=1 $(PY) -m pytest -q tests/cluster
 
 ## The long run (issue 25 item 7): 230 GRPO-shaped rounds (2,000+ envs) from 3 trainer processes,
 ## 12 trainers SIGKILLed mid-round, a server restart halfway, a tight disk budget; what was
