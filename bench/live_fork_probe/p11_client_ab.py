@@ -30,8 +30,18 @@ from bench.harness import remove_leftovers, start_server, stop_process  # noqa: 
 IMAGE = "denv-echo-env:latest"
 
 BATCH = """
-import json, sys, time
+import importlib.util, json, os, sys, time
+# denv.openenv from the tree too: an editable install maps it to its own checkout.
+here = os.environ["P11_TREE"] + "/adapters/openenv"
+spec = importlib.util.spec_from_file_location(
+    "denv.openenv", here + "/__init__.py", submodule_search_locations=[here]
+)
+module = importlib.util.module_from_spec(spec)
+sys.modules["denv.openenv"] = module
+spec.loader.exec_module(module)
 from denv.openenv import DenvProvider
+assert DenvProvider.__module__.startswith("denv.openenv") and here in sys.modules[
+    "denv.openenv._connection"].__file__
 from openenv.core import GenericEnvClient
 url, key, image, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 out = []
@@ -49,7 +59,8 @@ print(json.dumps(out))
 
 
 def _batch(tree: Path, url: str, key: str, n: int) -> list[list[Any]]:
-    env = {**os.environ, "PYTHONPATH": f"{tree.resolve()}:{tree.resolve()}/generated"}
+    root = tree.resolve()
+    env = {**os.environ, "PYTHONPATH": f"{root}:{root}/generated", "P11_TREE": str(root)}
     done = subprocess.run(
         [sys.executable, "-c", BATCH, url, key, IMAGE, str(n)],
         env=env,
