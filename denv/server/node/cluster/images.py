@@ -72,38 +72,43 @@ class Images(Layers):
         with self._lock:
             return frozenset(n for n, t in self._engine_down.items() if now - t < ENGINE_DOWN_S)
 
+    def _answering_first(self) -> list[str]:
+        """The live members, those whose engine did not answer lately last."""
+        down = self._engines_down()
+        return sorted(self.live_members(), key=lambda n: n in down)
+
+    def _unanswered(self, name: str, exc: NodeLost | ApiError) -> bool:
+        """Whether `exc` from member `name` means that it did not answer (its agent is lost,
+        or its agent answers and its engine does not, which is noted), so the next member
+        is asked."""
+        if isinstance(exc, NodeLost):
+            return True
+        if exc.code == "engine_unavailable":
+            self._engine_failed(name)
+            return True
+        return False
+
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         """The image's facts from the first live member that has it, else from the store's
         record of its name, else pulled by a member (``pull``); 422 ``image_not_found``
         naming the image and the members asked."""
         asked: list[str] = []
         lost: Exception | None = None
-        down = self._engines_down()
-        for name in sorted(self.live_members(), key=lambda n: n in down):
+        for name in self._answering_first():
             try:
                 facts = self._call(name, lambda n: n.inspect_image(image, False))
-            except NodeLost as exc:
-                lost = exc
-                continue
-            except ApiError as exc:
-                if exc.code == "engine_unavailable":  # its agent answers, its engine does not
-                    self._engine_failed(name)
+            except (NodeLost, ApiError) as exc:
+                if self._unanswered(name, exc):
                     lost = exc
-                    continue
-                if exc.code != "image_not_found":
+                elif isinstance(exc, ApiError) and exc.code == "image_not_found":
+                    asked.append(name)
+                else:
                     raise
-                asked.append(name)
                 continue
             self._found_image(name, image, facts)
             return facts
         if not asked:  # no member answered: nothing could boot it anyway
-            raise ApiError(
-                503,
-                "engine_unavailable",
-                "no node of the cluster answers"
-                + (f" (last: {lost})" if lost else "")
-                + ": check `denv cluster status` and the Ray cluster",
-            )
+            raise no_member_answers(lost)
         stored = self._stored_facts(image)
         if stored is not None:
             return stored
@@ -290,6 +295,17 @@ class Images(Layers):
             with self._lock:
                 self._images_stored[image_id] = digest
         return digest
+
+
+def no_member_answers(last: Exception | None) -> ApiError:
+    """503 for a call that no member of the cluster answered (`last`: the last failure)."""
+    return ApiError(
+        503,
+        "engine_unavailable",
+        "no node of the cluster answers"
+        + (f" (last: {last})" if last else "")
+        + ": check `denv cluster status` and the Ray cluster",
+    )
 
 
 def _images(node: Node) -> ImageNode:

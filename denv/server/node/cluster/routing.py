@@ -30,7 +30,7 @@ from denv.server.node.seam import (
 )
 from denv.server.records import LiveProc, VolumeSlot
 
-from .images import Images
+from .images import Images, no_member_answers
 from .placement import NodeCaps
 
 log = logging.getLogger(__name__)
@@ -55,24 +55,14 @@ class Routing(Images):
     # Node: images (any member answers)
     def _first(self, fn: Callable[[Node], T]) -> T:
         last: Exception | None = None
-        down = self._engines_down()
-        for name in sorted(self.live_members(), key=lambda n: n in down):
+        for name in self._answering_first():
             try:
                 return self._call(name, fn)
-            except NodeLost as exc:
-                last = exc
-            except ApiError as exc:
-                if exc.code != "engine_unavailable":
+            except (NodeLost, ApiError) as exc:
+                if not self._unanswered(name, exc):
                     raise
-                self._engine_failed(name)
                 last = exc
-        raise ApiError(
-            503,
-            "engine_unavailable",
-            "no node of the cluster answers"
-            + (f" (last: {last})" if last else "")
-            + ": check `denv cluster status` and the Ray cluster",
-        )
+        raise no_member_answers(last)
 
     def engine_version(self) -> str:
         return self._first(lambda n: n.engine_version())
