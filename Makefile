@@ -41,6 +41,12 @@ demo: $(VENV_STAMP) docker image-echo
 first-hour: $(VENV_STAMP) docker image-echo
 	$(PY) scripts/first_hour.py
 
+## The same from nothing, as a newcomer: this project's images removed, then `make demo` in
+## the clone (its venv, the base and echo images built), then the README's blocks.
+.PHONY: first-hour-fresh
+first-hour-fresh: $(VENV_STAMP) docker
+	$(PY) scripts/first_hour.py --fresh
+
 ## The provider plumbing with a stand-in image (python -m http.server): start, ready, stop.
 e2e-frameworks: $(VENV_STAMP) docker image-standin
 	$(PY) -m pytest -q tests/frameworks

@@ -10,14 +10,19 @@ bench/results/first-hour.json; then the server is stopped and the script checks 
 is left: no container or network of that server, no mount under its state directory, no
 server process.
 
-What it does not do, and says so in the results: it does not build (`make demo` would build
-the venv and the echo image: it reuses this checkout's `.venv` and the echo image already on
-the engine, naming the image's id and age), and it does not run `make test` (the whole
-suite; the README's blocks are its tests/e2e/test_docs_snippets.py).
+By default it does not build: it reuses this checkout's `.venv` and the echo image already
+on the engine, naming the image's id and age, and runs the demo script itself. With
+`--fresh` (`make first-hour-fresh`) it builds as a newcomer does: it removes this project's
+images from the engine (`make images-remove`, as CI starts), then runs the README's first
+command, `make demo`, in the clone, which builds the clone's venv, the base image and the
+echo image from nothing, and the blocks then run on the clone's own `.venv/bin/python`.
+Either way it does not run the README's second command, `make test` (the whole suite, which
+CI runs on a fresh clone; the README's blocks are its tests/e2e/test_docs_snippets.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -74,7 +79,7 @@ def envs_of_key(python: str, env: dict[str, str]) -> list[str] | str:
 
 
 def step(
-    name: str, cmd: list[str], cwd: Path, env: dict[str, str], state: Path
+    name: str, cmd: list[str], cwd: Path, env: dict[str, str], state: Path, python: str
 ) -> dict[str, object]:
     print(f"first-hour: {name} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
@@ -95,7 +100,7 @@ def step(
         "progress": [
             ln for ln in err.splitlines() if ln.startswith("denv: ") or "denv.progress" in ln
         ],
-        "envs_left": envs_of_key(cmd[0], env),
+        "envs_left": envs_of_key(python, env),
         "containers_left": len(left["containers"]),
     }
     if code != 0:
@@ -105,49 +110,64 @@ def step(
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--fresh", action="store_true", help="remove the images, then `make demo` in the clone"
+    )
+    fresh = parser.parse_args().fresh
     image = sh("docker", "image", "inspect", "-f", "{{.Id}} {{.Created}}", IMAGE).stdout.split()
-    if not image:
+    if not image and not fresh:
         print(f"first-hour: {IMAGE} is not on the engine: run `make demo` first", file=sys.stderr)
         return 2
-    python = str(ROOT / ".venv" / "bin" / "python")
     work = Path(tempfile.mkdtemp(prefix="denv-first-hour-"))
     clone, state = work / "denv", work / "state"
+    python = str((clone if fresh else ROOT) / ".venv" / "bin" / "python")
     results: dict[str, object] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": sh("git", "-C", str(ROOT), "rev-parse", "HEAD").stdout.strip(),
         "load_average_at_start": os.getloadavg(),
-        "reused": {
+        "not_run": "make test (the whole suite, which CI runs on a fresh clone; the README's "
+        "blocks are its tests/e2e/test_docs_snippets.py)",
+    }
+    if fresh:
+        results["fresh"] = (
+            "make images-remove, then `make demo` in the clone: its venv, the base image and "
+            "the echo image built from nothing, the blocks run on the clone's .venv/bin/python"
+        )
+    else:
+        results["reused"] = {
             "venv": f"{ROOT}/.venv (not rebuilt: scripts/bootstrap.sh, uv sync --locked)",
             "image": f"{IMAGE} {image[0][:19]} created {image[1]} (not rebuilt: make image-echo)",
-        },
-        "not_run": "make test (the whole suite; the README's blocks are its "
-        "tests/e2e/test_docs_snippets.py)",
-    }
+        }
     steps: list[dict[str, object]] = []
     env = {k: v for k, v in os.environ.items() if k not in ("DENV_SERVER", "DENV_API_KEY")}
-    env.update(
-        PYTHONPATH=f"{clone}:{clone}/generated",  # the clone's code, the reused venv's packages
-        DENV_STATE_DIR=str(state),  # a first start: no server, no key yet
-        PYTHONUNBUFFERED="1",
-    )
+    env.update(DENV_STATE_DIR=str(state), PYTHONUNBUFFERED="1")  # a first start: no server
+    if not fresh:
+        env.update(PYTHONPATH=f"{clone}:{clone}/generated")  # the clone's code, the venv reused
     started = time.monotonic()
     try:
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-        steps.append(
-            step(
+        if fresh:
+            removed = sh("make", "--no-print-directory", "images-remove", cwd=clone)
+            results["images_removed"] = removed.stderr.strip().splitlines()[:1]
+            demo = step("make demo", ["make", "demo"], clone, env, state, python)
+        else:
+            demo = step(
                 "make demo (examples/fork_demo.py)",
                 [python, "examples/fork_demo.py"],
                 clone,
                 env,
                 state,
+                python,
             )
-        )
+        steps.append(demo)
         for snippet in snippets(clone / "README.md", clone):
             if snippet.not_run:
                 continue
             path = work / f"readme_{snippet.line}.py"
             path.write_text(snippet.code)
-            steps.append(step(f"README.md:{snippet.line}", [python, str(path)], clone, env, state))
+            name = f"README.md:{snippet.line}"
+            steps.append(step(name, [python, str(path)], clone, env, state, python))
     finally:
         stop = sh(python, "-m", "denv", "stop", env=env)
         left = running(state)
