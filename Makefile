@@ -57,7 +57,8 @@ conformance: $(VENV_STAMP) docker images
 	  --action '{"message": "conformance {branch}.{i}"}' --action '{"delta": 1}' --json conformance.json
 
 ## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
-## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), then the
+## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), with the
+## cluster tests in a lane of their own beside them (scripts/run_tests.sh), then the
 ## live-fork e2e tests once more from the installed wheel (test-installed). What the tests
 ## need is built first, four jobs at a time (images, the TRL and Harbor venvs, Chromium: on
 ## a fresh machine that is most of the time before the first test).
@@ -67,7 +68,7 @@ test-prereqs: $(TEST_PREREQS)
 
 test:
 	$(MAKE) --no-print-directory -j4 test-prereqs
-	$(PY) -m pytest -q --durations=30 --junitxml=.cache/test-report.xml
+	PY=$(PY) scripts/run_tests.sh
 	scripts/test_installed.sh
 
 ## The live-fork e2e tests against the installed wheel (a clean venv, the tests copied out of
