@@ -164,7 +164,7 @@ def main() -> int:
         for snippet in snippets(clone / "README.md", clone):
             if snippet.not_run:
                 continue
-            path = work / f"readme_{snippet.line}.py"
+            path = clone / f"readme_{snippet.line}.py"  # saved in the clone, as a reader does
             path.write_text(snippet.code)
             name = f"README.md:{snippet.line}"
             steps.append(step(name, [python, str(path)], clone, env, state, python))
