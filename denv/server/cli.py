@@ -55,7 +55,10 @@ NodeFactory = Callable[[clusteropts.ClusterSettings, ServerConfig], Node]
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it a kept-alive connection's response (headers, then body: two
+    # writes) waited ~40 ms for the client's delayed ACK on every request after the first.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
