@@ -56,12 +56,13 @@ conformance: $(VENV_STAMP) docker images
 	$(PY) -m denv conformance denv-echo-env:latest envs/redis-counter/compose.yaml \
 	  --action '{"message": "conformance {branch}.{i}"}' --action '{"delta": 1}' --json conformance.json
 
-## Every test: unit tests on cassettes, then end-to-end tests on a real Docker Engine
-## (the TRL example's test runs in .cache/trl-venv, built by `make trl-venv`), with the
-## cluster tests in a lane of their own beside them (scripts/run_tests.sh), then the
-## live-fork e2e tests once more from the installed wheel (test-installed). What the tests
-## need is built first, four jobs at a time (images, the TRL and Harbor venvs, Chromium: on
-## a fresh machine that is most of the time before the first test).
+## Every test: unit tests on cassettes and end-to-end tests on a real Docker Engine (the TRL
+## example's test runs in .cache/trl-venv, built by `make trl-venv`), in two lanes at once
+## (scripts/run_tests.sh): the cluster tests, the live-fork e2e tests from the installed
+## wheel (test-installed) and a few long e2e modules beside the others; then the reliability
+## tests with the machine to themselves. What the tests need is built first, four jobs at a
+## time (images, the TRL and Harbor venvs, Chromium: on a fresh machine that is most of the
+## time before the first test).
 TEST_PREREQS := $(VENV_STAMP) docker chromium images image-openenv-template trl-venv compose harbor-venv
 .PHONY: test-prereqs
 test-prereqs: $(TEST_PREREQS)
@@ -69,10 +70,10 @@ test-prereqs: $(TEST_PREREQS)
 test:
 	$(MAKE) --no-print-directory -j4 test-prereqs
 	PY=$(PY) scripts/run_tests.sh
-	scripts/test_installed.sh
 
 ## The live-fork e2e tests against the installed wheel (a clean venv, the tests copied out of
-## the source tree): a runtime file missing from the wheel fails here. Part of `make test`.
+## the source tree): a runtime file missing from the wheel fails here. Part of `make test`
+## (its second lane).
 .PHONY: test-installed
 test-installed: $(VENV_STAMP) docker images image-openenv-template
 	scripts/test_installed.sh

@@ -1,26 +1,86 @@
 #!/usr/bin/env bash
-# `make test`'s pytest run, in two lanes at once: tests/cluster (local Ray clusters, which
-# mostly wait on Ray and on engines) beside the first dirs of the others (browser, cassettes,
-# e2e), so that the run uses the CPU its waits leave idle (a CI run sampled every 5 s was
-# 52% idle with one lane). The cluster lane ends well before the reliability dir starts, so
-# the tests that measure under load (the flood's ratios) or touch the machine's engine and
-# firewall (engine faults, egress) run without it. Both lanes run to the end; the exit code
-# is the first failing lane's. Reports: .cache/test-report.xml and test-report-cluster.xml
-# (scripts/test_times.py sums either); the cluster lane's output is printed after the other's.
+# `make test`'s pytest runs, in two lanes at once, then the reliability dir alone.
+#
+# The tests mostly wait on engines, boots and leases, not on CPU (a one-lane CI run sampled
+# every 5 s was 52% idle), so two pytest processes share the machine:
+#   lane 1: the browser, cassette, e2e, framework, server and unit tests;
+#   lane 2: tests/cluster (local Ray clusters), then the live-fork e2e tests from the
+#           installed wheel (scripts/test_installed.sh), then the e2e modules listed in
+#           LANE2 (self-contained and long: the docs' blocks, exports, the TRL example).
+# tests/reliability starts once both lanes are done, with the machine to itself: it measures
+# under load (the flood's ratios) and touches the machine's engine and firewall (a dockerd
+# restart, egress rules), which would disturb whatever else ran. Only its modules listed in
+# SHARED (a server of their own, API-level checks, no engine-wide or timing effect) run in
+# lane 1 instead; a new reliability module runs alone unless added there.
+#
+# Arguments are pytest options for every run (e.g. -x, -k NAME). Every run goes to its end;
+# the exit code is the first failing run's. JUnit reports: .cache/test-report*.xml
+# (scripts/test_times.py sums them); lane 2's output is printed after lane 1's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 mkdir -p .cache
-log=.cache/test-cluster.log
-"$PY" -m pytest -q --durations=15 --junitxml=.cache/test-report-cluster.xml tests/cluster \
-  >"$log" 2>&1 &
-cluster=$!
-trap 'kill "$cluster" 2>/dev/null' INT TERM
-"$PY" -m pytest -q --durations=30 --junitxml=.cache/test-report.xml --ignore=tests/cluster "$@"
-main=$?
-wait "$cluster"
+rm -f .cache/test-report*.xml
+
+LANE2=(
+  tests/e2e/test_docs_snippets.py
+  tests/e2e/test_export.py
+  tests/e2e/test_export_harbor.py
+  tests/e2e/test_trl_grpo.py
+)
+
+SHARED=(
+  tests/reliability/test_bad_input.py
+  tests/reliability/test_hardening.py
+  tests/reliability/test_isolation.py
+  tests/reliability/test_secrets.py
+  tests/reliability/test_tls.py
+  tests/reliability/test_token_digests.py
+)
+ALONE=()
+for module in tests/reliability/test_*.py; do
+  case " ${SHARED[*]} " in *" $module "*) ;; *) ALONE+=("$module") ;; esac
+done
+
+# pytest's exit 5 (nothing collected, e.g. -k matched no test of a run) is not a failure.
+run() {
+  "$PY" -m pytest -q "$@"
+  local rc=$?
+  if [ "$rc" -eq 5 ]; then rc=0; fi
+  return "$rc"
+}
+
+lane2() {
+  local rc=0 r
+  run --durations=15 --junitxml=.cache/test-report-cluster.xml tests/cluster "$@" || rc=$?
+  r=0
+  scripts/test_installed.sh || r=$?
+  if [ "$rc" -eq 0 ]; then rc=$r; fi
+  r=0
+  run --durations=15 --junitxml=.cache/test-report-lane2.xml "${LANE2[@]}" "$@" || r=$?
+  if [ "$rc" -eq 0 ]; then rc=$r; fi
+  return "$rc"
+}
+
+log=.cache/test-lane2.log
+lane2 "$@" >"$log" 2>&1 &
+second=$!
+trap 'kill "$second" 2>/dev/null' INT TERM
+
+ignore=(--ignore=tests/cluster)
+for module in "${LANE2[@]}" "${ALONE[@]}"; do ignore+=("--ignore=$module"); done
+first=0
+run --durations=30 --junitxml=.cache/test-report.xml "${ignore[@]}" tests "$@" || first=$?
+wait "$second"
 lane=$?
-echo "== tests/cluster, run beside the others (exit $lane) =="
+echo "== lane 2: tests/cluster, the installed wheel's live-fork tests, ${LANE2[*]} (exit $lane) =="
 cat "$log"
-if [ "$main" -ne 0 ]; then exit "$main"; fi
-exit "$lane"
+
+echo "== tests/reliability (but SHARED), alone =="
+alone=0
+run --durations=15 --junitxml=.cache/test-report-reliability.xml "${ALONE[@]}" "$@" || alone=$?
+
+for rc in "$first" "$lane" "$alone"; do
+  if [ "$rc" -ne 0 ]; then exit "$rc"; fi
+done
+exit 0

@@ -1,6 +1,8 @@
 """Where `make test`'s time goes: seconds per test module from its JUnit report, most first.
 
-.venv/bin/python scripts/test_times.py [.cache/test-report.xml] [--top 40]
+.venv/bin/python scripts/test_times.py [REPORT ...] [--top 40]
+
+With no report, every .cache/test-report*.xml (`make test` writes one per pytest run).
 """
 
 from __future__ import annotations
@@ -22,17 +24,22 @@ def _module(classname: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/test_times.py")
-    parser.add_argument("report", nargs="?", type=Path, default=Path(".cache/test-report.xml"))
+    parser.add_argument("reports", nargs="*", type=Path)
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
-    if not args.report.is_file():
-        parser.error(f"{args.report} does not exist: `make test` writes it")
+    reports = args.reports or sorted(Path(".cache").glob("test-report*.xml"))
+    if not reports:
+        parser.error("no .cache/test-report*.xml: `make test` writes them")
+    for report in reports:
+        if not report.is_file():
+            parser.error(f"{report} does not exist: `make test` writes it")
     per_module: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
-    for case in ET.parse(args.report).iter("testcase"):
-        module = _module(case.get("classname") or "?")
-        per_module[module] += float(case.get("time") or 0)
-        count[module] += 1
+    for report in reports:
+        for case in ET.parse(report).iter("testcase"):
+            module = _module(case.get("classname") or "?")
+            per_module[module] += float(case.get("time") or 0)
+            count[module] += 1
     total = sum(per_module.values())
     for module, secs in sorted(per_module.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{secs:8.1f} s {100 * secs / total:5.1f}%  {count[module]:4d}  {module}")
