@@ -47,14 +47,42 @@ def by_mapping(pid: int) -> dict[str, int]:
     return dict(out)
 
 
+def regions(pid: int) -> dict[str, tuple[str, int]]:
+    """Private bytes of ``pid`` per mapping, by its address range: {range: (name, bytes)}."""
+    out: dict[str, tuple[str, int]] = {}
+    key, name = "", "?"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            key, name = head[0], (head[5] if len(head) > 5 else "[anon]")
+            out[key] = (name, 0)
+        elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+            out[key] = (out[key][0], out[key][1] + int(head[1]) * KB)
+    return out
+
+
+def growth(
+    before: dict[str, tuple[str, int]],
+    after: dict[str, tuple[str, int]],
+    root: dict[str, tuple[str, int]],
+) -> dict[str, int]:
+    """Where a child's private bytes grew: in mappings it inherited from the root (copies on
+    write, or the root's free space used) or in mappings made since (fresh memory)."""
+    out: dict[str, int] = defaultdict(int)
+    for key, (name, size) in after.items():
+        grew = size - before.get(key, (name, 0))[1]
+        if grew:
+            where = "inherited" if key in root else "new"
+            out[f"{where} {name.rsplit('/', 1)[-1]}"] += grew
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def pids_of(group: live_apart.Group, env_id: str) -> list[int]:
     return [int(p) for p in (group.directory(env_id) / "cgroup.procs").read_text().split()]
 
 
 def measure(group: live_apart.Group, envs: list[str]) -> dict[str, Any]:
-    maps = [
-        {k: v for p in pids_of(group, e) for k, v in by_mapping(p).items()} for e in envs
-    ]
+    maps = [{k: v for p in pids_of(group, e) for k, v in by_mapping(p).items()} for e in envs]
     totals = sorted(sum(m.values()) for m in maps)
     keys = {k for m in maps for k in m}
     per_map = {k: statistics.median(m.get(k, 0) for m in maps) for k in keys}
@@ -71,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--root-steps", type=int, default=1, help="sessions stepped on the root")
     parser.add_argument("--idle", type=float, default=60)
     parser.add_argument("--image", default="denv-echo-env:latest")
     parser.add_argument("--out", type=Path)
@@ -80,12 +109,17 @@ def main() -> None:
     server = start_server(state, server_flags(n))
     api = Denv(server.url, api_key=server.api_key)
     envs: list[str] = []
-    out: dict[str, Any] = {"batch": args.batch, "batches": args.batches}
+    out: dict[str, Any] = {
+        "batch": args.batch,
+        "batches": args.batches,
+        "root_steps": args.root_steps,
+    }
     try:
         root = api.create_sandbox(args.image, ports=[8000], live=True, wait="healthy")
         envs_root = root.id
         envs.append(root.id)
-        step_once(str(root.endpoints[0].url), "root")
+        for i in range(args.root_steps):
+            step_once(str(root.endpoints[0].url), f"root {i}")
         group = live_apart.group_of(container_pid(root.id))
         out["root_after_step"] = measure(group, [envs_root])
         first: list[str] = []
@@ -93,9 +127,14 @@ def main() -> None:
             fork = api.fork(root.id, args.batch, kind="live", wait="healthy")
             ids = [e.id for e in fork.envs]
             out[f"batch{b}_before_step"] = measure(group, ids)
+            one = pids_of(group, ids[0])[0]
+            root_map, before = regions(pids_of(group, root.id)[0]), regions(one)
             for e in fork.envs:
                 step_once(str(e.endpoints[0].url), e.id)
             out[f"batch{b}_after_step"] = measure(group, ids)
+            out[f"batch{b}_step_growth_kb"] = {
+                k: v // KB for k, v in growth(before, regions(one), root_map).items() if v > 64 * KB
+            }
             envs += ids
             if b == 0:
                 first = ids

@@ -151,7 +151,7 @@ class Tree:
         decode = json.JSONDecoder().raw_decode
         traces = [decode(part)[0] for part in logs.split("child stages ")[1:]]
         out: dict[str, dict[str, float]] = {}
-        for i, (name, _, _) in enumerate(traces[0] if traces else []):
+        for i, (name, *_) in enumerate(traces[0] if traces else []):
             cpu = [t[i][1] - (t[i - 1][1] if i else 0.0) for t in traces]
             faults = [t[i][2] - (t[i - 1][2] if i else 0) for t in traces]
             out[name] = {

@@ -107,8 +107,8 @@ CAP_SYS_ADMIN = 21
 LAST_CAP = 63
 
 libc = ctypes.CDLL(None, use_errno=True)
-# DENV_LIVE_TRACE=1 in the env: each live child logs its CPU and page faults since its clone at
-# each stage of its start (bench/live_fork_probe/p7_child_cpu.py reads them).
+# DENV_LIVE_TRACE=1 in the env: each live child logs its CPU, page faults since its clone and
+# private memory at each stage of its start (bench/live_fork_probe/p7_child_cpu.py reads them).
 TRACE = bool(os.environ.get("DENV_LIVE_TRACE"))
 
 
@@ -122,16 +122,19 @@ def _log(msg: str) -> None:
     print(f"denv-live[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
 
 
-def _trace(stages: list[tuple[str, float, int]], stage: str) -> None:
-    """Note this child's CPU (ms) and minor faults since its clone (a new process starts at 0)."""
+def _trace(stages: list[tuple[str, float, int, int]], stage: str) -> None:
+    """Note this child's CPU (ms) and minor faults since its clone (a new process starts at 0),
+    and its private memory (KiB: the pages only it maps, its copies of the parent's included)."""
     if TRACE:
         import resource
 
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        stages.append((stage, round(time.process_time() * 1e3, 3), faults))
+        with open("/proc/self/smaps_rollup") as f:
+            private = sum(int(line.split()[1]) for line in f if line.startswith("Private_"))
+        stages.append((stage, round(time.process_time() * 1e3, 3), faults, private))
 
 
-def _trace_log(stages: list[tuple[str, float, int]]) -> None:
+def _trace_log(stages: list[tuple[str, float, int, int]]) -> None:
     if TRACE:
         _log("child stages " + json.dumps(stages))
 
@@ -449,7 +452,7 @@ class Live:
         self.reaping = False
         self.serving: asyncio.Task[None] | None = None
         self.setting_up: asyncio.Task[None] | None = None
-        self.stages: list[tuple[str, float, int]] = []  # a child's start (DENV_LIVE_TRACE)
+        self.stages: list[tuple[str, float, int, int]] = []  # a child's start (DENV_LIVE_TRACE)
         self.warmed: dict[str, Any] | None = None  # the warm-up's outcome (a zygote's)
 
     # serving
