@@ -231,6 +231,19 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"{g('live', 'memory', 'child_mb', 'median'):.1f} MB | the root "
             f"{g('live', 'memory', 'root_mb'):.1f} MB | |"
         )
+    if g("zygote_start", "ready", "zygote", "median") is not None:
+        lines.append(
+            f"| `start_container` from a zygote to `reset()` answered (median) | "
+            f"{fmt_s(g('zygote_start', 'ready', 'zygote', 'median'))} | warm spare "
+            f"{fmt_s(g('zygote_start', 'ready', 'warm', 'median'))}, boot "
+            f"{fmt_s(g('zygote_start', 'ready', 'boot', 'median'))} | 100 ms |"
+        )
+        lines.append(
+            f"| zygote starts per second, sustained | "
+            f"{g('zygote_start', 'sustained', 'per_s')}/s (one client) | "
+            f"{g('zygote_start', 'sustained_parallel', 'clients')} clients at once "
+            f"{g('zygote_start', 'sustained_parallel', 'per_s')}/s | 50/s |"
+        )
     if g("density", "envs") is not None:
         lines.append(
             f"| idle echo envs held (memory each) | {g('density', 'envs')} "

@@ -271,6 +271,39 @@ def _live_tree(r: Result) -> list[str]:
     return lines
 
 
+def _zygote(r: Result) -> list[str]:
+    ready, ratios = r["ready"], r["ratios"]
+    rows = [
+        ("a copy of the key's zygote (`DenvProvider()`'s default)", "zygote"),
+        ('a warm spare (`fork="volume", warm_fork=True`)', "warm"),
+        ('a boot (`fork="volume"`, no spare)', "boot"),
+    ]
+    lines = [
+        "| `start_container` -> `reset()` answered | median | p90 | runs |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, key in rows:
+        a = ready.get(key, {})
+        lines.append(
+            f"| {label} | {fmt_s(a.get('median'))} | {fmt_s(a.get('p90'))} | {a.get('n', 0)} |"
+        )
+    one, many = r["sustained"], r["sustained_parallel"]
+    target = r["target_sustained_per_s"]
+    lines += [
+        "",
+        f"boot / zygote (median): **{fmt_x(ratios['boot_over_zygote_median'])}**; "
+        f"zygote: {r['zygote_median_ms']:.0f} ms (target <= {r['target_zygote_median_ms']} "
+        f"ms); the image's first start (a boot, which leaves the zygote): "
+        f"{r['first_start_s']:.2f} s.",
+        "",
+        f"Sustained zygote starts to `reset()` answered: **{one['per_s']}/s** over "
+        f"{one['seconds']:.0f} s with one client ({one['starts']} starts), "
+        f"**{many['per_s']}/s** with {many['clients']} clients at once (target >= {target}/s).",
+        "",
+    ]
+    return lines
+
+
 SECTIONS = [
     ("start", "Start -> ready and stop", _start),
     ("fork8", "fork(n) of a live env against one cold start", _fork8),
@@ -280,5 +313,6 @@ SECTIONS = [
     ("density", "Density", _density),
     *report_trainer.SECTIONS,
     ("live", "Live forks: a running server copied, memory included", _live),
+    ("zygote_start", "Starts from a booted image (zygotes)", _zygote),
     ("live_tree", "Tree search: live forks, warm volume forks, replay", _live_tree),
 ]
