@@ -50,16 +50,21 @@ run() {
   return "$rc"
 }
 
+# The first of its arguments that is not 0, else 0: the exit code of runs that all ran.
+first_failed() {
+  local rc
+  for rc in "$@"; do
+    if [ "$rc" -ne 0 ]; then return "$rc"; fi
+  done
+  return 0
+}
+
 lane2() {
-  local rc=0 r
-  run --durations=15 --junitxml=.cache/test-report-cluster.xml tests/cluster "$@" || rc=$?
-  r=0
-  scripts/test_installed.sh || r=$?
-  if [ "$rc" -eq 0 ]; then rc=$r; fi
-  r=0
-  run --durations=15 --junitxml=.cache/test-report-lane2.xml "${LANE2[@]}" "$@" || r=$?
-  if [ "$rc" -eq 0 ]; then rc=$r; fi
-  return "$rc"
+  local cluster=0 installed=0 modules=0
+  run --durations=15 --junitxml=.cache/test-report-cluster.xml tests/cluster "$@" || cluster=$?
+  scripts/test_installed.sh || installed=$?
+  run --durations=15 --junitxml=.cache/test-report-lane2.xml "${LANE2[@]}" "$@" || modules=$?
+  first_failed "$cluster" "$installed" "$modules"
 }
 
 log=.cache/test-lane2.log
@@ -80,7 +85,4 @@ echo "== tests/reliability (but SHARED), alone =="
 alone=0
 run --durations=15 --junitxml=.cache/test-report-reliability.xml "${ALONE[@]}" "$@" || alone=$?
 
-for rc in "$first" "$lane" "$alone"; do
-  if [ "$rc" -ne 0 ]; then exit "$rc"; fi
-done
-exit 0
+first_failed "$first" "$lane" "$alone"

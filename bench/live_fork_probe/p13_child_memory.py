@@ -32,33 +32,28 @@ from denv.server.docker import live_apart  # noqa: E402
 KB = 1024
 
 
-def by_mapping(pid: int) -> dict[str, int]:
-    """Private bytes of ``pid`` per mapping name ([heap], [anon], a path, [stack])."""
-    out: dict[str, int] = defaultdict(int)
-    name = "?"
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        head = line.split()
-        if head and "-" in head[0] and ":" not in head[0]:
-            name = head[5] if len(head) > 5 else "[anon]"
-            if name.startswith("/"):
-                name = name.rsplit("/", 1)[-1]
-        elif line.startswith(("Private_Clean:", "Private_Dirty:")):
-            out[name] += int(head[1]) * KB
-    return dict(out)
-
-
 def regions(pid: int) -> dict[str, tuple[str, int]]:
-    """Private bytes of ``pid`` per mapping, by its address range: {range: (name, bytes)}."""
+    """Private bytes of ``pid`` per mapping, by its address range: {range: (name, bytes)},
+    the name [heap], [anon], [stack] or the mapped file's."""
     out: dict[str, tuple[str, int]] = {}
     key, name = "", "?"
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split()
         if head and "-" in head[0] and ":" not in head[0]:
-            key, name = head[0], (head[5] if len(head) > 5 else "[anon]")
+            key, name = head[0], (head[5].rsplit("/", 1)[-1] if len(head) > 5 else "[anon]")
             out[key] = (name, 0)
         elif line.startswith(("Private_Clean:", "Private_Dirty:")):
-            out[key] = (out[key][0], out[key][1] + int(head[1]) * KB)
+            out[key] = (name, out[key][1] + int(head[1]) * KB)
     return out
+
+
+def by_mapping(pids: list[int]) -> dict[str, int]:
+    """Private bytes of the processes ``pids`` together, per mapping name."""
+    out: dict[str, int] = defaultdict(int)
+    for pid in pids:
+        for name, size in regions(pid).values():
+            out[name] += size
+    return dict(out)
 
 
 def growth(
@@ -73,7 +68,7 @@ def growth(
         grew = size - before.get(key, (name, 0))[1]
         if grew:
             where = "inherited" if key in root else "new"
-            out[f"{where} {name.rsplit('/', 1)[-1]}"] += grew
+            out[f"{where} {name}"] += grew
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
@@ -82,7 +77,7 @@ def pids_of(group: live_apart.Group, env_id: str) -> list[int]:
 
 
 def measure(group: live_apart.Group, envs: list[str]) -> dict[str, Any]:
-    maps = [{k: v for p in pids_of(group, e) for k, v in by_mapping(p).items()} for e in envs]
+    maps = [by_mapping(pids_of(group, e)) for e in envs]
     totals = sorted(sum(m.values()) for m in maps)
     keys = {k for m in maps for k in m}
     per_map = {k: statistics.median(m.get(k, 0) for m in maps) for k in keys}
@@ -147,8 +142,8 @@ def main() -> None:
         if args.out:
             args.out.write_text(json.dumps(out, indent=1) + "\n")
     finally:
-        for e in envs:
-            api.delete_env(e)
+        for env_id in envs:
+            api.delete_env(env_id)
         stop_process(server.proc)
         remove_leftovers(server.state_dir)
 
