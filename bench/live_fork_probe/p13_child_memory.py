@@ -98,10 +98,11 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60)
     parser.add_argument("--image", default="denv-echo-env:latest")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--merge-pages", action="store_true", help="the server's flag (KSM)")
     args = parser.parse_args()
     n = args.batch * args.batches
     state = Path("/tmp/denv-p13")
-    server = start_server(state, server_flags(n))
+    server = start_server(state, (*server_flags(n), *(["--merge-pages"] * args.merge_pages)))
     api = Denv(server.url, api_key=server.api_key)
     envs: list[str] = []
     out: dict[str, Any] = {

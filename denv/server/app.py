@@ -27,6 +27,7 @@ from denv.server.config import (
 )
 from denv.server.console import router as console_router
 from denv.server.db import Store
+from denv.server.docker import ksm
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
 from denv.server.errors import install_error_handlers
@@ -151,7 +152,15 @@ def create_app(
     if volumes.fs is not None and node is None:  # a cluster's node agents check their own
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
     clustered = node is not None
-    node = node or DockerNode(engine, volumes, config.limits, live_netns=config.live_netns)
+    if config.merge_pages and node is None:
+        ksm.enable()  # OSError naming the fix: before serving, not at the first fork
+    node = node or DockerNode(
+        engine,
+        volumes,
+        config.limits,
+        live_netns=config.live_netns,
+        merge_pages=config.merge_pages,
+    )
     ctx = Context(config=config, store=store, node=node, ingress=table, host_guard=guard)
     ctx.ingress_keys = IngressKeys.load_or_create(config.state_dir)  # beside api_key, 0600
     service = Service(ctx)

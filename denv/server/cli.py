@@ -14,7 +14,7 @@
                [--max-ingress-per-key 256] [--ingress-read-timeout 600]
                [--ws-idle-timeout 600] [--max-waits 128] [--max-leases-per-key 1024]
                [--tls-cert PEM --tls-key PEM] [--insecure]
-               [--allow-private-egress]
+               [--allow-private-egress] [--merge-pages]
 
 ``--port 0`` picks a free port; the real URL is written to ``<state_dir>/server.json``.
 The API key comes from ``--api-key-file``, else ``$DENV_API_KEY``, else ``<state_dir>/api_key``

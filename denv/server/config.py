@@ -110,6 +110,10 @@ class ServerConfig:
     # each live child in a network namespace of its own (docker/live_net.py), in place of
     # per-port rules in its container's (`denv serve --live-netns on|off`, $DENV_LIVE_NETNS)
     live_netns: bool = True
+    # live roots mark their memory for the kernel's same-page merging (KSM) before they
+    # fork, so that children's copies of unchanged pages are merged back (docker/ksm.py;
+    # `denv serve --merge-pages`): denser, at ksmd's CPU and a side channel between envs
+    merge_pages: bool = False
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
     # egress allow envs may reach the host, link-local and private networks, and allowlists

@@ -236,6 +236,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"per-port rules (default ${ENV_LIVE_NETNS}, else on)",
     )
     parser.add_argument(
+        "--merge-pages",
+        action="store_true",
+        help="have live envs' memory merged by the kernel where it holds the same bytes "
+        "(KSM; turned on at start if off): a live child keeps ~2 MB to itself in place of "
+        "~16 MB, at ksmd's CPU; envs on this machine can then time each other's pages, so "
+        "only where they trust each other (docs/live-forks.md)",
+    )
+    parser.add_argument(
         "--lease-timeout",
         type=float,
         default=DEFAULT_LEASE_TIMEOUT_S,
@@ -360,6 +368,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         warm_idle_s=args.warm_idle_minutes * 60,
         zygotes=args.zygotes,
         live_netns=args.live_netns == "on",
+        merge_pages=args.merge_pages,
         lease_timeout_s=args.lease_timeout,
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,

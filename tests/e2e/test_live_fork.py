@@ -242,6 +242,15 @@ def test_children_keep_the_parents_heap_out_of_collections(denv_server: LocalDen
         before = live.hello(root)
         assert before["frozen"] == 0, before
         assert live.hello(kid)["frozen"] > 10_000
+        # Without `denv serve --merge-pages` nothing is marked for same-page merging
+        # (with it: tests/e2e/test_live_merge.py).
+        for pid in (root.pid, kid_pid):
+            flags = [
+                ln
+                for ln in Path(f"/proc/{pid}/smaps").read_text().splitlines()
+                if ln.startswith("VmFlags:")
+            ]
+            assert flags and not any(" mg" in f"{ln} " for ln in flags), pid
         if tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (6, 1):
             assert before["huge_kib"] >= 16 * 1024, before
     finally:

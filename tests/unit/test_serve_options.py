@@ -60,3 +60,9 @@ def test_live_netns_from_the_flag_or_its_env_var(
     with pytest.raises(UsageError) as caught:
         config_from_args(_args(*state))
     assert "$DENV_LIVE_NETNS" in caught.value.message and "give on or off" in caught.value.message
+
+
+def test_merge_pages_is_off_unless_asked(tmp_path: Path) -> None:
+    state = ("--state-dir", str(tmp_path / "s"))
+    assert config_from_args(_args(*state)).merge_pages is False
+    assert config_from_args(_args(*state, "--merge-pages")).merge_pages is True

@@ -212,6 +212,7 @@ def fork(
     depth: int,
     placed: Placed | None = None,
     timeout_s: float = CTL_TIMEOUT_S,
+    merge: bool = False,
 ) -> tuple[list[Proc | LiveError], dict[str, float]]:
     """Gate ``parent``, fork the children, call ``snapshot()`` (the node captures /work and
     mounts each child's slot) while the parent clones them, reopen the gate, plumb each
@@ -223,10 +224,11 @@ def fork(
     captured as the children see it); a launcher without ``hold`` (started by an older
     denv) is asked in the old order: snapshot, then fork. Each wait is ``timeout_s`` plus
     ``CHILD_TIMEOUT_S`` per child; one that runs out is a ``LiveError`` saying so.
+    ``merge``: the parent marks its memory for same-page merging first (``--merge-pages``).
     """
     timeout_s += CHILD_TIMEOUT_S * len(children)
     try:
-        return _fork(parent, children, snapshot, depth, placed, timeout_s)
+        return _fork(parent, children, snapshot, depth, placed, timeout_s, merge)
     except TimeoutError as exc:  # a socket's read or the answer's wait: not an internal error
         raise LiveError(
             "live_fork_failed",
@@ -242,6 +244,7 @@ def _fork(
     depth: int,
     placed: Placed | None,
     timeout_s: float,
+    merge: bool,
 ) -> tuple[list[Proc | LiveError], dict[str, float]]:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -285,7 +288,8 @@ def _fork(
 
         if not held:
             _snapshot_or_ungate(snapshot, sock, reader)
-        sock.sendall(json.dumps({"op": "fork", "children": specs, "hold": held}).encode() + b"\n")
+        ask = {"op": "fork", "children": specs, "hold": held, **({"merge": True} if merge else {})}
+        sock.sendall(json.dumps(ask).encode() + b"\n")
         answer = pool.submit(forked)
         if held:
             try:

@@ -54,11 +54,14 @@ class DockerNode:
         peers: Peers | None = None,
         address: str = "127.0.0.1",
         live_netns: bool = False,
+        merge_pages: bool = False,
     ) -> None:
         """``peers``: the other nodes of its cluster by name (a node agent's), so that
         ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
         where other nodes reach this one (its layer offers listen there). ``live_netns``: each
-        live child gets a network namespace of its own (``live_net``)."""
+        live child gets a network namespace of its own (``live_net``). ``merge_pages``: live
+        roots mark their memory for the kernel's same-page merging before they fork
+        (``denv serve --merge-pages``, ``ksm``)."""
         self.engine = engine
         self._peers, self._address = peers, address
         self.volumes = volumes
@@ -77,6 +80,7 @@ class DockerNode:
         # the port rules: the children's networks, per container.
         self.live_netns = live_netns
         self.net = live_net.LiveNet()
+        self.merge_pages = merge_pages
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -481,7 +485,12 @@ class DockerNode:
 
             try:
                 procs, timings = live.fork(
-                    live.Proc(parent.pid, parent.start), specs, capture, parent.depth, placed
+                    live.Proc(parent.pid, parent.start),
+                    specs,
+                    capture,
+                    parent.depth,
+                    placed,
+                    merge=self.merge_pages,
                 )
             except BaseException:  # no child: their cgroups, rules, addresses and limits go
                 if guarded is not None:

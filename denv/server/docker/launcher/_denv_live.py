@@ -199,6 +199,35 @@ def collapse_memory() -> tuple[int, int]:
     return done, failed
 
 
+MADV_MERGEABLE = 12
+
+
+def mergeable_memory() -> tuple[int, int]:
+    """Mark this process's private writable memory for the kernel's same-page merging (KSM;
+    ``denv serve --merge-pages``): (bytes marked, ranges refused). Children inherit the
+    mark, so the pages a child copies on its first writes (refcounts moved and put back,
+    mostly) are merged again with the parent's and the siblings' while they hold the same
+    bytes. Each fork marks what is new since the last one (new arenas)."""
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    done = failed = 0
+    with open("/proc/self/maps") as maps:
+        lines = maps.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        if not fields[1].startswith("rw") or fields[1][3] != "p":
+            continue
+        path = fields[5] if len(fields) > 5 else ""
+        if path.startswith("[") and path != "[heap]":
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if madvise(lo, hi - lo, MADV_MERGEABLE) == 0:
+            done += hi - lo
+        else:
+            failed += 1
+    return done, failed
+
+
 def _anon_huge_kib() -> int:
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
@@ -507,7 +536,7 @@ class Live:
                         out = {"error": "not_gated", "message": "send gate first"}
                     else:
                         try:
-                            forked = self._fork(req["children"], writer)
+                            forked = self._fork(req["children"], writer, bool(req.get("merge")))
                         except Exception as exc:  # answered, never a dropped connection
                             forked = {"error": "fork_failed", "message": f"{exc!r}"}
                         if forked is None:  # this is a new child: the connection is not ours
@@ -611,7 +640,7 @@ class Live:
         return {"ok": True, "wait_ms": (time.perf_counter() - t0) * 1e3, "hold": True}
 
     def _fork(
-        self, children: list[dict[str, Any]], writer: asyncio.StreamWriter
+        self, children: list[dict[str, Any]], writer: asyncio.StreamWriter, merge: bool = False
     ) -> dict[str, Any] | None:
         """The parent's answer; None in a new child, which then leaves the handler."""
         # The parent's objects stay out of collections in every child (frozen there for
@@ -619,6 +648,8 @@ class Live:
         # copy the whole heap page by page. The parent unfreezes its own after the fork.
         gc.freeze()
         t0 = time.perf_counter()
+        if merge:
+            mergeable_memory()
         # CPython's at-fork hook reseeds ``random`` in every child: a child that keeps the
         # parent's random state gets this copy back.
         kept = random_state() if not all(c.get("reseed", True) for c in children) else None
