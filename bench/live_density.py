@@ -15,6 +15,14 @@ own port rule, in the root's container. Measured:
 - what the denv server held at the peak (threads, file descriptors, resident memory);
 - after every env is deleted: the server's containers, cgroups and mounts left (none expected).
 
+The benchmark runs it twice, side by side: as served by default, then on a server started
+with ``--merge-pages`` (the kernel's same-page merging, docs/live-forks.md). That second run
+keeps ``ksmd`` paused while it forks and steps (its first measures are of the same copies as
+the first run's), then lets it run ``MERGE_SCANS`` full scans at ``MERGE_PACE`` pages a
+wake-up and measures again (``merged``): private memory, ``MemAvailable``, ``ksmd``'s CPU,
+a sample of envs stepped again and a fork of 8 from the merged root. The host's KSM
+settings are put back afterwards.
+
 Used by ``python -m bench --only live_density`` (its own server, with the per-key caps raised
 by flags) and, at smaller counts, by tests/reliability/test_density.py.
 """
@@ -40,6 +48,12 @@ from .harness import Bench, remove_leftovers, start_server, stop_process
 log = logging.getLogger("bench.live_density")
 
 BATCH = 32  # the API's most children per fork request
+KSM = Path("/sys/kernel/mm/ksm")
+KSM_SETTINGS = ("pages_to_scan", "sleep_millisecs", "run")  # put back in this order
+MERGE_SCANS = 3  # a page is merged on the scan after the one that first saw its twin
+MERGE_PACE = 4000  # pages per ksmd wake-up (every 20 ms): ~1 core at ~4 µs a page
+MERGE_TIMEOUT_S = 1800
+RESTEP_SAMPLE = 64
 STEP_THREADS = 16
 MB = 1024 * 1024
 
@@ -47,7 +61,7 @@ MB = 1024 * 1024
 def server_flags(n: int) -> tuple[str, ...]:
     """What a server must be given to hold ``n`` live envs of one key (its per-key caps)."""
     return (
-        *("--max-envs-per-key", str(n + 8)),
+        *("--max-envs-per-key", str(n + 16)),  # the root, 8 forked after merging
         *("--max-creates-per-key", "0", "--max-starting-per-key", "0"),
         *("--max-ingress-per-key", "0", "--max-leases-per-key", "0"),
         # The parent's own memory cgroup is charged ~5.5 MB per live child it forked (the
@@ -162,15 +176,91 @@ def _step_or_error(url: str, message: str, errors: list[str]) -> str:
         return ""
 
 
+def memory_of(group: live_apart.Group, root_id: str, env_ids: list[str]) -> dict[str, Any]:
+    """``private_bytes``: the envs' private memory (median, p90, max, total) and the
+    root's; ``over_15mb``: how many envs hold more."""
+    mem = {env_id: env_memory(group, env_id) for env_id in env_ids}
+    out: dict[str, Any] = {}
+    try:
+        root_now: dict[str, int] = env_memory(group, root_id)
+    except OSError:  # its process ended (its cgroup went with it)
+        root_now, out["root_ended"] = {}, True
+    uss = sorted(m["uss"] for m in mem.values())
+    out["private_bytes"] = {
+        "uss_median": uss[len(uss) // 2],
+        "uss_p90": uss[int(len(uss) * 0.9)],
+        "uss_max": uss[-1],
+        "uss_total": sum(uss),
+        "cgroup_median": sorted(m.get("cgroup", 0) for m in mem.values())[len(uss) // 2],
+        "root_uss": root_now.get("uss"),
+        "root_cgroup_after": root_now.get("cgroup"),
+        "processes_per_env_max": max(m["processes"] for m in mem.values()),
+    }
+    out["over_15mb"] = sum(u > 15 * MB for u in uss)
+    return out
+
+
+def ksm_read(name: str) -> int:
+    return int((KSM / name).read_text().split()[0])
+
+
+def ksm_write(name: str, value: int | str) -> None:
+    (KSM / name).write_text(f"{value}\n")
+
+
+def ksmd_cpu_s() -> float:
+    """The CPU time ``ksmd`` (a kernel thread) has used, in seconds."""
+    pid = subprocess.run(["pgrep", "-x", "ksmd"], capture_output=True, text=True, check=True)
+    fields = Path(f"/proc/{pid.stdout.split()[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def merge_and_measure(
+    group: live_apart.Group, root_id: str, children: dict[str, str]
+) -> dict[str, Any]:
+    """Let ``ksmd`` (paused until now) make ``MERGE_SCANS`` full scans at ``MERGE_PACE``;
+    then the envs' private memory again, what merging took, and a sample stepped again
+    (a merged page is read-only: a write gets a copy of its own)."""
+    scans0, cpu0, t0 = ksm_read("full_scans"), ksmd_cpu_s(), time.perf_counter()
+    ksm_write("pages_to_scan", MERGE_PACE)
+    ksm_write("sleep_millisecs", 20)
+    ksm_write("run", 1)
+    while ksm_read("full_scans") < scans0 + MERGE_SCANS:
+        if time.perf_counter() - t0 > MERGE_TIMEOUT_S:
+            raise RuntimeError(f"ksmd made no {MERGE_SCANS} full scans in {MERGE_TIMEOUT_S}s")
+        time.sleep(1)
+    out: dict[str, Any] = {
+        "scans": MERGE_SCANS,
+        "pages_to_scan": MERGE_PACE,
+        "merge_s": time.perf_counter() - t0,
+        "ksmd_cpu_s": ksmd_cpu_s() - cpu0,
+        **{name: ksm_read(name) for name in ("pages_shared", "pages_sharing", "pages_unshared")},
+    }
+    out.update(memory_of(group, root_id, list(children)))
+    out["mem_available_bytes"] = mem_available()  # before the steps below copy pages again
+    errors: list[str] = []
+    sample = list(children.items())[:RESTEP_SAMPLE]
+    with ThreadPoolExecutor(STEP_THREADS) as pool:
+        echoed = pool.map(lambda item: _step_or_error(item[1], f"{item[0]}+", errors), sample)
+        out["restepped"] = sum(e == f"{i}+" for e, (i, _) in zip(echoed, sample, strict=True))
+    out["restep_sample"], out["restep_errors"] = len(sample), errors[:5]
+    return out
+
+
 def run(
     api: Denv,
     image: str,
     n: int,
     server_pid: int | None = None,
     progress: Callable[[str], None] = log.info,
+    merge: bool = False,
 ) -> dict[str, Any]:
     """Start ``n`` live envs, step each, measure, delete them all; the measures. Deletes
-    whatever it started, also when it fails."""
+    whatever it started, also when it fails. ``merge``: the server was started with
+    ``--merge-pages``; ``ksmd`` is paused until the envs are measured, then merges
+    (``merge_and_measure``); the caller puts the host's KSM settings back."""
+    if merge:
+        ksm_write("run", 0)
     info0 = meminfo()
     avail0 = info0["MemAvailable"]
     reserve = max(2 * 1024 * MB, avail0 // 10)  # stop before the machine runs short
@@ -231,23 +321,9 @@ def run(
         out["step_errors"] = errors[:5]
         progress(f"live density: {out['stepped']} of {n} envs answered a step")
 
-        mem = {env_id: env_memory(group, env_id) for env_id in children}
-        try:
-            root_now: dict[str, int] = env_memory(group, root_id)
-        except OSError:  # its process ended (its cgroup went with it)
-            root_now, out["root_ended"] = {}, True
-        uss = sorted(m["uss"] for m in mem.values())
-        out["private_bytes"] = {
-            "uss_median": uss[len(uss) // 2],
-            "uss_p90": uss[int(len(uss) * 0.9)],
-            "uss_max": uss[-1],
-            "uss_total": sum(uss),
-            "cgroup_median": sorted(m.get("cgroup", 0) for m in mem.values())[len(uss) // 2],
-            "root_uss": root_now.get("uss"),
-            "root_cgroup_after": root_now.get("cgroup"),
-            "processes_per_env_max": max(m["processes"] for m in mem.values()),
-        }
-        out["over_15mb"] = sum(u > 15 * MB for u in uss)
+        out.update(memory_of(group, root_id, list(children)))
+        if out.get("root_ended"):
+            merge = False  # nothing left to fork from: the merged figures would mislead
         info1 = meminfo()
         out["mem_available_drop_bytes"] = avail0 - info1["MemAvailable"]
         out["meminfo_growth_bytes"] = {k: info1[k] - info0[k] for k in MEMINFO}
@@ -255,6 +331,17 @@ def run(
             out["server_at_peak"] = process_status(server_pid)
         container = process_status(group.pid)
         out["container_pid1"] = container
+        if merge:
+            progress(f"live density: merging ({MERGE_SCANS} full scans of ksmd)")
+            out["merged"] = merged = merge_and_measure(group, root_id, children)
+            merged["mem_available_drop_bytes"] = avail0 - merged.pop("mem_available_bytes")
+            t1 = time.perf_counter()
+            extra = api.fork(root_id, 8, kind="live", wait="healthy").envs
+            merged["fork8_s"] = time.perf_counter() - t1
+            merged["fork8_request_s_before_median"] = sorted(forks)[len(forks) // 2]
+            for env in extra:
+                children[env.id] = str(env.endpoints[0].url)
+            merged["fork8_healthy"] = sum(e.status == "healthy" for e in extra)
     finally:
         t0 = time.perf_counter()
         ids = [*children, *([root_id] if root_id else [])]
@@ -266,24 +353,33 @@ def run(
 
 def bench(b: Bench) -> dict[str, dict[str, Any]]:
     """``python -m bench --only live_density``: the run above on a server of its own, with
-    the caps raised for ``b.profile.live_density_n`` envs; then what that server left."""
+    the caps raised for ``b.profile.live_density_n`` envs, then again with
+    ``--merge-pages``; after each, what that server left."""
     n = int(b.profile.live_density_n)
-    state = Path(f"{b.server.state_dir}-density")
-    flags = server_flags(n)
-    server = start_server(state, flags)
+    saved = {name: (KSM / name).read_text().strip() for name in KSM_SETTINGS}
+    results = {}
     try:
-        api = Denv(server.url, server.api_key, timeout_s=600)
-        try:
-            result = run(api, b.image, n, server.proc.pid)
-        finally:
-            api.close()
-        time.sleep(2)  # deletes answered; the container's removal may still be in flight
-        result["left"] = _left(server.instance, state)
+        for name, merge in (("live_density", False), ("live_density_merged", True)):
+            state = Path(f"{b.server.state_dir}-{name}")
+            flags = (*server_flags(n), *(["--merge-pages"] if merge else []))
+            server = start_server(state, flags)
+            try:
+                api = Denv(server.url, server.api_key, timeout_s=600)
+                try:
+                    result = run(api, b.image, n, server.proc.pid, merge=merge)
+                finally:
+                    api.close()
+                time.sleep(2)  # deletes answered; the container's removal may be in flight
+                result["left"] = _left(server.instance, state)
+            finally:
+                stop_process(server.proc)
+                remove_leftovers(state)
+            result["server_flags"] = list(flags)
+            results[name] = result
     finally:
-        stop_process(server.proc)
-        remove_leftovers(state)
-    result["server_flags"] = list(flags)
-    return {"live_density": result}
+        for name in KSM_SETTINGS:
+            ksm_write(name, saved[name])
+    return results
 
 
 def _left(instance: str, state: Path) -> dict[str, list[str]]:

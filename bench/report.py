@@ -259,6 +259,17 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"{fmt_bytes(g('live_density', 'private_bytes', 'uss_total'))}, all started in "
             f"{g('live_density', 'fork_all_s'):.0f} s | 1,000, 15 MB |"
         )
+    if g("live_density_merged", "merged", "private_bytes") is not None:
+        m = ("live_density_merged", "merged")
+        lines.append(
+            f"| the same with `denv serve --merge-pages`, after {g(*m, 'scans')} full scans of "
+            f"ksmd (private memory each, median / max) | {g(*m, 'restepped')} of "
+            f"{g(*m, 'restep_sample')} stepped again "
+            f"({fmt_bytes(g(*m, 'private_bytes', 'uss_median'))} / "
+            f"{fmt_bytes(g(*m, 'private_bytes', 'uss_max'))}) | total "
+            f"{fmt_bytes(g(*m, 'private_bytes', 'uss_total'))}, ksmd {g(*m, 'ksmd_cpu_s'):.0f} s "
+            f"of CPU over {g(*m, 'merge_s'):.0f} s | 1,000, 15 MB |"
+        )
     lines.append("")
     lines += [f"![{name}]({prefix}{name}.png)" for name, _, _ in SECTIONS if name in plots]
     return "\n".join(lines)

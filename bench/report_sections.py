@@ -304,6 +304,40 @@ def _zygote(r: Result) -> list[str]:
     return lines
 
 
+def _live_density(r: Result) -> list[str]:
+    """One run of bench/live_density.py: as served by default, or with ``--merge-pages``
+    (then the figures after ksmd's scans too)."""
+    p = r["private_bytes"]
+    lines = [
+        f"- {r['stepped']} of {r['n']} live echo envs at once answered a WebSocket step "
+        f"through ingress; all forked in {fmt_s(r['fork_all_s'])} (root boot "
+        f"{fmt_s(r['root_boot_s'])}), deleted in {fmt_s(r['delete_all_s'])}",
+        f"- private memory each (USS) after the step: median {fmt_bytes(p['uss_median'])}, "
+        f"p90 {fmt_bytes(p['uss_p90'])}, max {fmt_bytes(p['uss_max'])}; total "
+        f"{fmt_bytes(p['uss_total'])}; {r['over_15mb']} over 15 MB; MemAvailable fell by "
+        f"{fmt_bytes(r['mem_available_drop_bytes'])}",
+    ]
+    m = r.get("merged")
+    if m:
+        q = m["private_bytes"]
+        lines += [
+            f"- after {m['scans']} full scans of ksmd ({m['pages_to_scan']} pages a wake-up; "
+            f"{fmt_s(m['merge_s'])}, {m['ksmd_cpu_s']:.1f} s of its CPU): median "
+            f"{fmt_bytes(q['uss_median'])}, p90 {fmt_bytes(q['uss_p90'])}, max "
+            f"{fmt_bytes(q['uss_max'])}; total {fmt_bytes(q['uss_total'])}; {m['over_15mb']} "
+            f"over 15 MB; MemAvailable fell by {fmt_bytes(m['mem_available_drop_bytes'])} in all",
+            f"- after merging: {m['restepped']} of {m['restep_sample']} envs stepped again; a "
+            f"fork of 8 from the merged root took {fmt_s(m['fork8_s'])} (the run's fork "
+            f"requests of {r['batch']} before: median {fmt_s(m['fork8_request_s_before_median'])})",
+        ]
+    left = r.get("left", {})
+    lines.append(
+        f"- left after the deletes: {len(left.get('containers', []))} containers, "
+        f"{len(left.get('cgroups', []))} cgroups, {len(left.get('mounts', []))} mounts"
+    )
+    return lines
+
+
 SECTIONS = [
     ("start", "Start -> ready and stop", _start),
     ("fork8", "fork(n) of a live env against one cold start", _fork8),
@@ -315,4 +349,6 @@ SECTIONS = [
     ("live", "Live forks: a running server copied, memory included", _live),
     ("zygote_start", "Starts from a booted image (zygotes)", _zygote),
     ("live_tree", "Tree search: live forks, warm volume forks, replay", _live_tree),
+    ("live_density", "Live envs at once", _live_density),
+    ("live_density_merged", "Live envs at once, with `denv serve --merge-pages`", _live_density),
 ]
