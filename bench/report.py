@@ -260,13 +260,13 @@ def headline(results: dict[str, Result], plots: set[str], prefix: str) -> str:
             f"{g('live_density', 'fork_all_s'):.0f} s | 1,000, 15 MB |"
         )
     if g("live_density_merged", "merged", "private_bytes") is not None:
-        m = ("live_density_merged", "merged")
+        r, m = ("live_density_merged",), ("live_density_merged", "merged")
         lines.append(
             f"| the same with `denv serve --merge-pages`, after {g(*m, 'scans')} full scans of "
-            f"ksmd (private memory each, median / max) | {g(*m, 'restepped')} of "
-            f"{g(*m, 'restep_sample')} stepped again "
+            f"ksmd (private memory each, median / max) | {g(*r, 'stepped')} of {g(*r, 'n')} "
             f"({fmt_bytes(g(*m, 'private_bytes', 'uss_median'))} / "
-            f"{fmt_bytes(g(*m, 'private_bytes', 'uss_max'))}) | total "
+            f"{fmt_bytes(g(*m, 'private_bytes', 'uss_max'))}); {g(*m, 'restepped')} of "
+            f"{g(*m, 'restep_sample')} stepped again after | total "
             f"{fmt_bytes(g(*m, 'private_bytes', 'uss_total'))}, ksmd {g(*m, 'ksmd_cpu_s'):.0f} s "
             f"of CPU over {g(*m, 'merge_s'):.0f} s | 1,000, 15 MB |"
         )
