@@ -41,7 +41,7 @@ print(" ".join(f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout
 "$work/venv/bin/pip" install --quiet --disable-pip-version-check "${whl}[openenv]" $runner
 
 mkdir -p "$work/run/tests"
-cp tests/conftest.py tests/private_dockerd.py "$work/run/tests/"  # conftest imports private_dockerd
+cp tests/conftest.py tests/private_dockerd.py tests/live_procs.py "$work/run/tests/"  # imported by conftest, e2e
 cp -r tests/e2e "$work/run/tests/e2e"
 find "$work/run" -name __pycache__ -prune -exec rm -rf {} +
 cat >"$work/run/pytest.ini" <<'INI'

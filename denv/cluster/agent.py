@@ -41,6 +41,7 @@ from denv.server.config import (
     DEFAULT_SUBNET_PREFIX,
     HOST_GUARD_CHECK_S,
 )
+from denv.server.docker import ksm
 from denv.server.docker.boot import WARM_LABEL
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.images import DEFAULT_BUDGET_MB
@@ -55,7 +56,7 @@ from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
 
 from . import ray_auth
-from .relay import Relay, env_addresses
+from .relay import Relay, env_addresses, with_live_children
 
 if TYPE_CHECKING:
     from .remote import RemoteNode
@@ -98,6 +99,8 @@ class AgentConfig(BaseModel):
     max_memory_mb: int = 0  # memory the envs of one node may use together; 0: no cap
     relay_port: int = 0  # each node's relay port; 0: the one it had, else a free one
     image_budget_mb: int = DEFAULT_BUDGET_MB  # the images a node brought, kept up to this
+    live_netns: bool = True  # each live child in a network namespace (`denv serve --live-netns`)
+    merge_pages: bool = False  # live envs' memory merged by the kernel (`--merge-pages`)
 
 
 def instance_id(state_dir: Path) -> str:
@@ -141,6 +144,8 @@ class NodeAgent:
         self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
         if self.volumes.fs is not None:
             self.volumes.fs.check()  # OSError naming the fix, before any env
+        if cfg.merge_pages:
+            ksm.enable()  # OSError naming the fix, before any env (as denv serve does)
         # Where other nodes reach this one (its layer offers): the Ray node's address.
         self.address = _ray_place(actor=True)[1] or "127.0.0.1"
         self.node = self._docker_node()
@@ -161,7 +166,13 @@ class NodeAgent:
 
     def _docker_node(self) -> DockerNode:
         node = DockerNode(
-            self.engine, self.volumes, self.cfg.limits, peers=peer_agent, address=self.address
+            self.engine,
+            self.volumes,
+            self.cfg.limits,
+            peers=peer_agent,
+            address=self.address,
+            live_netns=self.cfg.live_netns,
+            merge_pages=self.cfg.merge_pages,
         )
         node.images.budget_mb = self.cfg.image_budget_mb
         return node
@@ -190,14 +201,15 @@ class NodeAgent:
         host = self.address
         kept = self.state_dir / RELAY_PORT_FILE
         port = self.cfg.relay_port or _read_port(kept)
-        relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
+        envs = with_live_children(env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
+        relay = Relay(key, envs)
         try:
             bound = relay.start(host, port)
         except OSError:
             if self.cfg.relay_port or not port:
                 raise
             log.warning("node %s: relay port %d is taken; a new one", self.name, port)
-            relay = Relay(key, env_addresses(self.cfg.subnet_pool, self.cfg.subnet_prefix))
+            relay = Relay(key, envs)
             bound = relay.start(host, 0)
         kept.write_text(f"{bound[1]}\n")
         self.relay, self.relay_address = relay, f"{host}:{bound[1]}"

@@ -6,7 +6,8 @@ a connection that proves it holds the cluster's relay key (the handshake of
 then copies bytes both ways (HTTP and WebSocket alike: it parses neither). A connection
 without the key gets a refusal and is closed: nothing reaches an env, and the relay never
 connects anywhere for it. An authenticated client may only name addresses of the node's env
-subnets (``allowed``), never their gateways (the node itself).
+subnets (``allowed``), never their gateways (the node itself), and of its live children's
+(``with_live_children``).
 
     relay = Relay(key, env_addresses("172.30.0.0/16", 28))
     host, port = relay.start("10.0.0.5", 0)     # its own event loop, in a daemon thread
@@ -27,6 +28,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from denv.server.docker import live_net
 from denv.server.ingress import relay as wire
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,22 @@ def env_addresses(pool: str, prefix: int) -> Callable[[str], bool]:
         subnet = ipaddress.ip_network(f"{ip}/{prefix}", strict=False)
         offset = int(addr) - int(subnet.network_address)
         return offset not in (0, 1, subnet.num_addresses - 1)
+
+    return allowed
+
+
+def with_live_children(
+    envs: Callable[[str], bool], route_table: str = "/proc/net/route"
+) -> Callable[[str], bool]:
+    """``envs``, and the addresses of live children on this node (``denv serve
+    --live-netns``: each in a network namespace of its own, on a subnet this host routes
+    through its container's address, which ``envs`` must allow; ``live_net.routed_via``)."""
+
+    def allowed(ip: str) -> bool:
+        if envs(ip):
+            return True
+        via = live_net.routed_via(ip, route_table)
+        return via is not None and envs(via)
 
     return allowed
 

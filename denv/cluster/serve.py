@@ -45,6 +45,8 @@ def agent_config(settings: ClusterSettings, config: ServerConfig) -> AgentConfig
         max_envs=settings.caps.max_envs,
         max_memory_mb=settings.caps.max_memory_mb,
         relay_port=settings.relay_port,
+        live_netns=config.live_netns,
+        merge_pages=config.merge_pages,
         image_budget_mb=(
             DEFAULT_BUDGET_MB if settings.image_budget_mb is None else settings.image_budget_mb
         ),

@@ -23,11 +23,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from cluster_helpers import LocalCluster
 from denv.openenv import DenvProvider
+from live_procs import live_pid
 from openenv.core import GenericEnvClient
 
 from denv import Denv
@@ -115,6 +117,15 @@ def test_live_children_and_zygotes_count_and_a_full_node_spills(
     # Live children run on their parent's node and count there.
     two = denv.fork(parent.id, 2, kind="live").envs
     assert [(e.start.value, e.node, e.spill) for e in two] == [("live", node, None)] * 2
+    # Each in a network namespace of its own, as on one machine (`--live-netns on`, the
+    # default, reaches the node agents), served at its own address through the node's relay.
+    netns = {
+        Path(f"/proc/{live_pid(e)}/ns/net").readlink() for e in [parent.id, *(e.id for e in two)]
+    }
+    assert len(netns) == 3, netns
+    for n, env in enumerate(two):
+        with GenericEnvClient(base_url=str(env.endpoints[0].url)).sync() as c:
+            assert c.step({"message": f"child {n}"}).observation["echoed_message"] == f"child {n}"
     assert room_left(api, cluster) == total(cluster) - 4
     room_there = cluster.max_envs - 3  # the root and two children
 

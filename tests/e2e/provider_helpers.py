@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import LocalDenv
+from live_procs import live_pid as live_pid  # where the e2e modules import it from
 
 from denv import Denv
 
@@ -53,21 +54,3 @@ def live_env_ids(server: LocalDenv, label: tuple[str, str]) -> list[str]:
             for env in denv.list_envs()
             if str(env.status) != "deleted" and env.labels.get(key) == value
         ]
-
-
-def live_pid(env_id: str) -> int:
-    """The host pid of a live env's server: pid 1 of its own pid namespace, in the cgroup
-    named after it (whether it serves its own port in its container's network namespace or
-    the env's port in one of its own: ``denv serve --live-netns``)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            text = (proc / "cgroup").read_text()
-        except OSError:
-            continue
-        if f"/denv-live/{env_id}\n" in text:
-            found.append(int(proc.name))
-    assert found, f"no process of live env {env_id}"
-    return min(found)

@@ -146,6 +146,12 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         b.go(nets.attach(net, "env_b", b.proc.pid))
         assert a.addr != b.addr
         assert a.ask("hello") == "child" and b.ask("hello") == "child"  # from the host
+        # What a cluster node's relay admits (denv.cluster.relay.with_live_children): a
+        # child's address, through its container's; not the bridge's own.
+        assert live_net.routed_via(a.addr) == net.via != ""
+        assert live_net.routed_via(net.gateway) is None
+        assert live_net.routed_via(str(net.subnet.network_address + 1000)) == net.via
+        assert live_net.routed_via(str(net.subnet.broadcast_address)) is None
         assert a.ask(f"connect {b.addr}") != "open"  # the sibling: isolated ports
         # The container itself, where nothing listens: rejected by its rule (no route to
         # host), not refused by its stack (ConnectionRefusedError) as without the rule.
@@ -167,6 +173,7 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         ["ip", "-4", "route", "show", subnet], capture_output=True, text=True, check=True
     ).stdout
     assert left == "", f"the host route to the children was left: {left}"
+    assert live_net.routed_via(a.addr) is None  # its route gone, no longer admitted
 
 
 def test_forget_leaves_another_containers_route_to_the_same_subnet(container: int) -> None:

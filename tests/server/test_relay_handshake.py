@@ -10,12 +10,16 @@ service pretending to be a relay is refused by the control plane, that half-clos
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import secrets
+import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from denv.cluster.relay import Relay, env_addresses
+from denv.cluster.relay import Relay, env_addresses, with_live_children
+from denv.server.docker import live_net
 from denv.server.ingress import relay as wire
 from denv.server.ingress.relay import RelayError, open_socket
 
@@ -115,3 +119,41 @@ def test_env_addresses_are_the_pool_less_each_subnets_own() -> None:
     assert not allowed("172.30.0.1")  # a gateway: the node itself
     assert not allowed("172.30.0.0") and not allowed("172.30.0.15")
     assert not allowed("127.0.0.1") and not allowed("10.0.0.5") and not allowed("nonsense")
+
+
+def test_live_children_are_admitted_through_their_containers_address(tmp_path: Path) -> None:
+    """A live child in a network namespace of its own (``denv serve --live-netns``) has an
+    address of ``live_net.SUBNETS``, routed by the host through its container's: admitted
+    when that container's address is one of the node's envs, never otherwise. The route
+    table is the kernel's format (/proc/net/route: hex in the host's byte order); the
+    real table is read in tests/server/test_live_net.py."""
+
+    def le(ip: str) -> str:
+        return f"{struct.unpack('=I', ipaddress.IPv4Address(ip).packed)[0]:08X}"
+
+    table = tmp_path / "route"
+    head = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    rows = [  # iface, destination, gateway, mask
+        ("eth0", "0.0.0.0", "192.0.2.1", "0.0.0.0"),  # the default route
+        ("br-1", "100.64.4.0", "172.30.0.2", "255.255.252.0"),  # an env's children
+        ("br-2", "100.64.8.0", "10.9.9.9", "255.255.252.0"),  # via no env of this node
+        ("br-3", "100.127.0.0", "0.0.0.0", "255.255.252.0"),  # a link, not via a container
+    ]
+    table.write_text(
+        head
+        + "".join(
+            f"{i}\t{le(d)}\t{le(g)}\t0003\t0\t0\t0\t{le(m)}\t0\t0\t0\n" for i, d, g, m in rows
+        )
+    )
+    assert live_net.routed_via("100.64.5.7", str(table)) == "172.30.0.2"
+    assert live_net.routed_via("100.64.4.1", str(table)) is None  # the bridge's own
+    assert live_net.routed_via("100.64.9.7", str(table)) == "10.9.9.9"
+    assert live_net.routed_via("100.127.0.5", str(table)) is None
+    assert live_net.routed_via("100.65.0.5", str(table)) is None  # no route
+    assert live_net.routed_via("10.0.0.5", str(table)) is None  # not a child's range
+
+    allowed = with_live_children(env_addresses("172.30.0.0/16", 28), str(table))
+    assert allowed("172.30.0.2") and allowed("100.64.5.7")  # an env; a child of one
+    assert not allowed("100.64.9.7")  # routed through an address that is no env here
+    assert not allowed("100.64.4.1") and not allowed("100.65.0.5")
+    assert not allowed("127.0.0.1") and not allowed("nonsense")

@@ -429,6 +429,40 @@ class LiveNet:
                 _run(["ip", "route", "del", str(net.subnet), "via", net.via])
 
 
+def routed_via(ip: str, route_table: str = "/proc/net/route") -> str | None:
+    """The container a live child's address is reached through: the gateway of this host's
+    route to the children's subnet holding ``ip`` (one this module made), read from the
+    kernel's table without a subprocess; None when ``ip`` is no such child's address (not in
+    ``SUBNETS``, not routed, or a subnet's network, gateway or broadcast address)."""
+    try:
+        addr = ipaddress.IPv4Address(ip)
+    except ValueError:
+        return None
+    if addr not in SUBNETS:
+        return None
+    with open(route_table) as f:
+        rows = f.read().splitlines()[1:]
+    for row in rows:
+        fields = row.split()  # Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+        if len(fields) < 8:
+            continue
+        dest, gateway, mask = (_le_address(x) for x in (fields[1], fields[2], fields[7]))
+        if gateway == ipaddress.IPv4Address(0):
+            continue
+        subnet = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
+        if subnet.prefixlen == PREFIX and subnet.subnet_of(SUBNETS) and addr in subnet:
+            offset = int(addr) - int(subnet.network_address)
+            if offset in (0, 1, subnet.num_addresses - 1):
+                return None
+            return str(gateway)
+    return None
+
+
+def _le_address(hex_le: str) -> ipaddress.IPv4Address:
+    """An address as /proc/net/route writes it (hex, in the host's byte order)."""
+    return ipaddress.IPv4Address(struct.pack("=I", int(hex_le, 16)))
+
+
 def prune_routes(running: Callable[[], set[str]]) -> list[str]:
     """Remove this host's routes to children's subnets whose gateway is not the address of
     a running container (``running()``: their addresses): left by a server that stopped

@@ -1,0 +1,23 @@
+"""Live envs' processes on this machine, found from the host (e2e and cluster tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def live_pid(env_id: str) -> int:
+    """The host pid of a live env's server: pid 1 of its own pid namespace, in the cgroup
+    named after it (whether it serves its own port in its container's network namespace or
+    the env's port in one of its own: ``denv serve --live-netns``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            text = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if f"/denv-live/{env_id}\n" in text:
+            found.append(int(proc.name))
+    assert found, f"no process of live env {env_id}"
+    return min(found)
