@@ -307,7 +307,8 @@ def run(
         out["mem_available_drop_after_forks_bytes"] = avail0 - mem_available()
 
         t0 = time.perf_counter()
-        items, stepped, errors = list(children.items()), 0, []
+        items, stepped = list(children.items()), 0
+        errors: list[str] = []
         with ThreadPoolExecutor(STEP_THREADS) as pool:
             for start in range(0, len(items), 4 * BATCH):
                 if mem_available() < reserve:
