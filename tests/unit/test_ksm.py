@@ -51,3 +51,14 @@ def test_a_run_file_it_cannot_write_is_named_with_the_fix(tmp_path: Path) -> Non
 def test_stats_reads_the_counters_and_skips_what_is_not_a_number(tmp_path: Path) -> None:
     ksm_dir = _ksm_dir(tmp_path, "1")
     assert ksm.stats(ksm_dir) == {"full_scans": 3, "pages_sharing": 12, "run": 1}
+
+
+def test_the_pace_is_said_with_the_way_to_change_it(tmp_path: Path) -> None:
+    ksm_dir = _ksm_dir(tmp_path, "1")
+    (ksm_dir / "pages_to_scan").write_text("100\n")
+    (ksm_dir / "sleep_millisecs").write_text("20\n")
+    text = ksm.pace(ksm_dir)
+    assert text.startswith("ksmd scans 100 pages every 20 ms (at most ~20 MB/s")
+    assert "one scan of 1,000 takes ~119 min" in text
+    assert f"raise {ksm_dir / 'pages_to_scan'}" in text
+    assert ksm.pace(tmp_path / "absent") == ""

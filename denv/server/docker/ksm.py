@@ -38,6 +38,7 @@ def enable(ksm_dir: Path = KSM_DIR) -> bool:
             "(a kernel built without CONFIG_KSM): run without --merge-pages"
         ) from None
     if state == "1":
+        log_pace(ksm_dir)
         return False
     try:
         run.write_text("1\n")
@@ -48,7 +49,29 @@ def enable(ksm_dir: Path = KSM_DIR) -> bool:
             "on the host once, or run without --merge-pages"
         ) from None
     log.info("same-page merging turned on (%s was %s) for --merge-pages", run, state)
+    log_pace(ksm_dir)
     return True
+
+
+def pace(ksm_dir: Path = KSM_DIR) -> str:
+    """How fast ``ksmd`` goes over marked memory, in words (from ``pages_to_scan`` and
+    ``sleep_millisecs``), with the way to change it; "" when the kernel does not say."""
+    try:
+        pages = int((ksm_dir / "pages_to_scan").read_text())
+        sleep_ms = int((ksm_dir / "sleep_millisecs").read_text())
+    except (OSError, ValueError):
+        return ""
+    mb_s = pages * 4096 / 2**20 * 1000 / max(sleep_ms, 1)
+    return (
+        f"ksmd scans {pages} pages every {sleep_ms} ms (at most ~{mb_s:.0f} MB/s; a live echo "
+        f"env maps ~140 MB mergeable, so one scan of 1,000 takes ~{140_000 / mb_s / 60:.0f} "
+        f"min at best): raise {ksm_dir / 'pages_to_scan'} to merge sooner, at ksmd's CPU"
+    )
+
+
+def log_pace(ksm_dir: Path = KSM_DIR) -> None:
+    if text := pace(ksm_dir):
+        log.info("--merge-pages: %s", text)
 
 
 def stats(ksm_dir: Path = KSM_DIR) -> dict[str, int]:
