@@ -170,6 +170,26 @@ def current_caps() -> set[int]:
     return caps
 
 
+def _private_writable() -> list[tuple[int, int, str]]:
+    """This process's private writable mappings: (start, end, name), the name "" for an
+    anonymous one, ``[heap]``, ``[stack]`` or the mapped file's path."""
+    with open("/proc/self/maps") as maps:
+        lines = maps.read().splitlines()
+    out = []
+    for line in lines:
+        fields = line.split()
+        if fields[1].startswith("rw") and fields[1][3] == "p":
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            out.append((lo, hi, fields[5] if len(fields) > 5 else ""))
+    return out
+
+
+def _madvise() -> Any:
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
+
+
 def collapse_memory() -> tuple[int, int]:
     """Back this process's anonymous memory with 2 MiB pages where the kernel can.
 
@@ -179,17 +199,11 @@ def collapse_memory() -> tuple[int, int]:
     the mapping in the writer), so children stay as small. Errors (an older kernel, a range
     that cannot be collapsed) leave the memory as it was: (bytes collapsed, ranges failed).
     """
-    madvise = libc.madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise = _madvise()
     done = failed = 0
-    with open("/proc/self/maps") as maps:
-        lines = maps.read().splitlines()
-    for line in lines:
-        fields = line.split()
-        path = fields[5] if len(fields) > 5 else ""
-        if not fields[1].startswith("rw") or fields[1][3] != "p" or path not in ("", "[heap]"):
+    for lo, hi, path in _private_writable():
+        if path not in ("", "[heap]"):
             continue
-        lo, hi = (int(x, 16) for x in fields[0].split("-"))
         start, end = (lo + HUGE - 1) & ~(HUGE - 1), hi & ~(HUGE - 1)
         if end > start:
             if madvise(start, end - start, MADV_COLLAPSE) == 0:
@@ -208,19 +222,11 @@ def mergeable_memory() -> tuple[int, int]:
     mark, so the pages a child copies on its first writes (refcounts moved and put back,
     mostly) are merged again with the parent's and the siblings' while they hold the same
     bytes. Each fork marks what is new since the last one (new arenas)."""
-    madvise = libc.madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise = _madvise()
     done = failed = 0
-    with open("/proc/self/maps") as maps:
-        lines = maps.read().splitlines()
-    for line in lines:
-        fields = line.split()
-        if not fields[1].startswith("rw") or fields[1][3] != "p":
-            continue
-        path = fields[5] if len(fields) > 5 else ""
+    for lo, hi, path in _private_writable():
         if path.startswith("[") and path != "[heap]":
             continue
-        lo, hi = (int(x, 16) for x in fields[0].split("-"))
         if madvise(lo, hi - lo, MADV_MERGEABLE) == 0:
             done += hi - lo
         else:
