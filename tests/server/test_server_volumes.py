@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from denv.server.config import LAYER_DEPTH_LIMIT
-from denv.server.volumes.mounts import mount_points_under
+from denv.server.volumes.mounts import MS_NODEV, MS_NOSUID, mount, mount_points_under, unmount_all
 from denv.server.volumes.overlay import Volumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting overlays needs root")
@@ -93,3 +93,25 @@ def test_a_sized_volume_refuses_writes_past_its_size_and_leaves_nothing(tmp_path
         vols.fs.drain()
     assert mount_points_under(tmp_path) == []
     assert _loop_devices_of(tmp_path) == []
+
+
+def test_unmount_all_takes_several_roots_in_one_pass_and_paths_with_spaces(tmp_path: Path) -> None:
+    """A delete unmounts all of an env's volumes with one read of the mount table per pass;
+    mountinfo escapes a space, and a root's sibling with a longer name is not under it."""
+    roots = [tmp_path / "a b", tmp_path / "c"]
+    sibling = tmp_path / "c2"  # shares the prefix "c" but is not under it
+    points = [roots[0] / "x", roots[0] / "x" / "deeper", roots[1] / "y", sibling]
+    try:
+        for point in points:
+            point.mkdir(parents=True, exist_ok=True)
+            mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+        mount("tmpfs", roots[1] / "y", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")  # stacked
+        found = mount_points_under(*roots)
+        assert found[0] == str(points[1])  # deepest first
+        assert sorted(found) == sorted(map(str, [points[0], points[1], points[2], points[2]]))
+        unmount_all(*roots)
+        assert mount_points_under(*roots) == []
+        assert mount_points_under(sibling) == [str(sibling)]  # left alone
+    finally:
+        unmount_all(tmp_path)
+    assert mount_points_under(tmp_path) == []

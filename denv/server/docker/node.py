@@ -80,6 +80,9 @@ class DockerNode:
         # the port rules: the children's networks, per container.
         self.live_netns = live_netns
         self.net = live_net.LiveNet()
+        # A live container's pid 1 (with its start time), so that a delete of one of its
+        # live envs does not ask the engine again: a live group's pid 1 outlives its envs.
+        self._pids: dict[str, live.Proc] = {}
         self.merge_pages = merge_pages
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
@@ -256,6 +259,7 @@ class DockerNode:
             owner = self._owners.get(env_id, "")
             for cid in containers:  # a live group's: the host route to its children
                 self.net.forget(cid)
+                self._pids.pop(cid, None)
             for cid in set(containers) | set(self.engine.states(env_id)):
                 with self.queue.slot(owner):
                     self.engine.remove(cid)
@@ -548,9 +552,19 @@ class DockerNode:
         return live_apart.exit_reason(group, env_id) if group else None
 
     def _container_pid(self, container: str) -> int:
-        """The host pid of a container's pid 1; 0 when it does not run."""
+        """The host pid of a container's pid 1; 0 when it does not run. The engine is asked
+        once while that process lives (its start time tells a reused pid apart)."""
+        known = self._pids.get(container)
+        if known is not None and live.alive(known):
+            return known.pid
         info = self.engine.inspect(container)
-        return int(((info or {}).get("State") or {}).get("Pid") or 0)
+        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
+        start = live.start_time(pid) if pid else None
+        if start is None:
+            self._pids.pop(container, None)
+            return 0
+        self._pids[container] = live.Proc(pid, start)
+        return pid
 
     def _live_group(self, container: str) -> live_apart.Group | None:
         """The live servers' cgroups of a running container (found from its pid 1, which

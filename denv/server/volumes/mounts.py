@@ -1,7 +1,7 @@
 """Mount primitives of the host: mount(2) without a process, and unmounting a whole tree.
 
 mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, "lowerdir=...")
-unmount_all(root)      # every mount at or below root, stacked ones included
+unmount_all(*roots)    # every mount at or below each root, stacked ones included
 """
 
 from __future__ import annotations
@@ -45,29 +45,40 @@ def _unescape(path: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
 
 
-def mount_points_under(root: Path) -> list[str]:
-    """Mount points at or below ``root``, deepest (and latest) first."""
-    prefix = str(root.resolve()).rstrip("/") + "/"
+def _escape(path: str) -> str:
+    """A path as mountinfo writes it (space, tab, newline and backslash octal-escaped)."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
+
+
+def mount_points_under(*roots: Path) -> list[str]:
+    """Mount points at or below any of ``roots``, deepest (and latest) first. One read of
+    the mount table; only its lines that name a root are parsed (a host with a thousand
+    live envs has thousands of mounts, and a delete reads the table)."""
+    tops = [str(root.resolve()).rstrip("/") for root in roots]
+    needles = [_escape(top) for top in tops]
     found: list[str] = []
     with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = _unescape(line.split()[4])
-            if point.startswith(prefix) or point == prefix.rstrip("/"):
-                found.append(point)
+        table = f.read()
+    for line in table.splitlines():
+        if not any(needle in line for needle in needles):
+            continue
+        point = _unescape(line.split()[4])
+        if any(point == top or point.startswith(top + "/") for top in tops):
+            found.append(point)
     found.reverse()  # later (stacked) mounts are listed after the ones under them
     return sorted(found, key=lambda p: p.count("/"), reverse=True)
 
 
-def unmount_all(root: Path) -> None:
-    """Unmount everything at or below ``root`` (stacked mounts included)."""
+def unmount_all(*roots: Path) -> None:
+    """Unmount everything at or below each of ``roots`` (stacked mounts included)."""
     for _ in range(64):
-        points = mount_points_under(root)
+        points = mount_points_under(*roots)
         if not points:
             return
         for point in points:
             if _umount2(point, 0) != 0:  # busy: detach it now, the kernel frees it when unused
                 _umount2(point, MNT_DETACH)
-    log.warning("mounts left under %s after repeated umount", root)
+    log.warning("mounts left under %s after repeated umount", ", ".join(map(str, roots)))
 
 
 def _umount2(point: str, flags: int) -> int:

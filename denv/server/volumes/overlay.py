@@ -161,8 +161,10 @@ class Volumes:
         own of them) and remove its volume dirs; its children's slots stay."""
         home = self.envs_dir / group / "live" / slot if slot else None
         if home is not None and home.is_dir():
-            for target in home.glob("work-*"):
-                unmount_all(target)
+            targets = list(home.glob("work-*"))
+            if targets:
+                unmount_all(*targets)
+            for target in targets:
                 with contextlib.suppress(OSError):
                     target.rmdir()
             with contextlib.suppress(OSError):
@@ -185,9 +187,11 @@ class Volumes:
         if root.exists():
             if self.fs is not None:
                 # Each volume's own filesystem goes back to the pool once its overlay is off.
-                for disk in root.glob("*/*/disk.img"):
-                    unmount_all(disk.parent / "mnt")
-                    self.fs.give_back(disk.parent)
+                bases = [disk.parent for disk in root.glob("*/*/disk.img")]
+                if bases:
+                    unmount_all(*(base / "mnt" for base in bases))
+                for base in bases:
+                    self.fs.give_back(base)
             unmount_all(root)
             shutil.rmtree(root, ignore_errors=True)
 
