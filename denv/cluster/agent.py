@@ -292,6 +292,11 @@ class NodeAgent:
         """Its instance id: an answer means the agent is up."""
         return self.instance_id
 
+    def hello(self) -> dict[str, Any]:
+        """Its instance id and the settings it was started with: a running agent keeps
+        them (``ray_cluster.Members`` says when a server asks for others)."""
+        return {"instance_id": self.instance_id, "settings": self.cfg.model_dump(mode="json")}
+
     def info(self) -> dict[str, Any]:
         """The node's load and caps, for placement and ``denv cluster status``."""
         with self._lock:

@@ -75,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 "its own address and Docker Engine (root; docs/cluster.md)",
             )
             action.add_argument(
+                "--merge-pages",
+                action="store_true",
+                help="live envs' memory merged by the kernel on every node, as denv serve "
+                "--merge-pages (denser; costs ksmd's CPU and opens a side channel between "
+                "envs: docs/hardening.md)",
+            )
+            action.add_argument(
                 "--image",
                 action="append",
                 default=[],
@@ -183,6 +190,7 @@ def _up(cluster_dir: Path, args: argparse.Namespace) -> int:
         image_budget_mb=args.node_image_budget,
         isolated=args.isolated,
         images=tuple(args.image),
+        merge_pages=args.merge_pages,
     )
     names = ", ".join(n["name"] for n in state["nodes"])
     print(f"denv cluster up: Ray at {state['address']}, nodes {names}", file=sys.stderr)

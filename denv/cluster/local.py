@@ -83,13 +83,16 @@ def agent_config(
     max_envs: int = 0,
     max_memory_mb: int = 0,
     image_budget_mb: int | None = None,
+    merge_pages: bool = False,
 ) -> AgentConfig:
-    """What the agents of a local cluster get (``denv serve --node-state-dir`` the same)."""
+    """What the agents of a local cluster get: what its ``denv serve`` asks of them too
+    (``serve_argv``), since an agent keeps the settings it was started with."""
     return AgentConfig(
         state_root=str(cluster_dir / "nodes"),
         max_envs=max_envs,
         max_memory_mb=max_memory_mb,
         image_budget_mb=DEFAULT_BUDGET_MB if image_budget_mb is None else image_budget_mb,
+        merge_pages=merge_pages,
     )
 
 
@@ -99,6 +102,7 @@ def _caps_config(cluster_dir: Path, caps: dict[str, Any]) -> AgentConfig:
         caps.get("max_envs", 0),
         caps.get("max_memory_mb", 0),
         caps.get("image_budget_mb"),
+        bool(caps.get("merge_pages", False)),
     )
 
 
@@ -114,11 +118,14 @@ def up(
     image_budget_mb: int | None = None,
     isolated: bool = False,
     images: tuple[str, ...] = (),
+    merge_pages: bool = False,
 ) -> dict[str, Any]:
     """Start the local cluster (see the module's doc); its state (``cluster.json``).
 
     ``isolated``: nodes that share nothing (``isolation``): each in its network namespace
-    with its own Docker Engine, into which ``images`` are loaded from this machine's."""
+    with its own Docker Engine, into which ``images`` are loaded from this machine's.
+    ``merge_pages``: live envs' memory merged by the kernel on every node (``denv serve
+    --merge-pages``)."""
     if nodes < 1:
         raise ClusterError(f"--nodes {nodes}: a cluster needs at least 1 node")
     if images and not isolated:
@@ -174,6 +181,8 @@ def up(
         state["caps"] = {"max_envs": max_envs, "max_memory_mb": max_memory_mb}
         if image_budget_mb is not None:
             state["caps"]["image_budget_mb"] = image_budget_mb
+        if merge_pages:
+            state["caps"]["merge_pages"] = True
         cfg = _caps_config(cluster_dir, state["caps"])
         agents = ray_cluster.discover(cfg)
         if set(agents) != set(names):
@@ -259,10 +268,24 @@ def _start_server(
     private_dir(server_dir)
     key, key_path = load_or_create_key_file(server_dir)
     port = port or free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "denv",
+    cmd = [sys.executable, "-m", "denv", *serve_argv(state, cfg, server_dir, key_path, port)]
+    log_path = cluster_dir / "logs" / "server.log"
+    env = {"RAY_ADDRESS": state["address"], **ray_auth.process_env(token_file(state))}
+    pid = spawn(cmd, log_path, env)
+    url = f"http://127.0.0.1:{port}"
+    server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
+    state["server"] = server
+    write_state(cluster_dir, state)
+    _wait_server(url, key, pid, log_path)
+    return server
+
+
+def serve_argv(
+    state: dict[str, Any], cfg: AgentConfig, server_dir: Path, key_path: Path, port: int
+) -> list[str]:
+    """``denv serve``'s arguments for the cluster: it asks its agents for ``cfg``, the
+    settings they were started with (an agent keeps those)."""
+    argv = [
         "serve",
         f"--cluster={state['address']}",
         f"--state-dir={server_dir}",
@@ -274,21 +297,15 @@ def _start_server(
         f"--node-max-memory={cfg.max_memory_mb}",
         f"--node-image-budget={cfg.image_budget_mb}",
     ]
+    if cfg.merge_pages:
+        argv.append("--merge-pages")
     if "store" in state:
-        cmd += [
+        argv += [
             f"--store-endpoint={state['store']['endpoint']}",
             f"--store-bucket={state['store']['bucket']}",
             f"--store-credentials={state['store']['credentials']}",
         ]
-    log_path = cluster_dir / "logs" / "server.log"
-    env = {"RAY_ADDRESS": state["address"], **ray_auth.process_env(token_file(state))}
-    pid = spawn(cmd, log_path, env)
-    url = f"http://127.0.0.1:{port}"
-    server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
-    state["server"] = server
-    write_state(cluster_dir, state)
-    _wait_server(url, key, pid, log_path)
-    return server
+    return argv
 
 
 def restart_server(cluster_dir: Path) -> dict[str, Any]:
@@ -337,8 +354,7 @@ def restart_head(cluster_dir: Path) -> None:
     join_nodes(cluster_dir, state, names, one_by_one=bool(state.get("isolated")))
     from . import ray_cluster
 
-    caps = state.get("caps", {})
-    cfg = agent_config(cluster_dir, caps.get("max_envs", 0), caps.get("max_memory_mb", 0))
+    cfg = _caps_config(cluster_dir, state.get("caps", {}))
     agents = ray_cluster.discover(cfg)
     expected = {n["name"] for n in state.get("nodes", [])}
     if set(agents) != expected:

@@ -172,7 +172,7 @@ class Members:
         self.cfg = cfg
         self._lock = threading.Lock()
         self._ready: dict[str, tuple[str, RemoteNode]] = {}  # name -> (ray node id, node)
-        # name -> (ray node id, handle, its ping, when started)
+        # name -> (ray node id, handle, its hello, when started)
         self._starting: dict[str, tuple[str, Any, Any, float]] = {}
         self._failed: dict[str, float] = {}  # ray node id -> when its agent failed
 
@@ -200,12 +200,12 @@ class Members:
                     log.error("node %s: its agent could not be started: %s", name, exc)
                     self._failed[node.node_id] = now
                     continue
-                self._starting[name] = (node.node_id, handle, handle.ping.remote(), now)
+                self._starting[name] = (node.node_id, handle, handle.hello.remote(), now)
             self._collect(0.0)
             return {name: node for name, (_, node) in self._ready.items()}
 
     def _collect(self, timeout_s: float) -> None:
-        """Move agents that answered their ping to ``_ready`` (lock held)."""
+        """Move agents that answered their hello to ``_ready`` (lock held)."""
         if not self._starting:
             return
         refs = {ping: name for name, (_, _, ping, _) in self._starting.items()}
@@ -214,12 +214,13 @@ class Members:
             name = refs[ref]
             node_id, handle, _, _ = self._starting.pop(name)
             try:
-                ray.get(ref, timeout=0)
+                hello = ray.get(ref, timeout=0)
             except ray.exceptions.RayError as exc:
                 cause = getattr(exc, "cause", None) or exc
                 log.error("node %s: its agent did not start: %s", name, cause)
                 self._failed[node_id] = time.monotonic()
                 continue
+            warn_settings(name, hello.get("settings") or {}, self.cfg)
             self._ready[name] = (node_id, RemoteNode(name, handle))
         now = time.monotonic()
         for name, (node_id, _, _, started) in list(self._starting.items()):
@@ -236,6 +237,32 @@ class Members:
             for name in self._starting:
                 log.warning("node %s: its agent is still starting (%.0f s)", name, timeout_s)
             return {name: node for name, (_, node) in self._ready.items()}
+
+
+def settings_differ(running: Mapping[str, Any], wanted: AgentConfig) -> list[str]:
+    """The settings where a running agent's differ from ``wanted``: "name=running (asked:
+    wanted)" each."""
+    asked = wanted.model_dump(mode="json")
+    return [
+        f"{key}={running.get(key)!r} (asked: {value!r})"
+        for key, value in asked.items()
+        if running.get(key) != value
+    ]
+
+
+def warn_settings(name: str, running: Mapping[str, Any], wanted: AgentConfig) -> None:
+    """Say which of a server's settings an agent that was already running does not have:
+    an agent keeps what it was started with (``denv cluster up`` starts the agents before
+    ``denv serve``, with the same settings)."""
+    differ = settings_differ(running, wanted)
+    if differ:
+        log.warning(
+            "node %s: its agent was already running with other settings, which it keeps: "
+            "%s. To apply this server's, stop the cluster's Ray nodes and start them again "
+            "(denv cluster down, then up with the same options as this server)",
+            name,
+            ", ".join(differ),
+        )
 
 
 def members_fn(
