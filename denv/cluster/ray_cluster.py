@@ -200,7 +200,9 @@ class Members:
                     log.error("node %s: its agent could not be started: %s", name, exc)
                     self._failed[node.node_id] = now
                     continue
-                self._starting[name] = (node.node_id, handle, handle.hello.remote(), now)
+                # An agent started by an older denv has no hello: its ping says it is up.
+                ask = getattr(handle, "hello", None) or handle.ping
+                self._starting[name] = (node.node_id, handle, ask.remote(), now)
             self._collect(0.0)
             return {name: node for name, (_, node) in self._ready.items()}
 
@@ -220,7 +222,14 @@ class Members:
                 log.error("node %s: its agent did not start: %s", name, cause)
                 self._failed[node_id] = time.monotonic()
                 continue
-            warn_settings(name, hello.get("settings") or {}, self.cfg)
+            if isinstance(hello, dict):
+                warn_settings(name, hello.get("settings") or {}, self.cfg)
+            else:
+                log.warning(
+                    "node %s: its agent runs an older denv, which does not say its settings: "
+                    "stop the cluster's Ray nodes and start them again to run this one",
+                    name,
+                )
             self._ready[name] = (node_id, RemoteNode(name, handle))
         now = time.monotonic()
         for name, (node_id, _, _, started) in list(self._starting.items()):
