@@ -109,9 +109,18 @@ def test_one_agent_pinned_to_each_node_with_its_own_instance_id(
     assert len({info["state_dir"] for info in infos.values()}) == len(nodes)
     assert all(i["host_guard"]["ipv4"] == "ok" for i in infos.values()), infos
     # Named, detached, in namespace denv: a new control plane finds the same actors.
+    asked = local.agent_config(cluster.dir, cluster.max_envs)
     for name in nodes:
         again = ray.get_actor(ACTOR_PREFIX + name, namespace=NAMESPACE)
         assert RemoteNode(name, again).ping() == infos[name]["instance_id"]
+        # An agent keeps the settings it was started with: `denv cluster up` started it
+        # with what its server asks, so the server had nothing to warn about.
+        hello = ray.get(again.hello.remote())
+        assert hello["instance_id"] == infos[name]["instance_id"]
+        assert ray_cluster.settings_differ(hello["settings"], asked) == []
+    server_log = (cluster.dir / "logs" / "server.log").read_text(errors="replace")
+    assert "with other settings" not in server_log
+    assert "runs an older denv" not in server_log
     print(f"agents: {placed} instances {sorted(instances)}")
 
 
