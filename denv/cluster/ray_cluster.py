@@ -210,7 +210,7 @@ class Members:
         """Move agents that answered their hello to ``_ready`` (lock held)."""
         if not self._starting:
             return
-        refs = {ping: name for name, (_, _, ping, _) in self._starting.items()}
+        refs = {ask: name for name, (_, _, ask, _) in self._starting.items()}
         done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
         for ref in done:
             name = refs[ref]

@@ -106,6 +106,7 @@ def test_unmount_all_takes_several_roots_in_one_pass_and_paths_with_spaces(tmp_p
             point.mkdir(parents=True, exist_ok=True)
             mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
         mount("tmpfs", roots[1] / "y", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")  # stacked
+        assert mount_points_under() == []  # no roots: none, without reading the table
         found = mount_points_under(*roots)
         assert found[0] == str(points[1])  # deepest first
         assert sorted(found) == sorted(map(str, [points[0], points[1], points[2], points[2]]))

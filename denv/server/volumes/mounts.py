@@ -53,7 +53,9 @@ def _escape(path: str) -> str:
 def mount_points_under(*roots: Path) -> list[str]:
     """Mount points at or below any of ``roots``, deepest (and latest) first. One read of
     the mount table; only its lines that name a root are parsed (a host with a thousand
-    live envs has thousands of mounts, and a delete reads the table)."""
+    live envs has thousands of mounts, and a delete reads the table). No roots: none."""
+    if not roots:
+        return []
     tops = [str(root.resolve()).rstrip("/") for root in roots]
     needles = [_escape(top) for top in tops]
     found: list[str] = []

@@ -162,8 +162,7 @@ class Volumes:
         home = self.envs_dir / group / "live" / slot if slot else None
         if home is not None and home.is_dir():
             targets = list(home.glob("work-*"))
-            if targets:
-                unmount_all(*targets)
+            unmount_all(*targets)
             for target in targets:
                 with contextlib.suppress(OSError):
                     target.rmdir()
@@ -188,8 +187,7 @@ class Volumes:
             if self.fs is not None:
                 # Each volume's own filesystem goes back to the pool once its overlay is off.
                 bases = [disk.parent for disk in root.glob("*/*/disk.img")]
-                if bases:
-                    unmount_all(*(base / "mnt" for base in bases))
+                unmount_all(*(base / "mnt" for base in bases))
                 for base in bases:
                     self.fs.give_back(base)
             unmount_all(root)
