@@ -24,6 +24,7 @@ from denv.server.config import (
     MAX_JSON_VALUES,
     ServerConfig,
 )
+from denv.server.docker import engine_queue
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.errors import ApiError
 from denv.server.lifecycle import fairness
@@ -217,3 +218,55 @@ def test_the_engine_queue_serves_the_key_with_fewer_calls_in_flight_first() -> N
     for t in threads.values():
         t.join(10)
     assert queue.in_flight("a") == queue.in_flight("b") == 0
+
+
+def _call_in_thread(queue: EngineQueue, owner: str, ran: list[str], name: str) -> threading.Thread:
+    def call() -> None:
+        with queue.slot(owner):
+            ran.append(name)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread
+
+
+def _settle(ran: list[str], want: list[str]) -> None:
+    for _ in range(300):
+        if ran == want:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"ran {ran}, expected {want}")
+
+
+def test_a_key_making_more_envs_yields_the_engine_to_a_lighter_keys_boot() -> None:
+    queue = EngineQueue(2)
+    ran: list[str] = []
+    with queue.active("a"), queue.active("a"):  # a makes two envs at once
+        with queue.active("b"):  # b makes one: a starts no new call meanwhile
+            waiting = _call_in_thread(queue, "a", ran, "a1")
+            time.sleep(0.2)
+            assert ran == [], "a key making more envs took a slot during a lighter key's boot"
+            with queue.slot("b"):  # b's own calls go at once
+                ran.append("b1")
+            assert ran == ["b1"]
+        _settle(ran, ["b1", "a1"])  # b's boot ended: a goes on
+        waiting.join(5)
+        # work of no key (a spare) is never yielded to; nor is a key making as many envs
+        with queue.active(""), queue.active("c"), queue.active("c"):
+            _call_in_thread(queue, "a", ran, "a2").join(5)
+    assert ran == ["b1", "a1", "a2"]
+    assert queue.in_flight("a") == queue.in_flight("b") == 0
+
+
+def test_a_key_yields_for_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream of lighter keys' boots cannot starve a busy key: its call goes after
+    ``YIELD_MAX_S`` whatever runs."""
+    monkeypatch.setattr(engine_queue, "YIELD_MAX_S", 0.3)
+    queue = EngineQueue(2)
+    ran: list[str] = []
+    with queue.active("a"), queue.active("a"), queue.active("b"):
+        started = time.monotonic()
+        _call_in_thread(queue, "a", ran, "a1").join(5)
+        waited = time.monotonic() - started
+    assert ran == ["a1"]
+    assert 0.3 <= waited < 3, waited

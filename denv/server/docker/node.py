@@ -151,7 +151,7 @@ class DockerNode:
             self._owners[spec.env_id] = spec.owner
         parent = self._key_parent(spec.owner)
         self.images.used(s.image_digest for s in spec.services)
-        with self._booting(spec.owner, parent):
+        with self._booting(spec.owner, parent), self.queue.active(spec.owner):
             return boot.bring_up(
                 self.engine, self.volumes, self.guard, self._limits, spec, self.queue, parent
             )
