@@ -98,6 +98,9 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60)
     parser.add_argument("--image", default="denv-echo-env:latest")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--env", action="append", default=[], help="KEY=VALUE for the root's environment"
+    )
     parser.add_argument("--merge-pages", action="store_true", help="the server's flag (KSM)")
     args = parser.parse_args()
     n = args.batch * args.batches
@@ -111,7 +114,10 @@ def main() -> None:
         "root_steps": args.root_steps,
     }
     try:
-        root = api.create_sandbox(args.image, ports=[8000], live=True, wait="healthy")
+        env_vars = dict(kv.split("=", 1) for kv in args.env)
+        root = api.create_sandbox(
+            args.image, ports=[8000], live=True, wait="healthy", env=env_vars or None
+        )
         envs_root = root.id
         envs.append(root.id)
         for i in range(args.root_steps):
