@@ -10,6 +10,7 @@ this machine, made busy by a real process (no Docker needed).
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,3 +48,49 @@ def test_a_busy_cgroup_is_removed_by_a_later_release() -> None:
         sleeper.wait()
         if group.exists():
             group.rmdir()
+
+
+def test_concurrent_starts_and_deletes_keep_the_containers_limits_exact() -> None:
+    """Copies of one zygote start and end at once, and each raises or lowers its container's
+    memory limits by one env's share (memory+swap before memory going up, memory first going
+    down). Found by the sustained zygote bench (4 clients): two unsynchronized shifts read the
+    same values, one's write was lost, and the next wrote a memory limit above memory+swap
+    (EINVAL): the copy failed, its zygote was dropped and the start booted instead. A real v1
+    memory cgroup stands in for the container (no Docker needed)."""
+    root = Path("/sys/fs/cgroup/memory")
+    if not (root / "memory.memsw.limit_in_bytes").exists():
+        pytest.fail("no cgroup v1 memory controller with swap accounting: run as root on v1")
+    container = root / f"denv-test-shift-{uuid.uuid4().hex[:8]}"
+    container.mkdir()
+    mib = 1 << 20
+    one: dict[str, int | None] = {
+        "memory.memsw.limit_in_bytes": 300 * mib,
+        "memory.limit_in_bytes": 200 * mib,
+    }
+    try:
+        # from unlimited: memory first (it may never exceed memory+swap)
+        (container / "memory.limit_in_bytes").write_text(str(2200 * mib))
+        (container / "memory.memsw.limit_in_bytes").write_text(str(3300 * mib))
+        errors: list[BaseException] = []
+
+        def churn(sign: int) -> None:
+            try:
+                for _ in range(300):
+                    live_apart._shift(container, "memory", one, sign)
+                    live_apart._shift(container, "memory", one, -sign)
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+        # up-then-down and down-then-up at once: a lost write shows as a drift or EINVAL
+        threads = [threading.Thread(target=churn, args=(s,)) for s in (1, -1, 1, -1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert live_apart._values(container, "memory") == {
+            "memory.memsw.limit_in_bytes": 3300 * mib,
+            "memory.limit_in_bytes": 2200 * mib,
+        }
+    finally:
+        container.rmdir()

@@ -389,13 +389,21 @@ def _values(directory: Path, ctrl: str) -> dict[str, int | None]:
     return out
 
 
+# Copies of one zygote start and end at once, each shifting its container's limits: a shift
+# reads, then writes, so two at once lost one's write, and then wrote memory past memory+swap
+# (EINVAL, and the copy failed). The server's shifts take turns.
+_shift_lock = threading.Lock()
+
+
 def _shift(container: Path, ctrl: str, one: dict[str, int | None], sign: int) -> None:
     """Raise (+1) or lower (-1) the container's limits of ``ctrl`` by one server's."""
     names = [n for n in one if one[n] is not None]
-    current = _values(container, ctrl)
-    for name in names if sign > 0 else reversed(names):
-        if current.get(name) is not None:
-            (container / name).write_text(str(int(current[name] or 0) + sign * int(one[name] or 0)))
+    with _shift_lock:
+        current = _values(container, ctrl)
+        for name in names if sign > 0 else reversed(names):
+            if current.get(name) is not None:
+                value = int(current[name] or 0) + sign * int(one[name] or 0)
+                (container / name).write_text(str(value))
 
 
 def _field(path: Path, key: str) -> int:
