@@ -18,6 +18,8 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -252,4 +254,67 @@ def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
             for env_id in made:
                 denv.delete_env(env_id)
     # Unused, the version's zygote is reaped like any other.
+    wait_for("the zygotes reaped", lambda: all(z[2] == "deleted" for z in zygotes(server)), 30)
+
+
+CHURN_CLIENTS, CHURN_CYCLES = 4, 6
+
+
+def memory_limits(env_id: str) -> tuple[int, int]:
+    """(memory, memory+swap) limits of the container of ``env_id`` (v1), in bytes."""
+    cid = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=denv.env={env_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[0]
+    pid = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Pid}}", cid],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert pid != "0", f"the container of {env_id} is not running"
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if "memory" in ctrls.split(","):
+            group = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            return (
+                int((group / "memory.limit_in_bytes").read_text()),
+                int((group / "memory.memsw.limit_in_bytes").read_text()),
+            )
+    raise AssertionError(f"no v1 memory cgroup for the container of {env_id}")
+
+
+def test_copies_started_and_deleted_at_once_all_copy_the_zygote(server: LocalDenv) -> None:
+    """Clients that start and delete envs at once (a trainer's group of rollouts) all get
+    copies of the one zygote, and its container is back to its own limits once they are
+    gone: each copy raised them by one env's share and gave it back. (Two copies doing so at
+    once lost one's write; the next wrote a memory limit past memory+swap, its copy failed,
+    the zygote was dropped and the start booted: docs/live-forks.md.)"""
+    with Denv(server.url, server.key) as denv:
+        first = denv.create_sandbox(ECHO_IMAGE, command=COMMAND, live="auto")
+        try:
+            [zygote_id] = wait_for(
+                "the zygote", lambda: [z[0] for z in zygotes(server) if z[2] == "healthy"]
+            )
+            alone = memory_limits(zygote_id)
+
+            def churn() -> list[str]:
+                starts = []
+                with Denv(server.url, server.key) as mine:
+                    for _ in range(CHURN_CYCLES):
+                        env = mine.create_sandbox(ECHO_IMAGE, command=COMMAND, live="auto")
+                        starts.append(str(env.start))
+                        mine.delete_env(env.id)
+                return starts
+
+            with ThreadPoolExecutor(CHURN_CLIENTS) as pool:
+                runs = [pool.submit(churn) for _ in range(CHURN_CLIENTS)]
+                starts = [s for run in runs for s in run.result()]
+            assert starts == ["zygote"] * (CHURN_CLIENTS * CHURN_CYCLES)
+            assert [z[0] for z in zygotes(server) if z[2] == "healthy"] == [zygote_id]
+            wait_for("the copies' limits given back", lambda: memory_limits(zygote_id) == alone)
+        finally:
+            denv.delete_env(first.id)
     wait_for("the zygotes reaped", lambda: all(z[2] == "deleted" for z in zygotes(server)), 30)
