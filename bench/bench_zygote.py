@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,19 @@ def _sustained(server: Server, image: str, seconds: float, clients: int = 1) -> 
         "per_s": round(len(starts) / elapsed, 1),
         "per_s_until_last_start": round(len(starts) / started_s, 1),
         "zygote_share": sum(s == "zygote" for s in starts) / max(1, len(starts)),
+        "not_copies": dict(Counter(s for s in starts if s != "zygote")),
     }
+
+
+def _zygote_warnings(state: Path) -> list[str]:
+    """What the server said about its zygotes going wrong (a copy that failed, a zygote
+    dropped): why a start that should have been a copy booted. Its log goes with its state
+    dir, so it is kept in the results."""
+    log_file = state / "server.out"
+    if not log_file.exists():
+        return []
+    lines = log_file.read_text(errors="replace").splitlines()
+    return [line for line in lines if "zygote:" in line and "WARNING" in line][:20]
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
@@ -153,6 +166,7 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
         if holder is not None:
             holder.close()
         stop_process(server.proc)
+        said = _zygote_warnings(state)
         remove_leftovers(state)
     ready = {k: summarize(v) for k, v in runs.items()}
     zygote_median = ready["zygote"]["median"]
@@ -167,6 +181,14 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
         SUSTAINED_CLIENTS,
         parallel["per_s"],
     )
+    for name, part in (("sustained", sustained), ("sustained_parallel", parallel)):
+        if part["not_copies"]:
+            log.warning(
+                "%s: starts that were not copies %s; the server said: %s",
+                name,
+                part["not_copies"],
+                said[:3],
+            )
     return {
         "zygote_start": {
             "what": "start_container + wait_for_ready + client + reset() answered, seconds",
@@ -182,6 +204,7 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
             "sustained": sustained,  # one client
             "sustained_parallel": parallel,  # SUSTAINED_CLIENTS clients at once
             "target_sustained_per_s": 50,
+            "zygote_warnings": said,  # the server's, on copies that failed (then a boot)
             "runs": runs,
         }
     }

@@ -301,6 +301,16 @@ def _zygote(r: Result) -> list[str]:
         f"**{many['per_s']}/s** with {many['clients']} clients at once (target >= {target}/s).",
         "",
     ]
+    missed = {**one.get("not_copies", {}), **many.get("not_copies", {})}
+    if missed:
+        said = r.get("zygote_warnings") or ["(nothing in its log)"]
+        lines += [
+            f"**Starts of the sustained runs that were not copies of the zygote: {missed}.** "
+            f"The server said: `{said[0][-300:]}`",
+            "",
+        ]
+    elif "not_copies" in one:
+        lines += ["Every start of the sustained runs was a copy of the zygote.", ""]
     return lines
 
 
