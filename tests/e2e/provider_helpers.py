@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import docker
 from conftest import LocalDenv
 from live_procs import live_pid as live_pid  # where the e2e modules import it from
 
@@ -43,6 +44,13 @@ def assert_gone(server: LocalDenv, env_ids: Iterable[str]) -> None:
             check=True,
         ).stdout.split()
         assert out == [], f"containers of {env_id} left: {out}"
+
+
+def container_pid_of(env_id: str) -> int:
+    """The host pid of the running container of ``env_id`` (its one container)."""
+    found = docker.from_env().containers.list(filters={"label": f"denv.env={env_id}"})
+    assert len(found) == 1, found
+    return int(found[0].attrs["State"]["Pid"])
 
 
 def live_env_ids(server: LocalDenv, label: tuple[str, str]) -> list[str]:

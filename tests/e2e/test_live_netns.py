@@ -27,7 +27,7 @@ import pytest
 from conftest import LocalDenv, start_server
 from openenv.core import GenericEnvClient
 from outside_host import OutsideHost, outside_host
-from provider_helpers import ECHO_IMAGE, assert_gone, live_pid, message
+from provider_helpers import ECHO_IMAGE, assert_gone, container_pid_of, live_pid, message
 
 from denv import Denv, Env
 
@@ -59,12 +59,6 @@ print(json.dumps(out))
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
     with start_server(tmp_path_factory.mktemp("denv-netns"), "--live-netns", "on") as srv:
         yield srv
-
-
-def container_pid_of(env_id: str) -> int:
-    found = docker.from_env().containers.list(filters={"label": f"denv.env={env_id}"})
-    assert len(found) == 1, found
-    return int(found[0].attrs["State"]["Pid"])
 
 
 def nsexec(pid: int, *argv: str) -> str:

@@ -19,7 +19,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,10 +26,11 @@ import pytest
 from conftest import LocalDenv, instance_id, leftovers, start_server
 from denv.openenv import DenvProvider
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, message, state_of
+from provider_helpers import ECHO_IMAGE, container_pid_of, message, state_of
 
 from denv import Denv, Env
 from denv.server.auth import create_api_key
+from denv.server.docker import live_apart
 
 pytestmark = pytest.mark.e2e
 
@@ -260,30 +260,10 @@ def test_creates_from_a_version_copy_its_zygote_each_with_the_versions_work(
 CHURN_CLIENTS, CHURN_CYCLES = 4, 6
 
 
-def memory_limits(env_id: str) -> tuple[int, int]:
-    """(memory, memory+swap) limits of the container of ``env_id`` (v1), in bytes."""
-    cid = subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"label=denv.env={env_id}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()[0]
-    pid = subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.Pid}}", cid],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert pid != "0", f"the container of {env_id} is not running"
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, ctrls, path = line.split(":", 2)
-        if "memory" in ctrls.split(","):
-            group = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            return (
-                int((group / "memory.limit_in_bytes").read_text()),
-                int((group / "memory.memsw.limit_in_bytes").read_text()),
-            )
-    raise AssertionError(f"no v1 memory cgroup for the container of {env_id}")
+def memory_limits(env_id: str) -> dict[str, int | None]:
+    """The v1 memory limits (memory, memory+swap) of the container of ``env_id``."""
+    group = live_apart.group_of(container_pid_of(env_id))
+    return live_apart._values(group.v1["memory"], "memory")
 
 
 def test_copies_started_and_deleted_at_once_all_copy_the_zygote(server: LocalDenv) -> None:
