@@ -66,11 +66,7 @@ class EngineQueue:
         try:
             yield
         finally:
-            with self._cond:
-                self._busy[owner] -= 1
-                if self._busy[owner] <= 0:
-                    del self._busy[owner]
-                self._cond.notify_all()
+            self._done(self._busy, owner)
 
     @contextmanager
     def active(self, owner: str) -> Iterator[None]:
@@ -81,11 +77,15 @@ class EngineQueue:
         try:
             yield
         finally:
-            with self._cond:
-                self._active[owner] -= 1
-                if self._active[owner] <= 0:
-                    del self._active[owner]
-                self._cond.notify_all()
+            self._done(self._active, owner)
+
+    def _done(self, counts: Counter[str], owner: str) -> None:
+        """One less of ``owner``'s in ``counts``; the waiting calls look again."""
+        with self._cond:
+            counts[owner] -= 1
+            if counts[owner] <= 0:
+                del counts[owner]
+            self._cond.notify_all()
 
     def in_flight(self, owner: str) -> int:
         with self._cond:
