@@ -110,7 +110,6 @@ def _sustained(server: Server, image: str, seconds: float, clients: int = 1) -> 
         "deletes_after_last_start_s": round(elapsed - started_s, 2),
         "starts": len(starts),
         "per_s": round(len(starts) / elapsed, 1),
-        "per_s_until_last_start": round(len(starts) / started_s, 1),
         "zygote_share": sum(s == "zygote" for s in starts) / max(1, len(starts)),
         "not_copies": dict(Counter(s for s in starts if s != "zygote")),
     }

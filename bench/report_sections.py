@@ -9,6 +9,7 @@ this module only.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from . import report_trainer
@@ -301,7 +302,7 @@ def _zygote(r: Result) -> list[str]:
         f"**{many['per_s']}/s** with {many['clients']} clients at once (target >= {target}/s).",
         "",
     ]
-    missed = {**one.get("not_copies", {}), **many.get("not_copies", {})}
+    missed = dict(Counter(one.get("not_copies", {})) + Counter(many.get("not_copies", {})))
     if missed:
         said = r.get("zygote_warnings") or ["(nothing in its log)"]
         lines += [
