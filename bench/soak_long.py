@@ -147,9 +147,10 @@ class Trainer:
             raise RuntimeError(f"trainer {self.proc.pid} exited ({self.proc.wait()})")
         return event
 
-    def go(self, n: int) -> None:
+    def go(self, n: int, hold: bool = False) -> None:
+        """Run round ``n``; ``hold``: stop before its delete (a round whose trainer is killed)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(f"go {n}\n")
+        self.proc.stdin.write(f"go {n}{' hold' if hold else ''}\n")
         self.proc.stdin.flush()
 
     def kill(self) -> None:
@@ -173,7 +174,7 @@ def slot(
     trainer = Trainer(server[0].url, server[0].key, plan)
     try:
         while (n := log.take(plan.rounds)) is not None:
-            trainer.go(n)
+            trainer.go(n, hold=n in kill_rounds)
             if n in kill_rounds:
                 trainer = _kill_in_round(trainer, n, plan, log, rng, server[0])
                 continue
@@ -202,13 +203,16 @@ def slot(
 def _kill_in_round(
     trainer: Trainer, n: int, plan: Plan, log: Log, rng: random.Random, server: Served
 ) -> Trainer:
-    """SIGKILL the trainer once it made the round's first env, or all of them."""
+    """SIGKILL the trainer once it made the round's first env, or all of them. The round was
+    sent with ``hold``, so the trainer deletes none of them before the kill: what the log
+    records as the killed trainer's envs are left to its lease alone."""
     wanted = rng.choice([1, 2])  # after the group's env, or after its fork too
     ids: list[str] = []
     seen = 0
     while seen < wanted:
         event = trainer.next_event()
-        if event["event"] == "retry":
+        if event["event"] == "retry":  # the failed attempt's envs are its own to delete
+            ids, seen = [], 0
             continue
         if event["event"] != "envs":
             break  # the round ended before the moment came: kill the trainer anyway

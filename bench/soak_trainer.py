@@ -6,9 +6,12 @@ that the soak can SIGKILL it in the middle of a round.
 It reads ``go N`` lines on stdin and runs round N for each: start the group's prompt env
 (a live create, which the server answers with a copy of its zygote once it has one), step
 it, live-fork it into GROUP children, step every child STEPS times at once (each on its own
-WebSocket session through the server's ingress), then delete the group. Every env is held
-by the lease of the trainer's one ``Denv``: when the soak kills the trainer, only the lease
-can clean up. It prints one JSON line per event, flushed at once:
+WebSocket session through the server's ingress), then delete the group. ``go N hold`` runs
+the round up to its delete and waits there (for a line, or the end of stdin): the soak
+sends it for a round whose trainer it will SIGKILL, so that the kill, wherever it lands in
+the round, finds every env the round made still alive, and not already being deleted.
+Every env is held by the lease of the trainer's one ``Denv``: when the soak kills the
+trainer, only the lease can clean up. It prints one JSON line per event, flushed at once:
 
     {"round": N, "event": "envs", "ids": [...]}         as soon as envs exist
     {"round": N, "event": "done", "steps": [s, ...], "seconds": s}
@@ -85,8 +88,10 @@ def steps(env: Env, count: int, message_bytes: int, reset: bool = False) -> list
 class Round:
     """Round ``n`` of one trainer: its envs, and those a failed attempt could not delete."""
 
-    def __init__(self, denv: Denv, n: int, image: str, group: int, count: int, size: int) -> None:
-        self.denv, self.n, self.image = denv, n, image
+    def __init__(
+        self, denv: Denv, n: int, image: str, group: int, count: int, size: int, hold: bool
+    ) -> None:
+        self.denv, self.n, self.image, self.hold = denv, n, image, hold
         self.group, self.count, self.size = group, count, size
         self.made: list[str] = []
         self.stage = "start"
@@ -113,6 +118,8 @@ class Round:
             for got in pool.map(lambda e: steps(e, self.count, self.size), children):
                 took += got
         self.stage = "close"
+        if self.hold:  # the soak kills this trainer: it must not delete first
+            sys.stdin.readline()
         self.delete()
         say(round=self.n, event="done", steps=took, seconds=time.perf_counter() - t0)
 
@@ -123,10 +130,12 @@ class Round:
         self.made = []
 
 
-def one_round(denv: Denv, n: int, image: str, group: int, count: int, size: int) -> None:
+def one_round(
+    denv: Denv, n: int, image: str, group: int, count: int, size: int, hold: bool = False
+) -> None:
     """Round ``n``; a failed attempt (the server restarting, say) is said, cleaned up and
-    tried again, up to ``ATTEMPTS`` times."""
-    r = Round(denv, n, image, group, count, size)
+    tried again, up to ``ATTEMPTS`` times. ``hold``: wait before the delete (see above)."""
+    r = Round(denv, n, image, group, count, size, hold)
     for attempt in range(1, ATTEMPTS + 1):
         try:
             r.run()
@@ -149,10 +158,11 @@ def main() -> None:
     with Denv(url, key) as denv:
         say(event="ready")
         for line in sys.stdin:
-            verb, _, n = line.partition(" ")
+            verb, *args = line.split()
             if verb != "go":
                 break
-            one_round(denv, int(n), image, int(group), int(count), int(message_bytes))
+            hold = args[1:] == ["hold"]
+            one_round(denv, int(args[0]), image, int(group), int(count), int(message_bytes), hold)
 
 
 if __name__ == "__main__":
