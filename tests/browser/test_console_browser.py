@@ -33,6 +33,13 @@ ECHO_IMAGE = "denv-echo-env:latest"
 CHROMIUM = os.environ.get("DENV_CHROMIUM", "/usr/bin/chromium")
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 TIMEOUT_MS = 30_000  # generous: CI shares 2 cores with the rest of the suite
+#: The browser resolves no name but this machine's: a page's own requests elsewhere (Gradio's
+#: stylesheet on fonts.googleapis.com) fail at once instead of sending a DNS query out of
+#: the machine, and a slow or blocked resolver can no longer hold up a page that waits for
+#: that stylesheet. The console's 127.0.0.1 is excluded too: the rule would map it.
+LOCAL_NAMES_ONLY = "--host-resolver-rules=" + ", ".join(
+    ("MAP * ~NOTFOUND", "EXCLUDE localhost", "EXCLUDE *.localhost", "EXCLUDE 127.0.0.1")
+)
 #: OpenEnv's web interface on, as the Hub's envs set it. Not the live root: Gradio starts
 #: threads at import (analytics, unless GRADIO_ANALYTICS_ENABLED=False), and live forks of
 #: its server slowed down and timed out past 40 children here.
@@ -52,7 +59,7 @@ def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: install it (scripts/ensure-chromium.sh)")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", LOCAL_NAMES_ONLY])
         yield b
         b.close()
 
