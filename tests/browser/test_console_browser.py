@@ -268,8 +268,15 @@ def test_echo_web_page_through_ingress_steps_the_env(browser: Any, keyed: Keyed)
     assert cli.stdout.strip() == link
     failed: list[str] = []
     page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else 0)
+    unsent: list[str] = []  # requests with no answer: a name not on this machine, or aborted
+    page.on("requestfailed", lambda r: unsent.append(f"{r.failure} {r.url}"))
     page.goto(link)
-    page.get_by_role("button", name="Reset").click()
+    reset = page.get_by_role("button", name="Reset")
+    try:
+        reset.wait_for()
+    except Exception as exc:  # say what the page got, not only that a button is missing
+        raise AssertionError(f"no Reset button: {failed=} {unsent=}") from exc
+    reset.click()
     page.locator("textarea").first.fill("stepped from the browser")
     page.get_by_role("button", name="Run step").click()
     page.get_by_text("stepped from the browser").nth(1).wait_for()
