@@ -258,6 +258,40 @@ def test_a_key_making_more_envs_yields_the_engine_to_a_lighter_keys_boot() -> No
     assert queue.in_flight("a") == queue.in_flight("b") == 0
 
 
+def test_a_call_that_waited_long_for_its_own_keys_calls_still_yields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flooding key's calls wait for its own calls' slots, often longer than the yield's
+    bound: the bound counts from the call's first yield, so they still yield to a lighter
+    key's boot that begins after they joined the queue."""
+    monkeypatch.setattr(engine_queue, "YIELD_MAX_S", 0.3)
+    queue = EngineQueue(1)
+    ran: list[str] = []
+    release = threading.Event()
+
+    def first() -> None:
+        with queue.slot("a"):
+            ran.append("a0")
+            release.wait(10)
+
+    with queue.active("a"), queue.active("a"):
+        holder = threading.Thread(target=first)
+        holder.start()
+        _settle(ran, ["a0"])
+        waiting = _call_in_thread(queue, "a", ran, "a1")  # waits for a's slot
+        time.sleep(0.5)  # longer than the yield's bound, all of it waiting for a slot
+        with queue.active("b"):  # b begins to make an env
+            release.set()  # a's slot is free, but b is lighter: a1 yields
+            time.sleep(0.15)
+            assert ran == ["a0"], "a call that had waited for its own key's slot did not yield"
+            with queue.slot("b"):
+                ran.append("b1")
+        _settle(ran, ["a0", "b1", "a1"])
+        holder.join(5)
+        waiting.join(5)
+    assert queue.in_flight("a") == queue.in_flight("b") == 0
+
+
 def test_a_key_yields_for_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stream of lighter keys' boots cannot starve a busy key: its call goes after
     ``YIELD_MAX_S`` whatever runs."""

@@ -15,9 +15,10 @@ Each call in flight also slows the others down: on this 2-core machine a contain
 takes 0.23 s alone, 0.27 s beside one other start and 0.36 s beside two
 (`bench/results/flood.md`). So while a key makes an env (``active``, the whole boot, its
 calls and the time between them), a key making more envs at once starts no new call: its
-calls in flight end, and the lighter key's boot runs alone at the engine. A key yields for
-at most ``YIELD_MAX_S`` per call, so a stream of lighter keys cannot starve it; work of no
-key (spares, cleanups) is never yielded to.
+calls in flight end, and the lighter key's boot runs alone at the engine. A call yields for
+at most ``YIELD_MAX_S``, counted from its first yield (not from when it joined the queue: a
+flooding key's calls have mostly waited that long for its own calls already), so a stream
+of lighter keys cannot starve it; work of no key (spares, cleanups) is never yielded to.
 
     queue = EngineQueue(2)
     with queue.active(owner):  # the whole boot
@@ -47,7 +48,8 @@ class EngineQueue:
         self._cond = threading.Condition()
         self._busy: Counter[str] = Counter()  # key -> calls in flight
         self._active: Counter[str] = Counter()  # key -> envs it is making (``active``)
-        self._waiting: dict[int, tuple[str, float]] = {}  # ticket -> key, since; oldest first
+        self._waiting: dict[int, str] = {}  # ticket -> its key; oldest first
+        self._yielding: dict[int, float] = {}  # ticket -> when it first yielded
         self._tickets = itertools.count()
 
     @contextmanager
@@ -55,12 +57,13 @@ class EngineQueue:
         """Hold one slot for ``owner`` (``""``: no key, e.g. a spare or an orphan's cleanup)."""
         with self._cond:
             ticket = next(self._tickets)
-            self._waiting[ticket] = (owner, time.monotonic())
+            self._waiting[ticket] = owner
             try:
                 while self._next() != ticket:
                     self._cond.wait(YIELD_MAX_S)  # a yield ends by time, not by a notify
             finally:
                 del self._waiting[ticket]
+                self._yielding.pop(ticket, None)
             self._busy[owner] += 1
             self._cond.notify_all()  # a slot may be left: the next in line may take it
         try:
@@ -95,16 +98,20 @@ class EngineQueue:
         """The waiting ticket served next, among those with room: its key has the fewest
         calls in flight, then the oldest."""
         now = time.monotonic()
-        ready = [t for t, (key, since) in self._waiting.items() if self._room(key, now - since)]
-        return min(ready, key=lambda t: (self._busy[self._waiting[t][0]], t), default=None)
+        ready = [t for t in self._waiting if self._room(t, now)]
+        return min(ready, key=lambda t: (self._busy[self._waiting[t]], t), default=None)
 
-    def _room(self, key: str, waited: float) -> bool:
-        """A slot free for ``key``: one of ``slots``, or the one kept for keys with no call
-        in flight; and no lighter key making an env, unless it has waited long enough."""
+    def _room(self, ticket: int, now: float) -> bool:
+        """A slot free for the ticket's key: one of ``slots``, or the one kept for keys with
+        no call in flight; and no lighter key making an env, unless the ticket has yielded
+        for ``YIELD_MAX_S`` already."""
+        key = self._waiting[ticket]
         total = sum(self._busy.values())
         if total >= self.slots + (0 if self._busy[key] else QUIET_KEY_SLOTS):
             return False
-        return waited >= YIELD_MAX_S or not self._lighter_active(key)
+        if not self._lighter_active(key):
+            return True
+        return now - self._yielding.setdefault(ticket, now) >= YIELD_MAX_S
 
     def _lighter_active(self, key: str) -> bool:
         """Another key is making fewer envs than ``key`` is (work of no key does not count)."""
