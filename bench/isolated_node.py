@@ -49,7 +49,14 @@ from typing import Any
 
 from denv.cluster import ray_auth
 from denv.cluster.processes import free_port, session_pids, spawn, stop_session, tail
-from denv.cluster.ray_nodes import HEALTH_ENV, agent_ports, ray_command, wait_gcs
+from denv.cluster.ray_nodes import (
+    HEALTH_ENV,
+    QUIET_ENV,
+    agent_ports,
+    quiet_home,
+    ray_command,
+    wait_gcs,
+)
 
 log = logging.getLogger("bench.isolated_node")
 
@@ -299,7 +306,8 @@ def start_head(work: Path, address: str, token: Path) -> tuple[int, str]:
         f"--node-ip-address={address}", "--include-dashboard=false",
         *agent_ports(), "--min-worker-port=0", "--max-worker-port=0",
     ]  # fmt: skip
-    sid = spawn(cmd, work / "ray-head.log", {**HEALTH_ENV, **ray_auth.process_env(token)})
+    env = {**HEALTH_ENV, **QUIET_ENV, **ray_auth.process_env(token)}
+    sid = spawn(cmd, work / "ray-head.log", {**env, **quiet_home({"ray_tmp": str(work)})})
     return sid, f"{address}:{port}"
 
 
