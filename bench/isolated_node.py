@@ -51,9 +51,8 @@ from denv.cluster import ray_auth
 from denv.cluster.processes import free_port, session_pids, spawn, stop_session, tail
 from denv.cluster.ray_nodes import (
     HEALTH_ENV,
-    QUIET_ENV,
     agent_ports,
-    quiet_home,
+    quiet_head_env,
     ray_command,
     wait_gcs,
 )
@@ -306,8 +305,8 @@ def start_head(work: Path, address: str, token: Path) -> tuple[int, str]:
         f"--node-ip-address={address}", "--include-dashboard=false",
         *agent_ports(), "--min-worker-port=0", "--max-worker-port=0",
     ]  # fmt: skip
-    env = {**HEALTH_ENV, **QUIET_ENV, **ray_auth.process_env(token)}
-    sid = spawn(cmd, work / "ray-head.log", {**env, **quiet_home({"ray_tmp": str(work)})})
+    env = {**HEALTH_ENV, **ray_auth.process_env(token), **quiet_head_env(work)}
+    sid = spawn(cmd, work / "ray-head.log", env)
     return sid, f"{address}:{port}"
 
 

@@ -46,11 +46,11 @@ ISOLATED_HEALTH_ENV = {"RAY_health_check_timeout_ms": "3000"}
 # With usage stats disabled, a Ray head's dashboard process (started in minimal mode whatever
 # --include-dashboard says) still sends a "disabled" report to usage-stats.ray.io, and, with
 # no ~/ray_bootstrap_config.yaml, asks 169.254.169.254 (Azure's and AWS's metadata address)
-# and metadata.google.internal which cloud it runs in: 2 connections and 6 DNS queries out
-# of the machine at every head start. The report goes to a closed port on loopback instead,
-# and the head's processes get a HOME of their own (``quiet_home``) holding a bootstrap
+# and metadata.google.internal which cloud it runs in: 2 connections and 4-6 DNS queries out
+# of the machine at every head start. ``quiet_head_env`` sends the report to a closed port on
+# loopback instead, and gives the head's processes a HOME of their own holding a bootstrap
 # config that names no cloud.
-QUIET_ENV = {"RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:0/"}
+USAGE_REPORT_URL = "http://127.0.0.1:0/"  # port 0: nothing can listen there
 BOOTSTRAP_CONFIG = (
     "# Written by denv so that Ray does not ask cloud metadata servers where it runs.\n"
     "provider:\n  type: local\n"
@@ -72,16 +72,22 @@ def ray_tmp_dir(cluster_dir: Path) -> str:
     return f"/tmp/denv-ray-{hashlib.sha256(str(cluster_dir).encode()).hexdigest()[:10]}"
 
 
-def quiet_home(state: dict[str, Any]) -> dict[str, str]:
-    """The head's environment for a Ray that looks for no cloud (``QUIET_ENV``): ``HOME``, a
-    dir under the cluster's Ray temp dir (removed by ``down``) holding
+def quiet_head_env(ray_tmp: str | Path) -> dict[str, str]:
+    """A Ray head's environment that reports nothing off the machine and looks for no cloud:
+    the usage report's URL (``USAGE_REPORT_URL``, unless this process has one); ``HOME``, a
+    dir under the cluster's Ray temp dir ``ray_tmp`` (removed by ``down``) holding
     ``ray_bootstrap_config.yaml``; and ``DOCKER_CONFIG``, so that a node agent on the head
     still reads the Docker credentials of the real home."""
-    home = Path(state["ray_tmp"]) / "home"
+    home = Path(ray_tmp) / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "ray_bootstrap_config.yaml").write_text(BOOTSTRAP_CONFIG)
     docker_config = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
-    return {"HOME": str(home), "DOCKER_CONFIG": docker_config}
+    report_url = os.environ.get("RAY_USAGE_STATS_REPORT_URL", USAGE_REPORT_URL)
+    return {
+        "RAY_USAGE_STATS_REPORT_URL": report_url,
+        "HOME": str(home),
+        "DOCKER_CONFIG": docker_config,
+    }
 
 
 def raylet_pid(sid: int) -> int | None:
@@ -140,7 +146,7 @@ def start_ray_node(
         *agent_ports(),
     ]
     prefix: list[str] = []
-    env = {**HEALTH_ENV, **QUIET_ENV, **ray_auth.process_env(token_file(state))}
+    env = {**HEALTH_ENV, **ray_auth.process_env(token_file(state))}
     if control:
         # Its GCS checks the nodes' health. A dead isolated node's address is gone, so a
         # check times out rather than being refused: 3 s, not Ray's 10 s, per check.
@@ -155,7 +161,7 @@ def start_ray_node(
     else:
         ip = iso["gateway"] if iso else "127.0.0.1"
     if head:
-        env.update(quiet_home(state))
+        env.update(quiet_head_env(state["ray_tmp"]))
         port = port or free_port()
         state["address"] = f"{ip}:{port}"
         cmd += [

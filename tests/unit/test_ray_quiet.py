@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from ray._common.usage import usage_lib
 
-from denv.cluster.ray_nodes import QUIET_ENV, quiet_home
+from denv.cluster.ray_nodes import quiet_head_env
 
 
 def test_the_heads_home_names_no_cloud_so_ray_asks_no_metadata_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = quiet_home({"ray_tmp": str(tmp_path / "ray")})
+    env = quiet_head_env(tmp_path / "ray")
     home = Path(env["HOME"])
     assert home.parent == tmp_path / "ray"  # removed with the Ray temp dir by `down`
 
@@ -44,11 +44,11 @@ def test_a_node_agent_on_the_head_keeps_the_docker_credentials_of_the_real_home(
 ) -> None:
     monkeypatch.delenv("DOCKER_CONFIG", raising=False)
     real = Path.home() / ".docker"
-    assert quiet_home({"ray_tmp": str(tmp_path)})["DOCKER_CONFIG"] == str(real)
+    assert quiet_head_env(tmp_path)["DOCKER_CONFIG"] == str(real)
     monkeypatch.setenv("DOCKER_CONFIG", "/etc/denv-docker")
-    assert quiet_home({"ray_tmp": str(tmp_path)})["DOCKER_CONFIG"] == "/etc/denv-docker"
+    assert quiet_head_env(tmp_path)["DOCKER_CONFIG"] == "/etc/denv-docker"
 
 
-def test_the_disabled_report_goes_to_a_closed_port_on_loopback() -> None:
-    url = urllib.parse.urlsplit(QUIET_ENV["RAY_USAGE_STATS_REPORT_URL"])
+def test_the_disabled_report_goes_to_a_closed_port_on_loopback(tmp_path: Path) -> None:
+    url = urllib.parse.urlsplit(quiet_head_env(tmp_path)["RAY_USAGE_STATS_REPORT_URL"])
     assert (url.hostname, url.port) == ("127.0.0.1", 0)  # port 0: nothing can listen there
