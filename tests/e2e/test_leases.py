@@ -163,7 +163,9 @@ def test_a_client_paused_past_its_lease_loses_its_envs_and_is_told(
 
 
 class PausableProxy:
-    """A TCP proxy on loopback to `target`; `pause()` stops it forwarding (bytes wait)."""
+    """A TCP proxy on loopback to `target`; `pause()` stops it forwarding (bytes wait) until
+    `flowing` is set. `seen` lists the requests that reached it: (when, the request's first
+    line); `held` those that came while it was stopped (seconds since the stop, the line)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -172,7 +174,14 @@ class PausableProxy:
         self.flowing = threading.Event()
         self.flowing.set()
         self.stopped = False
+        self.seen: list[tuple[float, str]] = []
+        self.held: list[tuple[float, str]] = []
+        self._paused_at = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def pause(self) -> None:
+        self._paused_at = time.monotonic()
+        self.flowing.clear()
 
     def _accept(self) -> None:
         while not self.stopped:
@@ -181,12 +190,17 @@ class PausableProxy:
             except OSError:
                 return
             upstream = socket.create_connection(self.target)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, ask in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, ask), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
         try:
             while data := src.recv(65536):
+                if requests:
+                    line, now = data.split(b"\r\n", 1)[0].decode("latin-1"), time.monotonic()
+                    self.seen.append((now, line))
+                    if not self.flowing.is_set():
+                        self.held.append((now - self._paused_at, line))
                 self.flowing.wait()
                 dst.sendall(data)
         except OSError:
@@ -202,6 +216,17 @@ class PausableProxy:
         self.listener.close()
 
 
+def wait_for_request(proxy: PausableProxy, path: str, after: float, within_s: float) -> float:
+    """When the first request for `path` after `after` reached the proxy."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        times = [t for t, line in proxy.seen if path in line and t > after]
+        if times:
+            return times[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no request for {path} within {within_s} s: {proxy.seen}")
+
+
 def test_a_network_blip_shorter_than_the_lease_loses_nothing(
     server: LocalDenv, admin: Denv, root: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -211,12 +236,20 @@ def test_a_network_blip_shorter_than_the_lease_loses_nothing(
     try:
         with Denv(proxy.url, server.key, lease_timeout_s=6) as denv:
             envs = [e.id for e in denv.fork(root, 2, kind="live").envs]
-            proxy.flowing.clear()  # nothing gets through for 3 s, half the 6 s lease
+            # Renewals come every 2 s (a third of the lease) and give up after 1 s. The blip
+            # begins 1 s after one: the next is held from about 1 s in, fails inside the
+            # blip, and its retries wait for the blip's end. (Begun just as a renewal is due
+            # instead, a renewal held from 2 s in could be answered as the blip ends.)
+            renewed = wait_for_request(proxy, "/renew ", after=time.monotonic(), within_s=5)
+            time.sleep(max(0.0, renewed + 1 - time.monotonic()))
+            proxy.pause()  # nothing gets through for 3 s, half the 6 s lease
             time.sleep(3)
             proxy.flowing.set()
             time.sleep(6.5)  # past the lease: an expiry would have happened by now
+            held = [t for t, line in proxy.held if "/renew " in line]
+            assert held and held[0] < 2, f"no renewal failed in the blip: {proxy.held}"
             failed = [r for r in caplog.records if "renewing lease" in r.getMessage()]
-            assert failed, "no renewal fell in the blip: the test proved nothing"
+            assert failed, "the client did not say a renewal failed"
             assert all(admin.get_env(e).status == EnvStatus.HEALTHY for e in envs)
             lease = denv.lease()
             assert lease is not None and lease.state == LeaseState.OPEN and lease.envs == 2
