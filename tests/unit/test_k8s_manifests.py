@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 import yaml
+from ray._common.usage import usage_lib
 
-from denv.cluster import ray_cluster
+from denv.cluster import ray_cluster, ray_nodes
 from denv.server import cli as serve_cli
 from denv.server.config import DEFAULT_LIMITS
 from denv.server.net.policy import DENY_DNS
@@ -478,3 +479,29 @@ def _accept_quietly(listener: socket.socket, ctx: ssl.SSLContext) -> None:
     conn, _ = listener.accept()
     with contextlib.suppress(ssl.SSLError, OSError), ctx.wrap_socket(conn, server_side=True):
         pass
+
+
+def test_the_ray_head_asks_no_cloud_metadata_server_and_reports_to_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `denv cluster up`'s head (tests/unit/test_ray_quiet.py): the pod's Ray head finds a
+    bootstrap config naming no cloud in its HOME, so Ray's usage module (run by the head's
+    dashboard process at every start, usage stats off or not) asks no metadata server; its
+    "disabled" report goes to a closed loopback port."""
+    spec = _one("Deployment", "denv-control-plane")["spec"]["template"]["spec"]
+    head = next(c for c in spec["containers"] if c["name"] == "ray-head")
+    env = {e["name"]: e.get("value") for e in head["env"]}
+    assert env["RAY_USAGE_STATS_REPORT_URL"] == ray_nodes.USAGE_REPORT_URL
+    config = f"{env['HOME']}/ray_bootstrap_config.yaml"
+    mount = next(m for m in head["volumeMounts"] if m["mountPath"] == config)
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    data = _one("ConfigMap", volume["configMap"]["name"])["data"][mount["subPath"]]
+    assert yaml.safe_load(data) == yaml.safe_load(ray_nodes.BOOTSTRAP_CONFIG)
+
+    def asked() -> str:
+        raise AssertionError("Ray asked the cloud metadata servers")
+
+    monkeypatch.setattr(usage_lib, "get_cloud_from_metadata_requests", asked)
+    (tmp_path / "ray_bootstrap_config.yaml").write_text(data)
+    found = usage_lib.get_cluster_config_to_report(str(tmp_path / "ray_bootstrap_config.yaml"))
+    assert found.cloud_provider == "local"
