@@ -292,6 +292,42 @@ def test_a_call_that_waited_long_for_its_own_keys_calls_still_yields(
     assert queue.in_flight("a") == queue.in_flight("b") == 0
 
 
+def test_a_key_making_more_envs_has_one_call_in_flight_while_a_lighter_key_is_about() -> None:
+    """Alone, a key making many envs has every slot; while a key making fewer has worked on
+    an env within ``RECENT_S`` (it is between two creates, say), one call at a time: the
+    lighter key's next boot then overlaps at most one of its calls."""
+    queue = EngineQueue(2)
+    ran: list[str] = []
+    release = threading.Event()
+
+    def call(name: str) -> None:
+        with queue.slot("a"):
+            ran.append(name)
+            release.wait(10)
+
+    with queue.active("a"), queue.active("a"):
+        alone = [threading.Thread(target=call, args=(f"a{i}",)) for i in (1, 2)]
+        for t in alone:
+            t.start()
+        _settle(sorted(ran), ["a1", "a2"])  # alone: both at once
+        release.set()
+        for t in alone:
+            t.join(5)
+        release.clear()
+        with queue.active("b"):
+            pass  # b made an env a moment ago, and may make the next
+        shared = [threading.Thread(target=call, args=(f"a{i}",)) for i in (3, 4)]
+        for t in shared:
+            t.start()
+        time.sleep(0.2)
+        assert len(ran) == 3, f"two calls of the heavier key in flight: {ran}"
+        release.set()  # the first ends: the second goes
+        for t in shared:
+            t.join(5)
+        assert len(ran) == 4
+    assert queue.in_flight("a") == 0
+
+
 def test_a_key_yields_for_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stream of lighter keys' boots cannot starve a busy key: its call goes after
     ``YIELD_MAX_S`` whatever runs."""

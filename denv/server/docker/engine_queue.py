@@ -20,6 +20,12 @@ at most ``YIELD_MAX_S``, counted from its first yield (not from when it joined t
 flooding key's calls have mostly waited that long for its own calls already), so a stream
 of lighter keys cannot starve it; work of no key (spares, cleanups) is never yielded to.
 
+The yield starts no new call, but the calls a heavier key began before the lighter key's
+boot still run beside it (a client making one env after another leaves the engine between
+two of them). So while a lighter key has worked on an env within ``RECENT_S``, a heavier key
+has at most ``SHARED_KEY_SLOTS`` (one) call in flight: the next boot overlaps one of its
+calls, not two. Alone, a key has every slot (a burst of 8 creates takes as long as before).
+
     queue = EngineQueue(2)
     with queue.active(owner):  # the whole boot
         with queue.slot(owner):
@@ -38,6 +44,8 @@ from contextlib import contextmanager
 ENGINE_SLOTS = 2  # Docker calls that make or remove something, in flight at once
 QUIET_KEY_SLOTS = 1  # more, for a key with no call in flight
 YIELD_MAX_S = 1.0  # how long a call waits, at most, for lighter keys' boots
+SHARED_KEY_SLOTS = 1  # calls in flight, at most, of a key heavier than one seen lately
+RECENT_S = 2.0  # how long a key that worked on an env counts as seen
 
 
 class EngineQueue:
@@ -50,6 +58,7 @@ class EngineQueue:
         self._active: Counter[str] = Counter()  # key -> envs it is making (``active``)
         self._waiting: dict[int, str] = {}  # ticket -> its key; oldest first
         self._yielding: dict[int, float] = {}  # ticket -> when it first yielded
+        self._seen: dict[str, float] = {}  # key -> when its ``active`` count last changed
         self._tickets = itertools.count()
 
     @contextmanager
@@ -77,6 +86,7 @@ class EngineQueue:
         start no new call until it is done (or they waited ``YIELD_MAX_S``)."""
         with self._cond:
             self._active[owner] += 1
+            self._seen[owner] = time.monotonic()
         try:
             yield
         finally:
@@ -88,6 +98,8 @@ class EngineQueue:
             counts[owner] -= 1
             if counts[owner] <= 0:
                 del counts[owner]
+            if counts is self._active:
+                self._seen[owner] = time.monotonic()
             self._cond.notify_all()
 
     def in_flight(self, owner: str) -> int:
@@ -103,15 +115,31 @@ class EngineQueue:
 
     def _room(self, ticket: int, now: float) -> bool:
         """A slot free for the ticket's key: one of ``slots``, or the one kept for keys with
-        no call in flight; and no lighter key making an env, unless the ticket has yielded
-        for ``YIELD_MAX_S`` already."""
+        no call in flight; no more than ``SHARED_KEY_SLOTS`` in flight for the key while a
+        lighter key is about; and no lighter key making an env, unless the ticket has
+        yielded for ``YIELD_MAX_S`` already."""
         key = self._waiting[ticket]
         total = sum(self._busy.values())
         if total >= self.slots + (0 if self._busy[key] else QUIET_KEY_SLOTS):
             return False
+        if self._busy[key] >= SHARED_KEY_SLOTS and self._lighter_seen(key, now):
+            return False
         if not self._lighter_active(key):
             return True
         return now - self._yielding.setdefault(ticket, now) >= YIELD_MAX_S
+
+    def _lighter_seen(self, key: str, now: float) -> bool:
+        """A key working on fewer envs than ``key`` is, now or within ``RECENT_S`` (work of
+        no key does not count)."""
+        mine = self._active[key]
+        for k, t in list(self._seen.items()):
+            if k in ("", key):
+                continue
+            if k not in self._active and now - t >= RECENT_S:
+                del self._seen[k]
+            elif self._active[k] < mine:
+                return True
+        return False
 
     def _lighter_active(self, key: str) -> bool:
         """Another key is making fewer envs than ``key`` is (work of no key does not count)."""
