@@ -24,7 +24,8 @@ The yield starts no new call, but the calls a heavier key began before the light
 boot still run beside it (a client making one env after another leaves the engine between
 two of them). So while a lighter key has worked on an env within ``RECENT_S``, a heavier key
 has at most ``SHARED_KEY_SLOTS`` (one) call in flight: the next boot overlaps one of its
-calls, not two. Alone, a key has every slot (a burst of 8 creates takes as long as before).
+calls, not two. Alone, a key has every slot: its bursts keep their speed (measured in
+`bench/results/flood.md`, "One call in flight for the heavier key...").
 
     queue = EngineQueue(2)
     with queue.active(owner):  # the whole boot
