@@ -1,4 +1,4 @@
-"""One key flooding creates and forks: another key's create and fork stay within 2x of idle.
+"""One key flooding creates and forks: another key's create and fork stay within 1.5x of idle.
 
 Key B measures the latency of a create (``POST /v1/sandboxes``, wait healthy) and of a fork
 of one child, first on an idle server, then while key A floods the same server from
@@ -8,11 +8,11 @@ in flight, so it holds every slot the caps give it. The server runs with its def
 what keeps B near its idle time is that each key's containers run in a CPU group of their
 own, weighted by its boots in flight (one boot: 4x the default weight, eight: half of it),
 and the server's queue in front of the Docker Engine serves the key with fewer calls in
-flight first, has a key making more envs start no new call while B makes its one, and
-holds it to one call in flight while B is about (docs/hardening.md, "Fair CPU between
-keys"). B's median latency under the
-flood must stay within 2x of its idle median (idle samples taken before and after the
-flood, so that drift during the run hits both sides), both measured in this one run.
+flight first, has a key making more envs start no new call while B makes its one (for up
+to 3 s a call), and holds it to one call in flight while B is about (docs/hardening.md,
+"Fair CPU between keys"). B's median latency under the flood must stay within 1.5x of its
+idle median (idle samples taken before and after the flood, so that drift during the run
+hits both sides), both measured in this one run.
 Counts: 9 samples of each and 4 flooding processes of 4 clients in CI, 15 and 16 under
 ``make soak``.
 """
@@ -48,17 +48,11 @@ from denv.server.docker import cgroups
 
 pytestmark = pytest.mark.e2e
 
-#: Issue 25 asks for 1.5x. Measured with the key groups (weighted by their boots in flight)
-#: and the engine queue on this 2-core machine, shared with other work (load 10 to 14):
-#: 1.45x/1.58x, 1.63x/1.39x, 1.52x/1.51x (create/fork), from 4.5x-8.3x before the groups and
-#: the queue (bench/results/flood.md). With the flooding key yielding the engine to B's boots,
-#: on a quiet machine (2026-12-04): creates 1.26x-1.46x in ten runs, forks 1.28x-1.57x (three
-#: over 1.5x), and 1.52x/1.37x in a CI rehearsal; with the yield's bound counted from a
-#: call's first yield, nine runs: creates 1.37x-1.61x, forks 1.26x-1.51x (one over each);
-#: with the flooding key held to one call in flight while B is about, ten runs: creates
-#: 1.21x-1.49x, forks 1.18x-1.52x (one over). 1.5x does not hold in every run, so the
-#: bound is 2x, at the default caps (the old 2x held only at tightened caps).
-MAX_RATIO = 2.0
+#: Issue 25's bound. On this 2-core machine (bench/results/flood.md), with a heavier key's
+#: calls yielding at most 1 s to a lighter key's boot, B's ratios were around 1.3x and passed
+#: 1.5x in one run in eighteen; with 3 s (`YIELD_MAX_S`), creates took 1.07x-1.30x and forks
+#: 1.09x-1.24x in sixteen runs.
+MAX_RATIO = 1.5
 CREATE = {"image": STANDIN, "command": STANDIN_CMD}
 CLIENTS = 4  # flooding clients per process: 4 processes hold 16, twice the creates cap
 
@@ -90,7 +84,7 @@ def measure(c: httpx.Client, parent: str, samples: int) -> tuple[list[float], li
     return creates, forks
 
 
-def test_a_flooding_key_does_not_slow_another_past_2x(
+def test_a_flooding_key_does_not_slow_another_past_1_5x(
     server: LocalDenv, request: pytest.FixtureRequest
 ) -> None:
     samples, procs_n = scale(9, 15), scale(4, 16)

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 
 ENGINE_SLOTS = 2  # Docker calls that make or remove something, in flight at once
 QUIET_KEY_SLOTS = 1  # more, for a key with no call in flight
-YIELD_MAX_S = 1.0  # how long a call waits, at most, for lighter keys' boots
+YIELD_MAX_S = 3.0  # how long a call waits, at most, for lighter keys' boots
 SHARED_KEY_SLOTS = 1  # calls in flight, at most, of a key heavier than one seen lately
 RECENT_S = 2.0  # how long a key that worked on an env counts as seen
 
