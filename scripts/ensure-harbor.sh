@@ -25,4 +25,4 @@ log "creating $VENV with harbor==$VERSION ($python)"
 rm -rf "$VENV"
 "$python" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "harbor==$VERSION"
-"$VENV/bin/harbor" --version >&2
+HARBOR_TELEMETRY=0 "$VENV/bin/harbor" --version >&2  # no usage report to PostHog

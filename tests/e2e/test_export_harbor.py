@@ -43,6 +43,9 @@ BOOT_TIMEOUT_S = 240.0
 #: The echo env rewards a step with a tenth of its message's length.
 MESSAGES = ["abcd", "xy"]
 TRIAL_TIMEOUT_S = 1200
+#: Harbor reports each command to PostHog (us.i.posthog.com) unless this is set, and a test
+#: sends nothing off this machine (CI's lookups of that name were these tests' commands).
+NO_TELEMETRY = {"HARBOR_TELEMETRY": "0"}
 
 
 class Seeded(NamedTuple):
@@ -64,6 +67,20 @@ def harbor() -> Path:
     done = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
     if done.returncode or " v2." not in done.stdout:
         pytest.fail("Docker Compose v2 is missing (Harbor builds with it): run `make compose`")
+    off = subprocess.run(
+        [
+            str(HARBOR.with_name("python")),
+            "-c",
+            "import harbor.telemetry as t; print(t._telemetry_disabled())",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **NO_TELEMETRY},
+    )
+    assert off.stdout.strip() == "True", (
+        f"{NO_TELEMETRY} no longer turns Harbor's telemetry off (harbor/telemetry.py "
+        f"changed?): {off.stdout}{off.stderr}"
+    )
     return HARBOR
 
 
@@ -156,7 +173,11 @@ def task(client: Denv, seeded: Seeded, tmp_path_factory: pytest.TempPathFactory)
 
 def _lint(harbor: Path, task: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(harbor), "lint", *args, str(task)], capture_output=True, text=True, check=False
+        [str(harbor), "lint", *args, str(task)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **NO_TELEMETRY},
     )
 
 
@@ -218,6 +239,7 @@ def _start_trial(
                 "DENV_SERVER": server.url,
                 "DENV_API_KEY": server.key,
                 "PYTHONPATH": str(Path(__file__).parent),
+                **NO_TELEMETRY,
                 **env,
             },
         )
