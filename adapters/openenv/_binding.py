@@ -9,7 +9,8 @@ of its own that shares the parent's connection.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from ._config import ProviderConfig
 from ._connection import Connection, open_connection
@@ -17,6 +18,8 @@ from ._readiness import WebSocketProbe
 
 if TYPE_CHECKING:
     from denv import Env
+
+T = TypeVar("T")
 
 
 class Binding:
@@ -60,6 +63,18 @@ class Binding:
                 config = self.config
                 self._connection = open_connection(config.server, config.api_key, config.detach)
             return self._connection
+
+    def look(self, read: Callable[[Connection], T]) -> T:
+        """``read(connection)``, leaving the binding as connected as it was: a provider bound
+        to nothing that is asked its server (which may mean finding the local one) does not
+        hold a connection, and the lease in it, for that."""
+        with self.lock:
+            if self._connection is not None:
+                return read(self._connection)
+            try:
+                return read(self.connection())
+            finally:
+                self.disconnect()
 
     def disconnect(self) -> None:
         """Let go of the connection (a later start opens a new one)."""

@@ -143,12 +143,12 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
     @property
     def server(self) -> str:
         """The denv server's URL (resolving the embedded default if needed)."""
-        return str(self._binding.connection().denv.server)
+        return self._binding.look(lambda connection: str(connection.denv.server))
 
     @property
     def api_key(self) -> str:
         """The API key used for `server` (never shown in repr or logs)."""
-        return self._binding.connection().api_key
+        return self._binding.look(lambda connection: connection.api_key)
 
     @property
     def ws_probe(self) -> WebSocketProbe:

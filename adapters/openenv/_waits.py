@@ -84,6 +84,8 @@ def ready(binding: Binding, base_url: str, timeout_s: float | None) -> Plan[None
         if env_id is not None:
             yield from delete_quietly(env_id)
             binding.unbind(env_id)
+        if binding.env_id is None:  # holding nothing: the lease closes now (as `stop`)
+            binding.disconnect()
         raise
 
 

@@ -2,18 +2,23 @@
 
 Unknown image, refused key, unknown start options, an env that crashes while starting
 (at once, and after it got an address), one that never answers (readiness timeout), one
-that answers /health but has no OpenEnv WebSocket, and stopping twice.
+that answers /health but has no OpenEnv WebSocket, and stopping twice. A failed start also
+closes the lease it opened.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 from conftest import LocalDenv
-from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError
+from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError, _connection
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, PROBE_APP, PROBE_IMAGE, assert_gone, live_env_ids
 
-from denv import InvalidRequest, Unauthorized
+from denv import Denv, InvalidRequest, Unauthorized, _lease
+from denv.server.auth import create_api_key
 
 pytestmark = pytest.mark.e2e
 
@@ -109,3 +114,46 @@ def test_stop_twice_and_after_close(denv_server: LocalDenv) -> None:
     p.close()
     assert p.env_id is None and p.base_url is None
     assert_gone(denv_server, [str(env_id)])
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "error"),
+    [
+        ("denv-no-such-image:latest", None, InvalidRequest),  # the create fails
+        (PROBE_IMAGE, CRASH_AT_ONCE, EnvStartError),  # the readiness wait fails
+    ],
+    ids=["create", "ready"],
+)
+def test_a_failed_start_closes_the_lease_it_opened(
+    denv_server: LocalDenv,
+    monkeypatch: pytest.MonkeyPatch,
+    image: str,
+    command: list[str] | None,
+    error: type[Exception],
+) -> None:
+    """A provider that a failed start leaves with no env lets go of its connection, as
+    stop_container does: once the connection has idled, the lease the start opened is
+    closed, instead of renewing until the process exits (by when its server may be gone)."""
+    monkeypatch.setattr(_connection, "IDLE_KEEP_S", 0.2)  # the idle time, shortened
+    made: list[_lease.LeaseKeeper] = []
+    real_init = _lease.LeaseKeeper.__init__
+
+    def init(keeper: _lease.LeaseKeeper, *args: Any, **kwargs: Any) -> None:
+        real_init(keeper, *args, **kwargs)
+        made.append(keeper)
+
+    monkeypatch.setattr(_lease.LeaseKeeper, "__init__", init)  # the real one, and a record
+    key = create_api_key(denv_server.state_dir)  # a connection no other test's provider shares
+    p = DenvProvider(server=denv_server.url, api_key=key, labels=dict([LABEL]))
+    with pytest.raises(error):
+        p.wait_for_ready(p.start_container(image, command=command))
+    (keeper,) = made
+    assert p.env_id is None
+    assert (p.server, p.api_key) == (denv_server.url, key)  # a look holds no connection
+    with Denv(denv_server.url, key, lease_id=keeper.lease_id) as look:
+        deadline = time.monotonic() + 10
+        while (lease := look.lease()) is not None and lease.state == "open":
+            assert time.monotonic() < deadline, "the failed start's lease is still open"
+            time.sleep(0.1)
+    assert lease is not None and lease.state == "closed", lease
+    assert keeper not in _lease._open
