@@ -19,13 +19,19 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 from private_dockerd import DaemonDidNotStart, DnsRecorder, PrivateDockerd
+
+if TYPE_CHECKING:
+    from denv import Denv
+
+#: The type of the ``clients`` fixture.
+Clients = Callable[..., "Denv"]
 
 START_TIMEOUT_S = 60.0
 CLUSTER_DIR = Path(__file__).parent / "cluster"
@@ -183,6 +189,7 @@ def start_server(state_dir: Path, *extra: str, cleanup: bool = True) -> Iterator
         stderr=log,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    found = None
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while (found := read_local_server(state_dir)) is None or found.pid != proc.pid:
@@ -192,10 +199,47 @@ def start_server(state_dir: Path, *extra: str, cleanup: bool = True) -> Iterator
             time.sleep(0.05)
         yield LocalDenv(found.url, found.api_key, state_dir, proc)
     finally:
+        if found is not None:
+            close_idle_provider_connections(found.url)
         stop(proc)
         log.close()
         if cleanup:
             clean(state_dir)
+
+
+def close_idle_provider_connections(url: str) -> None:
+    """Close the DenvProvider connections to ``url`` that no provider holds: one idles for
+    ``IDLE_KEEP_S`` (30 s) for the process's next provider, holding its lease, and once the
+    server has stopped, closing that lease at the interpreter's exit fails ("could not close
+    lease"). A user's server outlives the process; a test's server does not."""
+    try:
+        from denv.openenv import _connection
+    except ImportError:  # installed without [openenv]: no provider connections
+        return
+    with _connection._kept_lock:
+        kept = list(_connection._kept.values())
+    for connection in kept:
+        if connection._holders <= 0 and str(connection.denv.server).rstrip("/") == url.rstrip("/"):
+            connection._close_if_idle()
+
+
+@pytest.fixture
+def clients() -> Iterator[Clients]:
+    """``clients(srv, **options)``: a ``denv.Denv`` for the server ``srv``, closed (its lease
+    with it) when the test ends, while a module's or the session's server still runs. A
+    client left open closes its lease at the interpreter's exit, when that server has
+    stopped ("could not close lease")."""
+    from denv import Denv
+
+    made: list[Denv] = []
+
+    def make(srv: LocalDenv, **options: Any) -> Denv:
+        made.append(Denv(srv.url, api_key=srv.key, **options))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,11 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import Clients, LocalDenv, start_server
 from provider_helpers import ECHO_IMAGE, assert_gone
 from test_live_fork import listening_pid
 
-from denv import Denv, Env
+from denv import Env
 
 pytestmark = pytest.mark.e2e
 
@@ -80,8 +80,10 @@ def server_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
         yield srv
 
 
-def test_live_servers_cannot_reach_each_others_ports(server_off: LocalDenv) -> None:
-    d = Denv(server_off.url, api_key=server_off.key)
+def test_live_servers_cannot_reach_each_others_ports(
+    server_off: LocalDenv, clients: Clients
+) -> None:
+    d = clients(server_off)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     ids = [parent.id]
     try:

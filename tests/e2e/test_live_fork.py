@@ -24,7 +24,7 @@ from typing import Any
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv, leftovers, start_server
+from conftest import Clients, LocalDenv, leftovers, start_server
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, assert_gone, live_pid, message, state_of
@@ -192,8 +192,8 @@ def test_live_fork_while_other_sessions_step(denv_server: LocalDenv) -> None:
     assert_gone(denv_server, [i for i in ids if i])
 
 
-def test_live_children_outlive_their_parent(denv_server: LocalDenv) -> None:
-    d = Denv(denv_server.url, api_key=denv_server.key)
+def test_live_children_outlive_their_parent(denv_server: LocalDenv, clients: Clients) -> None:
+    d = clients(denv_server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     assert parent.status.value == "healthy" and parent.live, parent.error
     fork = d.fork(parent.id, 2, kind="live")
@@ -222,14 +222,16 @@ def _root_proc(d: Denv, env: Env) -> Any:
     return live.Proc(pid, start)
 
 
-def test_children_keep_the_parents_heap_out_of_collections(denv_server: LocalDenv) -> None:
+def test_children_keep_the_parents_heap_out_of_collections(
+    denv_server: LocalDenv, clients: Clients
+) -> None:
     """A child's garbage collections never walk the objects it was forked with (they stay
     frozen there: walking them would copy the whole heap page by page), the parent's own
     collections go on as before, and the parent's heap is backed by huge pages (what makes a
     fork cheap; this kernel has MADV_COLLAPSE)."""
     from denv.server.docker import live
 
-    d = Denv(denv_server.url, api_key=denv_server.key)
+    d = clients(denv_server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     child = None
     try:
@@ -261,13 +263,13 @@ def test_children_keep_the_parents_heap_out_of_collections(denv_server: LocalDen
 
 
 def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
-    denv_server: LocalDenv,
+    denv_server: LocalDenv, clients: Clients
 ) -> None:
     """The parent clones its children while the node captures /work; when the capture
     fails, the children are ended before their set-up and the parent serves again."""
     from denv.server.docker import live
 
-    d = Denv(denv_server.url, api_key=denv_server.key)
+    d = clients(denv_server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     try:
         assert parent.status.value == "healthy", parent.error
@@ -311,8 +313,8 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
     assert_gone(denv_server, [parent.id])
 
 
-def test_live_refused_with_the_reason(denv_server: LocalDenv) -> None:
-    d = Denv(denv_server.url, api_key=denv_server.key)
+def test_live_refused_with_the_reason(denv_server: LocalDenv, clients: Clients) -> None:
+    d = clients(denv_server)
     with pytest.raises(Conflict, match=r"serves an ASGI app with uvicorn") as exc:
         # A Python server, but not an ASGI app under uvicorn: python -m http.server.
         d.create_sandbox("denv-http-standin:latest", live=True)
@@ -351,15 +353,15 @@ def test_live_children_survive_a_server_restart_and_a_dead_one_is_lost(tmp_path:
     still works) and marks lost the one whose process was killed meanwhile; deleting
     everything then leaves no container, network or mount."""
     state = tmp_path / "state"
-    with start_server(state, cleanup=False) as srv:
-        d = Denv(srv.url, api_key=srv.key)
+    # detach: the envs outlive this first client and its server (a lease would expire
+    # while no server renews it); the second client deletes them
+    with start_server(state, cleanup=False) as srv, Denv(srv.url, srv.key, detach=True) as d:
         parent = d.create_sandbox(ECHO_IMAGE, live=True)
         assert parent.status.value == "healthy", parent.error
         a, b = d.fork(parent.id, 2, kind="live").envs
         doomed = live_pid(b.id)
     os.kill(doomed, signal.SIGKILL)  # while the server is down
-    with start_server(state) as srv:
-        d = Denv(srv.url, api_key=srv.key)
+    with start_server(state) as srv, Denv(srv.url, api_key=srv.key) as d:
         kept = d.get_env(a.id)
         assert kept.status.value == "healthy", kept.error
         with connect(kept.endpoints[0].url.replace("http", "ws", 1) + "/ws") as ws:
@@ -383,8 +385,7 @@ def test_each_child_has_a_pids_limit_of_its_own(tmp_path: Path) -> None:
     with 16 pids of its own as its own container would have, the container's limit grows by
     16 per live env, and a deleted child gives its share back."""
     state = tmp_path / "state"
-    with start_server(state, "--env-pids", "16") as srv:
-        d = Denv(srv.url, api_key=srv.key)
+    with start_server(state, "--env-pids", "16") as srv, Denv(srv.url, api_key=srv.key) as d:
         parent = d.create_sandbox(ECHO_IMAGE, live=True)
         assert parent.status.value == "healthy", parent.error
         cid = _group_container(parent.id)

@@ -19,10 +19,8 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import Clients, LocalDenv, start_server
 from provider_helpers import ECHO_IMAGE
-
-from denv import Denv
 
 pytestmark = pytest.mark.e2e
 
@@ -85,8 +83,8 @@ def get(url: str, path: str) -> httpx.Response:
     return httpx.get(f"{url.rstrip('/')}/{path}", timeout=30)
 
 
-def test_one_child_out_of_memory_or_pids_fails_alone(limited: LocalDenv) -> None:
-    d = Denv(limited.url, api_key=limited.key)
+def test_one_child_out_of_memory_or_pids_fails_alone(limited: LocalDenv, clients: Clients) -> None:
+    d = clients(limited)
     parent = d.create_sandbox(IMAGE, live=True)
     ids = [parent.id]
     try:

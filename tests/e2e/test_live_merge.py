@@ -18,11 +18,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import Clients, LocalDenv, start_server
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, assert_gone, live_pid, message, state_of
 
-from denv import Denv
 from denv.server.docker import ksm
 
 pytestmark = pytest.mark.e2e
@@ -88,10 +87,10 @@ def full_scans(n: int) -> None:
 
 
 def test_children_copies_are_merged_back_and_still_serve(
-    server: LocalDenv, ksm_settings: dict[str, str]
+    server: LocalDenv, ksm_settings: dict[str, str], clients: Clients
 ) -> None:
     assert (KSM / "run").read_text().strip() == "1", "the server did not turn merging on"
-    d = Denv(server.url, api_key=server.key)
+    d = clients(server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     ids = [parent.id]
     stack = ExitStack()

@@ -24,7 +24,7 @@ from typing import Any
 import docker
 import httpx
 import pytest
-from conftest import LocalDenv, start_server
+from conftest import Clients, LocalDenv, start_server
 from openenv.core import GenericEnvClient
 from outside_host import OutsideHost, outside_host
 from provider_helpers import ECHO_IMAGE, assert_gone, container_pid_of, live_pid, message
@@ -105,8 +105,10 @@ def outside() -> Iterator[OutsideHost]:
         yield host
 
 
-def test_children_are_apart_and_served(server: LocalDenv, outside: OutsideHost) -> None:
-    d = Denv(server.url, api_key=server.key)
+def test_children_are_apart_and_served(
+    server: LocalDenv, outside: OutsideHost, clients: Clients
+) -> None:
+    d = clients(server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
     ids = [parent.id]
     try:
@@ -172,10 +174,12 @@ def test_children_are_apart_and_served(server: LocalDenv, outside: OutsideHost) 
     assert not routes_via(parent_addr), "a host route to children was left"
 
 
-def test_egress_allow_child_reaches_outside(server: LocalDenv, outside: OutsideHost) -> None:
+def test_egress_allow_child_reaches_outside(
+    server: LocalDenv, outside: OutsideHost, clients: Clients
+) -> None:
     """The control for the deny check above: an allow env's child does reach the outside
     host, as its container's address (masqueraded), not its own; and resolves names."""
-    d = Denv(server.url, api_key=server.key)
+    d = clients(server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True, egress="allow")
     ids = [parent.id]
     try:
@@ -223,14 +227,17 @@ def test_after_a_restart_children_keep_their_addresses_and_fork_on(tmp_path: Pat
     route), its children keep serving at their addresses, a new fork takes an address no
     living child holds, and the deletes leave no route."""
     state = tmp_path / "state"
-    with start_server(state, "--live-netns", "on", cleanup=False) as srv:
-        d = Denv(srv.url, api_key=srv.key)
+    # detach: the envs outlive this first client and its server (a lease would expire
+    # while no server renews it); the second client deletes them
+    with (
+        start_server(state, "--live-netns", "on", cleanup=False) as srv,
+        Denv(srv.url, srv.key, detach=True) as d,
+    ):
         parent = d.create_sandbox(ECHO_IMAGE, live=True)
         a = d.fork(parent.id, 1, kind="live").envs[0]
         a_addr = address(live_pid(a.id))
         parent_addr = address(live_pid(parent.id))
-    with start_server(state, "--live-netns", "on") as srv:
-        d = Denv(srv.url, api_key=srv.key)
+    with start_server(state, "--live-netns", "on") as srv, Denv(srv.url, api_key=srv.key) as d:
         ids = [parent.id, a.id]
         try:
             assert health(d.get_env(a.id)) == 200
