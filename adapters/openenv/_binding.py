@@ -9,7 +9,8 @@ of its own that shares the parent's connection.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from ._config import ProviderConfig
@@ -75,6 +76,18 @@ class Binding:
                 return read(self.connection())
             finally:
                 self.disconnect()
+
+    @contextmanager
+    def released_on_failure(self) -> Iterator[None]:
+        """A start or readiness wait that fails and leaves this binding bound to no env lets
+        go of the connection, as a stop does: the lease it opened closes instead of renewing
+        until the process exits."""
+        try:
+            yield
+        except BaseException:
+            if self.env_id is None:
+                self.disconnect()
+            raise
 
     def disconnect(self) -> None:
         """Let go of the connection (a later start opens a new one)."""

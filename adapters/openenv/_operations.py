@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Literal
 
 from denv.errors import Conflict, EnvStartError, InvalidRequest, NotFound
@@ -49,7 +49,7 @@ def start_image(
     binding.require_unbound()
     wait_timeout = options.get("wait_timeout")
     sandbox = config.sandbox_options(port, env_vars, options)
-    with _released_on_failure(binding):
+    with binding.released_on_failure():
         try:
             env: Env = yield from _live_create(config, "create_sandbox", image, **sandbox)
         except InvalidRequest as exc:
@@ -58,19 +58,6 @@ def start_image(
             raise image_not_found(exc, config.pull) from exc
         binding.ready_timeout_s = float(wait_timeout) if wait_timeout else None
         return (yield from adopt(binding, env, f"image {image!r}", awaited=awaited))
-
-
-@contextmanager
-def _released_on_failure(binding: Binding) -> Iterator[None]:
-    """A start that fails leaves the provider bound to no env: let go of its connection, as
-    `stop` does, so the lease the start opened closes now instead of renewing until the
-    process exits."""
-    try:
-        yield
-    except BaseException:
-        if binding.env_id is None:
-            binding.disconnect()
-        raise
 
 
 def _live_create(
@@ -126,7 +113,7 @@ def start_version(
         "wait_timeout_s": float(wait_timeout or config.timeout_s),
         "warm": config.warm,
     }
-    with _released_on_failure(binding):
+    with binding.released_on_failure():
         envs: list[Env] = yield from _live_create(
             config, "envs_from_version", version_id, **options
         )

@@ -71,22 +71,24 @@ def ready(binding: Binding, base_url: str, timeout_s: float | None) -> Plan[None
     timeout = timeout_s if timeout_s is not None else binding.ready_timeout_s or config.timeout_s
     env_id, origin = binding.env_id, binding.origin
     deadline = time.monotonic() + timeout
-    try:
-        if binding.start == "zygote" and binding.healthy_at_bind:
-            # Copied from a zygote: the server answered the create once the copy served and
-            # its ingress route was in place, on the path this client's API calls take; its
-            # first session is a new one, so a probe session would only cost time.
-            return
-        if env_id is not None and not binding.healthy_at_bind:
-            yield from until_healthy(env_id, origin, timeout, deadline)
-        yield from until_probes_pass(binding.ws_probe, env_id, origin, base_url, timeout, deadline)
-    except (EnvStartError, EnvReadyTimeout):
-        if env_id is not None:
-            yield from delete_quietly(env_id)
-            binding.unbind(env_id)
-        if binding.env_id is None:  # holding nothing: the lease closes now (as `stop`)
-            binding.disconnect()
-        raise
+    with binding.released_on_failure():
+        try:
+            if binding.start == "zygote" and binding.healthy_at_bind:
+                # Copied from a zygote: the server answered the create once the copy served
+                # and its ingress route was in place, on the path this client's API calls
+                # take; its first session is a new one, so a probe session would only cost
+                # time.
+                return
+            if env_id is not None and not binding.healthy_at_bind:
+                yield from until_healthy(env_id, origin, timeout, deadline)
+            yield from until_probes_pass(
+                binding.ws_probe, env_id, origin, base_url, timeout, deadline
+            )
+        except (EnvStartError, EnvReadyTimeout):
+            if env_id is not None:
+                yield from delete_quietly(env_id)
+                binding.unbind(env_id)
+            raise
 
 
 def until_healthy(env_id: str, origin: str, timeout: float, deadline: float) -> Plan[None]:
