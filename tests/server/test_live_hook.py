@@ -54,11 +54,21 @@ SERVED = [
     ("a start script ending in uvicorn", "{dir}/start.sh"),
     ("gunicorn with one UvicornWorker", f"cd {{dir}} && {GUNICORN} -w 1"),
     ("--workers ${WORKERS} with WORKERS=1", f"cd {{dir}} && {UVICORN} --workers $WORKERS"),
+    # uvicorn[standard] (this venv has uvloop and httptools, so every form above runs on
+    # them by default): the hook serves on asyncio's loop, whatever --loop asked.
+    ("--loop uvloop --http httptools", f"cd {{dir}} && {UVICORN} --loop uvloop --http httptools"),
 ]
+# An app that installs uvloop's policy itself, served with --loop none (the policy's loop).
+UVLOOP_POLICY_APP = "import asyncio, uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
 REFUSED = [
     ("uvicorn --workers 2", f"cd {{dir}} && {UVICORN} --workers 2", "--workers 2"),
     ("gunicorn -w 2", f"cd {{dir}} && {GUNICORN} -w 2", "gunicorn runs 2 worker processes"),
     ("uvicorn --reload", f"cd {{dir}} && {UVICORN} --reload", "--reload"),
+    (
+        "uvloop installed by the app",
+        f"cd {{dir}} && {UVICORN.replace('app:app', 'policy_app:app')} --loop none",
+        "the server's event loop is uvloop.Loop, not asyncio's selector loop",
+    ),
 ]
 
 
@@ -68,6 +78,7 @@ class Run:
         self.ctl = self.dir / "ctl"
         self.ctl.mkdir(mode=0o700)
         (self.dir / "app.py").write_text(APP)
+        (self.dir / "policy_app.py").write_text(UVLOOP_POLICY_APP + APP)
         start = self.dir / "start.sh"
         uvicorn = UVICORN.replace("{port}", str(port))
         start.write_text(f"#!/bin/sh\nset -e\necho starting\ncd {self.dir}\n{uvicorn}\n")
@@ -172,6 +183,7 @@ def test_the_process_where_uvicorn_serves_takes_the_launcher_on(
     assert (r.ctl / "server").read_text() == str(peer)
     assert not (r.ctl / "refused").exists()
     assert hello["unknown_threads"] == []  # a fork would be allowed
+    assert hello["loop"] == "_UnixSelectorEventLoop"  # asyncio's, which a fork can copy
 
 
 @pytest.mark.parametrize(("form_id", "form", "words"), REFUSED, ids=[f[0] for f in REFUSED])

@@ -39,9 +39,9 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
 
 ``{"op": "hello"}``
     ``{"pid": ..., "env": id, "threads": [...], "unknown_threads": [...], "frozen": n,
-    "huge_kib": n, "modules": [...], "warm": {...} | null, "sessions": n}`` (objects kept
-    out of collections; memory in huge pages; the names in ``sys.modules``; the outcome of
-    a zygote's warm-up; OpenEnv sessions open)
+    "huge_kib": n, "modules": [...], "warm": {...} | null, "sessions": n, "loop": name}``
+    (objects kept out of collections; memory in huge pages; the names in ``sys.modules``;
+    the outcome of a zygote's warm-up; OpenEnv sessions open; the event loop's class)
 ``{"op": "preload", "modules": [name, ...], "warm": bool}``
     import each named module not imported yet (a zygote, before its first copy), and with
     ``warm`` serve one session-less request in-process (OpenEnv's ``GET /metadata``), answer
@@ -74,6 +74,7 @@ import contextlib
 import ctypes
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import selectors
@@ -85,6 +86,7 @@ import threading
 import time
 import traceback
 import weakref
+from asyncio import selector_events
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -524,6 +526,7 @@ class Live:
                         "modules": sorted(sys.modules),
                         "warm": self.warmed,
                         "sessions": sum(len(getattr(x, "_sessions", {})) for x in OPENENV_SERVERS),
+                        "loop": type(asyncio.get_running_loop()).__qualname__,
                     }
                 elif op == "preload":
                     out = preload(req.get("modules") or [])
@@ -1017,6 +1020,44 @@ def refusal(config: Any) -> str | None:
     return None
 
 
+def loop_refusal() -> str | None:
+    """Why the running event loop cannot be copied by a live fork, or None: a child repairs
+    asyncio's own selector loop (its epoll instance, self-pipe, ready queue); another loop
+    (uvloop's, or one an app installs through a policy) keeps its state in C, out of reach."""
+    loop = asyncio.get_running_loop()
+    if isinstance(loop, selector_events.BaseSelectorEventLoop):
+        return None
+    kind = f"{type(loop).__module__}.{type(loop).__qualname__}"
+    return f"the server's event loop is {kind}, not asyncio's selector loop"
+
+
+# uvicorn's --loop values that would not run asyncio's own loop ("auto" picks uvloop when the
+# image has it: any image with uvicorn[standard]).
+NOT_ASYNCIO_LOOPS = ("auto", "uvloop", "zuvloop")
+
+
+def patch_uvicorn_config(config_module: Any) -> None:
+    """Serve on asyncio's own event loop (from the import of ``uvicorn.config``, before the
+    server picks its loop): a live fork copies that loop and repairs it in each child, and
+    uvloop's cannot be (most OpenEnv images have it through ``uvicorn[standard]``, which
+    ``--loop auto``, the default, then picks). An ASGI app runs the same on either loop;
+    httptools, which uvicorn[standard] also brings, is kept."""
+    cls: Any = config_module.Config
+    if getattr(cls, "_denv_patched", False):
+        return
+    init = cls.__init__
+
+    def init_on_asyncio(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if self.loop in NOT_ASYNCIO_LOOPS:
+            if self.loop != "auto" or importlib.util.find_spec("uvloop") is not None:
+                _log(f"serving on asyncio's event loop instead of --loop {self.loop} (uvloop)")
+            self.loop = "asyncio"
+
+    cls.__init__ = init_on_asyncio
+    cls._denv_patched = True
+
+
 def _claim(name: str, text: str) -> bool:
     """Write /.denv/ctl/<name> unless it exists (the first process to claim it wins)."""
     try:
@@ -1041,7 +1082,7 @@ def patch_uvicorn(server_module: Any) -> None:
             await original(self, sockets)
             return
         TAKEN = True
-        why = refusal(self.config)
+        why = refusal(self.config) or loop_refusal()
         if why is not None:
             _claim("refused", why)
             _log(f"serving without live forks: {why}")

@@ -2,8 +2,10 @@
 
 The live launcher (``launcher.py``, pid 1) puts this directory first on ``PYTHONPATH`` and sets
 ``DENV_LIVE_HOOK=1``; Python's ``site`` then imports this module at start-up. It changes
-nothing until one of three modules is imported, and then patches it from ``_denv_live``:
+nothing until one of four modules is imported, and then patches it from ``_denv_live``:
 
+- ``uvicorn.config``: uvicorn serves on asyncio's own event loop, not uvloop's (which a live
+  fork cannot copy);
 - ``uvicorn.server``: the process's first ``Server.serve`` takes the live launcher on (the
   gate, the control socket), however uvicorn was started;
 - ``concurrent.futures.thread``: executor jobs are counted (a fork waits for none in flight);
@@ -29,6 +31,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATCHES = {
+    "uvicorn.config": "patch_uvicorn_config",
     "uvicorn.server": "patch_uvicorn",
     "concurrent.futures.thread": "patch_executors",
     "openenv.core.env_server.http_server": "patch_openenv",
