@@ -59,7 +59,9 @@ SERVED = [
     ("--loop uvloop --http httptools", f"cd {{dir}} && {UVICORN} --loop uvloop --http httptools"),
 ]
 # An app that installs uvloop's policy itself, served with --loop none (the policy's loop).
-UVLOOP_POLICY_APP = "import asyncio, uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
+UVLOOP_POLICY_APP = (
+    "import asyncio, uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
+)
 REFUSED = [
     ("uvicorn --workers 2", f"cd {{dir}} && {UVICORN} --workers 2", "--workers 2"),
     ("gunicorn -w 2", f"cd {{dir}} && {GUNICORN} -w 2", "gunicorn runs 2 worker processes"),
