@@ -53,8 +53,9 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             starts without the launcher and its forks take the spares.
         warm_fork: Declare that the image's server reads `/work` per session,
             not at boot, so children may start from booted spares. Defaults to `warm > 0`.
-        websocket: Also require a WebSocket session on `/ws` for readiness (OpenEnv
-            servers). False for a plain HTTP service, which is ready on `/health` alone.
+        websocket: Also require a WebSocket upgrade on `/ws` for readiness (OpenEnv
+            servers; the probe opens no session, so an env that allows one keeps it for
+            the client). False for a plain HTTP service, ready on `/health` alone.
         fork: How `fork()` branches the env. `"auto"` (default): the env starts under
             denv's launcher (the image is not changed, and serves as it would without it)
             and forks live where its server can be copied, else from a volume snapshot.

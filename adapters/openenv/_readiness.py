@@ -3,7 +3,8 @@
 An OpenEnv client needs two things from a server: `GET /health` answering 200
 and a WebSocket upgrade on `/ws`. The server's own health check proves the
 first inside the env's network; these probes prove both along the path the
-client takes (the ingress proxy, or a published port).
+client takes (the ingress proxy, or a published port), without opening an
+OpenEnv session: a session is the client's (an env may allow only one).
 
 Each probe returns `None` when the check passed, or a short reason when it did
 not, so a caller can retry and report the last reason.
@@ -64,17 +65,32 @@ def _connect_kwargs(url: str, timeout_s: float, connect: Callable[..., Any]) -> 
     return kwargs
 
 
-def probe_websocket(base_url: str, timeout_s: float) -> str | None:
-    """Open an OpenEnv session on `<base_url>/ws`, then end it; None when that worked.
+#: The session a probe asks to attach to on `/ws`: one no server has. OpenEnv (0.10 and
+#: later) then answers with an error frame naming it and closes, without making a session:
+#: an env that allows one session at a time (and may take long to build its environment)
+#: keeps that session for the client's own first `reset()`.
+PROBE_SESSION_ID = "denv-readiness-probe"
 
-    The probe sends OpenEnv's `close` message and waits for the server to close
-    the socket, which it does after destroying the session: a server that
-    allows one session at a time is free again when this returns.
+
+def probe_url(base_url: str) -> str:
+    """The URL a WebSocket probe connects to: `/ws`, attaching to `PROBE_SESSION_ID`."""
+    return f"{websocket_url(base_url)}?session_id={PROBE_SESSION_ID}"
+
+
+def probe_websocket(base_url: str, timeout_s: float) -> str | None:
+    """A WebSocket upgrade on `<base_url>/ws` that opens no OpenEnv session; None when the
+    server's `/ws` answered.
+
+    The probe asks to attach to a session that does not exist (`PROBE_SESSION_ID`): the
+    server's answer, an error frame naming it, proves the upgrade reached the app's `/ws`
+    along the client's path. An OpenEnv that does not know attaching opens a session
+    instead: the probe then sends OpenEnv's `close` message and waits for the server to
+    close the socket, which it does after destroying the session.
     """
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
-    url = websocket_url(base_url)
+    url = probe_url(base_url)
     try:
         with connect(url, **_connect_kwargs(url, timeout_s, connect)) as ws:
             ws.send(_CLOSE)
@@ -92,7 +108,7 @@ async def probe_websocket_async(base_url: str, timeout_s: float) -> str | None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    url = websocket_url(base_url)
+    url = probe_url(base_url)
     try:
         async with connect(url, **_connect_kwargs(url, timeout_s, connect)) as ws:
             await ws.send(_CLOSE)
@@ -117,14 +133,18 @@ def _upgrade_failure(exc: Exception) -> str:
 
 
 def _session_error(frame: str | bytes) -> str | None:
-    """The reason in an OpenEnv error frame (capacity, factory error), if it is one."""
+    """The reason in an OpenEnv error frame (capacity, factory error), if it is one; None
+    for the answer a probe asks for (no session named `PROBE_SESSION_ID`)."""
     try:
         message = json.loads(frame)
     except ValueError:
         return None
     if isinstance(message, dict) and message.get("type") == "error":
         data = message.get("data") or {}
-        return f"/ws refused a session: {data.get('message', 'unknown error')}"
+        said = str(data.get("message", "unknown error"))
+        if PROBE_SESSION_ID in said:
+            return None
+        return f"/ws refused a session: {said}"
     return None
 
 

@@ -2,8 +2,8 @@
 
 First the server's long-poll (`wait_env(until="healthy")`): the server watches the env, so
 readiness is noticed at once and a crash is reported at once, with the env's last log
-lines. Then the probes along the client's own path (health over HTTP, a WebSocket session),
-which prove the ingress or published port works.
+lines. Then the probes along the client's own path (health over HTTP, a WebSocket upgrade
+that opens no session), which prove the ingress or published port works.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def until_probes_pass(
     timeout: float,
     deadline: float,
 ) -> Plan[None]:
-    """Probe health, then a WebSocket session, along the client's path, with backoff."""
+    """Probe health, then a WebSocket upgrade (no session), along the client's path, with
+    backoff."""
     delay = PROBE_BACKOFF_S[0]
     while True:
         reason = yield from probe_health(base_url)

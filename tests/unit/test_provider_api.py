@@ -9,7 +9,7 @@ from __future__ import annotations
 import denv.openenv
 import pytest
 from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError, fork_client
-from denv.openenv._readiness import _session_error, is_loopback, websocket_url
+from denv.openenv._readiness import _session_error, is_loopback, probe_url, websocket_url
 from openenv.core import GenericEnvClient
 from openenv.core.env_client import EnvClient
 from openenv.core.sync_client import SyncEnvClient
@@ -122,6 +122,10 @@ def test_readiness_helpers() -> None:
     )
     assert _session_error('{"type": "observation"}') is None
     assert _session_error(b"not json") is None
+    # The probe attaches to a session no server has: OpenEnv's answer is the probe's success.
+    assert probe_url("http://h/x/") == "ws://h/x/ws?session_id=denv-readiness-probe"
+    unknown = '{"type": "error", "data": {"message": "Unknown session_id: denv-readiness-probe"}}'
+    assert _session_error(unknown) is None
 
 
 def test_settings_are_one_frozen_config() -> None:
