@@ -34,6 +34,8 @@ from denv.server.docker import live_apart
 
 pytestmark = pytest.mark.e2e
 
+SHAPES_IMAGE = "denv-shapes-env:latest"  # uvicorn[standard]: uvloop (envs/shapes)
+
 IDLE_MINUTES = 0.1  # the zygote is reaped after 6 s without a copy (the reaper runs every 5 s)
 APP = """
 import random
@@ -296,5 +298,35 @@ def test_copies_started_and_deleted_at_once_all_copy_the_zygote(server: LocalDen
             assert [z[0] for z in zygotes(server) if z[2] == "healthy"] == [zygote_id]
             wait_for("the copies' limits given back", lambda: memory_limits(zygote_id) == alone)
         finally:
+            denv.delete_env(first.id)
+    wait_for("the zygotes reaped", lambda: all(z[2] == "deleted" for z in zygotes(server)), 30)
+
+
+def test_copies_of_a_uvloop_images_zygote_serve(server: LocalDenv) -> None:
+    """An image with uvicorn[standard] (envs/shapes: uvloop is uvicorn's default loop where
+    it is installed, as in most of OpenEnv's envs): its zygote serves on asyncio's loop, and
+    every later start is a copy of it with a fresh session. (On uvloop every copy died, the
+    zygote was dropped and the start booted again, 13-22 s, after a 500 from the fallback.)"""
+    with Denv(server.url, server.key) as denv:
+        first = denv.create_sandbox(SHAPES_IMAGE, live="auto")
+        started: list[DenvProvider] = []
+        try:
+            assert first.live, first.live_unsupported
+            [zygote_id] = wait_for(
+                "the zygote", lambda: [z[0] for z in zygotes(server) if z[2] == "healthy"]
+            )
+            assert hello_of(server, zygote_id)["loop"] == "_UnixSelectorEventLoop"
+            for i in range(3):
+                p = DenvProvider(server=server.url, api_key=server.key)
+                started.append(p)
+                client = GenericEnvClient.from_docker_image(SHAPES_IMAGE, provider=p).sync()
+                with client:
+                    assert p.start == "zygote"
+                    client.reset()
+                    obs = client.step(message(f"copy {i}")).observation
+                    assert obs["messages"] == [f"copy {i}"]  # a fresh episode in each
+        finally:
+            for p in started:
+                p.stop_container()
             denv.delete_env(first.id)
     wait_for("the zygotes reaped", lambda: all(z[2] == "deleted" for z in zygotes(server)), 30)

@@ -81,7 +81,9 @@ class LiveForks:
     ) -> tuple[VersionRecord, list[EnvRecord]]:
         """``opts.count`` new envs of ``owner`` copied from a zygote (``zygotes``): fresh
         envs of ``planned`` (the create's implicit version, recorded here with the zygote's
-        /work as its volumes' layers), no parent, ``start: zygote``, fresh entropy."""
+        /work as its volumes' layers, under an id of its own: should the copy fail, the
+        create boots and records ``planned`` itself), no parent, ``start: zygote``, fresh
+        entropy."""
         zversion = self.ctx.store.get_version(zygote.version_id)
         if zversion is None:
             raise ApiError(409, "conflict", f"the version of zygote {zygote.id} is gone")
@@ -91,7 +93,7 @@ class LiveForks:
                 vol.model_copy(update={"layers": layers})
                 for vol, layers in zip(planned.volumes, stacks, strict=True)
             ]
-            return self.versions.add(replace(planned, volumes=volumes))
+            return self.versions.add(replace(planned, id=ids.new_id("ver"), volumes=volumes))
 
         return self._copy(owner, zygote, zversion, opts, record, fresh=True)
 

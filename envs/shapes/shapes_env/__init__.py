@@ -1,0 +1,1 @@
+"""denv's shapes env: an OpenEnv env with the shapes real envs have (see ``environment``)."""

@@ -1,0 +1,122 @@
+"""End to end: live forks of envs with the shapes real OpenEnv envs have.
+
+The shapes env (envs/shapes, `make image-shapes`) depends on `uvicorn[standard]`, as most of
+OpenEnv's envs do, so uvicorn's default loop is uvloop and its HTTP parser httptools. One image
+per start form is built FROM it here (metadata layers: seconds): the image's own exec-form CMD,
+shell-form `python -m uvicorn ... --port ${PORT:-8000}`, `sh -c "cd /app && uvicorn ...
+--loop uvloop"`, and a single-session env (`max_concurrent_envs=1`) whose environment takes
+longer to build than the provider's WebSocket probe may take. Each starts through
+DenvProvider with no option set, is stepped, forked with defaults, and each child continues
+the root's episode. Before the launcher served on asyncio's loop, every uvloop child died ~12 s
+after its fork (tests/e2e/test_zygotes.py starts the image again: copies of its zygote). Before
+the readiness probe
+opened no session, the single-session env's only session was the probe's when the user's
+first `reset()` came (CAPACITY_REACHED).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LocalDenv
+from denv.openenv import DenvProvider, fork_clients
+from openenv.core import GenericEnvClient
+from provider_helpers import assert_gone, message, state_of
+
+from denv import Denv
+
+pytestmark = pytest.mark.e2e
+
+SHAPES_IMAGE = "denv-shapes-env:latest"
+APP = "shapes_env.app:app"
+# Longer than the provider's WebSocket probe may take (WS_PROBE_MAX_S, 10 s): a probe that
+# opened a session would still hold the env's only one when the user's reset() comes.
+SLOW_INIT_S = 12
+# (tag, Dockerfile lines after FROM the shapes image); "exec" is the image itself.
+FORMS = {
+    "exec": [],
+    "shell-python-m": [
+        f"CMD python -m uvicorn {APP} --host 0.0.0.0 --port ${{PORT:-8000}} --proxy-headers"
+        " --forwarded-allow-ips '*'"
+    ],
+    "sh-c-loop-uvloop": [
+        f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000 --loop uvloop"]'
+    ],
+    "single-session-slow": [f"ENV MAX_SESSIONS=1 INIT_DELAY_S={SLOW_INIT_S}"],
+}
+
+
+def image(tag: str) -> str:
+    return SHAPES_IMAGE if tag == "exec" else f"denv-live-shape-{tag}:test"
+
+
+@pytest.fixture(scope="module")
+def shape_images() -> Iterator[None]:
+    built: list[str] = []
+    try:
+        for tag, lines in FORMS.items():
+            if not lines:
+                continue
+            with tempfile.TemporaryDirectory() as ctx:
+                Path(ctx, "Dockerfile").write_text("\n".join([f"FROM {SHAPES_IMAGE}", *lines]))
+                subprocess.run(
+                    ["docker", "build", "-q", "-t", image(tag), ctx],
+                    check=True,
+                    capture_output=True,
+                    env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+                )
+            built.append(image(tag))
+        yield
+    finally:
+        if built:
+            subprocess.run(["docker", "image", "rm", "-f", *built], capture_output=True)
+
+
+def provider(server: LocalDenv) -> DenvProvider:
+    return DenvProvider(server=server.url, api_key=server.key)  # no option: the defaults
+
+
+def episode(client: Any) -> dict[str, Any]:
+    """What a child must continue: the episode in memory and its step count."""
+    state = state_of(client)
+    return {k: state[k] for k in ("episode_id", "step_count", "messages")}
+
+
+@pytest.mark.parametrize("tag", list(FORMS))
+def test_each_shape_runs_live_and_forks(
+    denv_server: LocalDenv, shape_images: None, tag: str
+) -> None:
+    p = provider(denv_server)
+    root = GenericEnvClient.from_docker_image(image(tag), provider=p).sync()
+    ids = [p.env_id or ""]
+    try:
+        with root:
+            root.reset()  # the single-session env: the user's session, not the probe's
+            for i in range(3):
+                root.step(message(f"{tag} prefix {i}"))
+            children = fork_clients(root, 2)
+            ids += [c.provider.env_id or "" for c in children]
+            with Denv(denv_server.url, denv_server.key) as d:
+                env = d.get_env(ids[0])
+                assert env.live, f"{tag}: not live: {env.live_unsupported}"
+                assert [str(d.get_env(i).start) for i in ids[1:]] == ["live", "live"]
+            want = episode(root)
+            assert want["step_count"] == 3
+            for n, child in enumerate(children):
+                with child:
+                    assert episode(child) == want
+                    obs = child.step(message(f"child {n}")).observation
+                    assert obs["messages"] == [*want["messages"], f"child {n}"]
+                    assert episode(child)["step_count"] == 4
+            assert episode(root) == want  # the children's steps are their own
+    finally:
+        with Denv(denv_server.url, denv_server.key) as d:
+            for env_id in ids:
+                if env_id:
+                    d.delete_env(env_id)
+        assert_gone(denv_server, ids)
