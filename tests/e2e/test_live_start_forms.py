@@ -56,13 +56,24 @@ FORMS = {
     "workers-2": [
         f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000 --workers 2"]'
     ],
+    # A library that forbids its use in a forked child (as some do: they end the child, or
+    # hang it): only a trial copy at start can tell, since the server serves as any other.
+    "fork-refusing": [
+        "RUN printf 'import os\\nos.register_at_fork(after_in_child=lambda: os._exit(3))\\n"
+        "from echo_env.app import app\\n' > /app/refusing_app.py",
+        'CMD ["uvicorn", "refusing_app:app", "--host", "0.0.0.0", "--port", "8000"]',
+    ],
     # No Python at all (the launcher needs one): a shell loop, never a server.
     "no-python": [
         'RUN for d in $(echo "$PATH" | tr : " "); do rm -f "$d"/python*; done',
         'CMD ["sh", "-c", "while :; do sleep 1; done"]',
     ],
 }
-REFUSED = {"workers-2": "--workers 2", "no-python": "no python3 or python"}
+REFUSED = {
+    "workers-2": "--workers 2",
+    "fork-refusing": "a copy of its server could not serve",
+    "no-python": "no python3 or python",
+}
 
 
 # The env OpenEnv's `openenv init` generates, built by the Dockerfile it generates, unchanged
@@ -152,24 +163,31 @@ def test_a_server_that_cannot_be_copied_is_refused_with_the_reason(
     assert_gone(denv_server, made)  # deleted, no container left
 
 
+@pytest.mark.parametrize("tag", ["workers-2", "fork-refusing"])
 def test_the_default_keeps_a_server_that_cannot_be_copied(
-    denv_server: LocalDenv, form_images: None
+    denv_server: LocalDenv, form_images: None, tag: str
 ) -> None:
     p = provider(denv_server)
-    root = GenericEnvClient.from_docker_image(image("workers-2"), provider=p).sync()
+    root = GenericEnvClient.from_docker_image(image(tag), provider=p).sync()
     ids = [p.env_id or ""]
     try:
         with root:
             root.reset()
-            root.step(message("two workers"))
+            root.step(message("not copied"))
             with Denv(denv_server.url, denv_server.key) as d:
                 env = d.get_env(ids[0])
                 assert not env.live and env.live_unsupported
-                assert "--workers 2" in env.live_unsupported
-                # (Its auto forks are volume forks: the web-interface test below shows one.)
-                with pytest.raises(Conflict, match="--workers 2") as exc:
+                assert REFUSED[tag] in env.live_unsupported
+                with pytest.raises(Conflict, match=REFUSED[tag]) as exc:
                     d.fork(ids[0], kind="live")
                 assert exc.value.code == "live_unsupported"
+            # Its forks with the defaults boot from a snapshot of /work instead (the echo
+            # env keeps its episode there).
+            (child,) = fork_clients(root, 1)
+            ids.append(child.provider.env_id or "")
+            with child:
+                assert child.provider.start != "live"
+                assert state_of(child)["last_message"] == "not copied"
     finally:
         delete_all(denv_server, ids)
 

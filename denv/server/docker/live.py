@@ -8,7 +8,8 @@ docs/live-forks.md for what separates them). This module is what the node does f
 host, as root:
 
 - the launcher's container settings (:func:`container_settings`);
-- find the server process of a booted env (:func:`root_process`);
+- find the server process of a booted env (:func:`root_process`), and have it make one
+  throw-away copy of itself that must serve (:func:`trial`);
 - gate, fork, and plumb each child: its uid/gid maps (which the child cannot write itself),
   then ``setup``, after which it serves (:func:`fork`);
 - whether a live process still runs, and kill it (:func:`alive`, :func:`kill`).
@@ -439,6 +440,31 @@ def write_id_maps(pid: int, forker: int | None) -> None:
 def hello(proc: Proc) -> dict[str, Any]:
     with _connect(ctl_path(proc.pid)) as sock:
         return _ask(sock, {"op": "hello"}, sock.makefile("rb"))
+
+
+# How long the trial copy of a server that just booted may take to serve: the launcher's bound,
+# and the socket's with a margin for a busy machine.
+TRIAL_TIMEOUT_S = 10.0
+
+
+def trial(proc: Proc) -> float | None:
+    """Have a booted live server make one throw-away copy of itself that serves one request
+    (the launcher's ``trial``): the ms it took, or None when no trial was made (a launcher
+    that predates trials; a server busy or running threads of its own, whose forks are
+    refused one by one as before). 409 ``live_unsupported`` when the copy could not serve,
+    with why: such a server runs without live forks (``live: auto``) instead of failing
+    every fork and every copy of its zygote."""
+    with _connect(ctl_path(proc.pid), TRIAL_TIMEOUT_S + CTL_TIMEOUT_S) as sock:
+        out = _ask(sock, {"op": "trial", "timeout_s": TRIAL_TIMEOUT_S}, sock.makefile("rb"))
+    if out.get("error") == "trial_failed":
+        raise LiveError(
+            "live_unsupported",
+            f"a copy of its server could not serve ({out.get('message')}): the server holds "
+            "state a live fork cannot copy",
+        )
+    if "error" in out:
+        return None
+    return float(out.get("ms", 0.0))
 
 
 def modules(proc: Proc) -> list[str]:

@@ -389,6 +389,7 @@ class DockerNode:
         if not pid:
             raise LiveError("live_fork_failed", "the env's container is not running")
         proc = live.root_process(pid)
+        live.trial(proc)  # its copies can serve: else it runs without live forks
         try:  # kept off its live children's ports, as they are off its own and each other's
             group = live_apart.group_of(proc.pid)
             if self.live_netns:  # children in namespaces of their own, behind a bridge

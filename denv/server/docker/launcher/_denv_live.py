@@ -59,6 +59,11 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
     closed until ``ungate``, so the node can capture /work meanwhile), answer ``{"ok": true,
     "failed": {env: why}}``. Each child binds ``/.denv/ctl/<env>.sock`` at once and waits
     there for the node's ``setup`` (a connection closed without one ends it).
+``{"op": "trial", "timeout_s": s}``
+    make one throw-away copy of the server process, as a fork's child is made, which
+    repairs what it copied, serves the app on a loopback port of its own and answers one
+    request; answer ``{"ok": true, "ms": ...}`` or ``{"error": "trial_failed" | "busy" |
+    "fork_unsafe", "message": ...}`` (the node asks once, when the env first serves)
 ``{"op": "setup", "net": {"if": name, "addr": "ip/len", "gw": ip}}`` (on a child's bootstrap
 socket, after the node wrote its uid/gid maps; ``net`` for a child cloned with ``"net":
 true``, once the node gave its network namespace its end of a veth pair)
@@ -555,6 +560,11 @@ class Live:
                         if not req.get("hold") or "error" in out:
                             self.gate.open.set()
                             gated = False
+                elif op == "trial":
+                    tried = await self._trial(float(req.get("timeout_s", TRIAL_TIMEOUT_S)), writer)
+                    if tried is None:  # the trial's copy: the connection is not ours
+                        return
+                    out = tried
                 elif op == "ungate":
                     self.gate.open.set()
                     gated = False
@@ -647,6 +657,87 @@ class Live:
             }
         # hold: this launcher keeps the gate closed after a fork asked to (see ``fork``).
         return {"ok": True, "wait_ms": (time.perf_counter() - t0) * 1e3, "hold": True}
+
+    async def _trial(self, timeout_s: float, writer: asyncio.StreamWriter) -> dict[str, Any] | None:
+        """Make one throw-away copy of this process, as a live fork's child is made, and have
+        it repair what it copied and serve the app on a loopback port of its own, then
+        answer one request: ``{"ok": true, "ms": ...}``, or why the copy could not serve
+        (``trial_failed``). The node asks once the env first serves, so that a server whose
+        copies cannot serve (state of the image's own, out of the repair's reach) runs
+        without live forks from its start instead of failing its first fork. None in the
+        copy."""
+        assert self.gate.open is not None
+        t0 = time.perf_counter()
+        self.gate.open.clear()
+        try:
+            gated = await self._gate(timeout_s)
+            if "error" in gated:
+                return gated
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                self._trial_child(w, writer)
+                return None
+            os.close(w)
+        finally:
+            self.gate.open.set()
+        self.forked.append(pid)
+        if not self.reaping:
+            self.reaping = True
+            asyncio.get_running_loop().call_later(REAP_EVERY_S, self._reap)
+        try:
+            said = await asyncio.wait_for(_read_line(r), timeout_s)
+        except TimeoutError:
+            said = f"it did not serve within {timeout_s:g} s"
+        finally:
+            os.close(r)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if said != "ok":
+            return {"error": "trial_failed", "message": said or "it ended without a word"}
+        return {"ok": True, "ms": (time.perf_counter() - t0) * 1e3}
+
+    def _trial_child(self, w: int, writer: asyncio.StreamWriter) -> None:
+        """In the trial's copy, on the server's loop thread: repair as a live child does,
+        then serve and answer one request of its own (``_trial_serve``)."""
+        loop = JOBS.loop
+        assert loop is not None
+        asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
+        try:
+            own_selector_and_self_pipe(loop)
+            if self.server is not None:
+                for srv in self.server.servers:
+                    srv.close()
+                for conn in list(self.server.server_state.connections):
+                    drop_copy(conn.transport)
+            if self.ctl is not None:  # the parent's control socket stays the parent's
+                for listener in getattr(self.ctl, "sockets", ()):
+                    loop.remove_reader(listener.fileno())
+            drop_copy(writer.transport)
+            reset_thread_pools(loop)
+            self.gate.bind()
+        except BaseException as exc:
+            _say(w, f"repairing the copy failed: {type(exc).__name__}: {exc}")
+            os._exit(1)
+        loop.create_task(self._trial_serve(w))
+
+    async def _trial_serve(self, w: int) -> None:
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(8)
+            port = sock.getsockname()[1]
+            await self._start_serving(sock, ctl=False)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            status = await reader.readline()
+            if not status.startswith(b"HTTP/1."):
+                raise RuntimeError(f"its answer began {status[:40]!r}")
+            _say(w, "ok")
+        except BaseException as exc:
+            _say(w, f"{type(exc).__name__}: {exc}")
+        os._exit(0)
 
     def _fork(
         self, children: list[dict[str, Any]], writer: asyncio.StreamWriter, merge: bool = False
@@ -796,10 +887,11 @@ class Live:
         sock.listen(2048)
         return sock
 
-    async def _start_serving(self, sock: socket.socket) -> None:
+    async def _start_serving(self, sock: socket.socket, ctl: bool = True) -> None:
         import uvicorn
 
-        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+        if ctl:
+            self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
         from uvicorn.lifespan.off import LifespanOff
 
         # The app's startup ran in the parent: its state is ours. A gunicorn worker's
@@ -821,6 +913,36 @@ class Live:
             await self.server.serve(sockets=[sock])
         finally:
             os._exit(0)
+
+
+def _say(fd: int, text: str) -> None:
+    """A trial child's verdict: one line on the pipe to its parent."""
+    with contextlib.suppress(OSError):
+        os.write(fd, text.replace("\n", " ").encode()[:4000] + b"\n")
+
+
+async def _read_line(fd: int) -> str:
+    """One line from a pipe, without blocking the loop (EOF: what came before it)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    buf = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        buf.extend(chunk)
+        if (not chunk or b"\n" in buf) and not done.done():
+            done.set_result(None)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+    return bytes(buf).split(b"\n", 1)[0].decode(errors="replace")
 
 
 def preload(names: list[Any]) -> dict[str, Any]:
@@ -886,6 +1008,8 @@ WARM_TIMEOUT_S = 30.0
 CTL_LINE_LIMIT = 1 << 22  # bytes of one control request (a preload's names)
 # How long a fork waits for threads of the server's own to end before it is refused.
 STRANGERS_WAIT_S = 1.0
+# How long a trial copy (``Live._trial``) may take to serve one request.
+TRIAL_TIMEOUT_S = 10.0
 
 
 def clone_into_namespaces(net: bool = False) -> int:
