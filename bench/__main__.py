@@ -28,6 +28,7 @@ from . import (
     bench_latency,
     bench_live,
     bench_live_netns,
+    bench_shapes,
     bench_snapshot,
     bench_start,
     bench_trainer,
@@ -137,6 +138,7 @@ BENCHMARKS: dict[str, Runner] = {
     "live_netns": bench_live_netns.run,
     "upload": bench_upload.run,
     "zygote": bench_zygote.run,
+    "shapes": bench_shapes.run,
     "live_density": live_density.bench,
 }
 
