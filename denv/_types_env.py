@@ -121,7 +121,7 @@ class Env(Record):
     #: it is placed (and from older servers).
     node: str | None = None
     #: Why the env cannot be forked live, when it was created with `live="auto"` and its
-    #: server cannot be copied (e.g. `uvicorn --workers 4`); its forks are volume forks.
+    #: server cannot be copied (e.g. `uvicorn --reload`); its forks are volume forks.
     live_unsupported: str | None = None
     #: Why a child of a live fork (kind "auto") is a volume child on another node of a
     #: cluster: its parent's node had no room for it. None on every other env.

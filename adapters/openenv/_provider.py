@@ -60,9 +60,10 @@ class DenvProvider(ContainerProvider):  # type: ignore[misc]  # openenv ships no
             denv's launcher (the image is not changed, and serves as it would without it)
             and forks live where its server can be copied, else from a volume snapshot.
             `"live"`: the same, but the start fails with `denv.Conflict`
-            (`live_unsupported`) when the server cannot be copied (more than one worker,
-            `--reload`, a server that is not uvicorn in Python). A live child is a copy of
-            the running server process, OpenEnv sessions included, ready in milliseconds.
+            (`live_unsupported`) when the server cannot be copied (`--reload`, a server
+            that is not uvicorn in Python, one whose trial copy could not serve). A live
+            child is a copy of the running server process, OpenEnv sessions included,
+            ready in milliseconds.
             `"volume"`: children boot from a snapshot of `/work` (memory is not kept).
         pull: Pull the image when the server's engine does not have it (anonymously
             unless the server allows its registry credentials). Default False: a missing

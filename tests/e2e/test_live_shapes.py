@@ -4,14 +4,17 @@ The shapes env (envs/shapes, `make image-shapes`) depends on `uvicorn[standard]`
 OpenEnv's envs do, so uvicorn's default loop is uvloop and its HTTP parser httptools. One image
 per start form is built FROM it here (metadata layers: seconds): the image's own exec-form CMD,
 shell-form `python -m uvicorn ... --port ${PORT:-8000}`, `sh -c "cd /app && uvicorn ...
---loop uvloop"`, and a single-session env (`max_concurrent_envs=1`) whose environment takes
-longer to build than the provider's WebSocket probe may take. Each starts through
-DenvProvider with no option set, is stepped, forked with defaults, and each child continues
-the root's episode. Before the launcher served on asyncio's loop, every uvloop child died ~12 s
-after its fork (tests/e2e/test_zygotes.py starts the image again: copies of its zygote). Before
-the readiness probe
-opened no session, the single-session env's only session was the probe's when the user's
-first `reset()` came (CAPACITY_REACHED).
+--loop uvloop"`, a single-session env (`max_concurrent_envs=1`) whose environment takes
+longer to build than the provider's WebSocket probe may take, and servers of several workers
+(`gunicorn -w 4 -k uvicorn.workers.UvicornWorker`, `uvicorn --workers 2`), whose children
+each serve with as many workers (copies of the worker the root's session was on). Each
+starts through DenvProvider with no option set, is stepped, forked with defaults, and each
+child continues the root's episode. Before the launcher served on asyncio's loop, every
+uvloop child died ~12 s after its fork (tests/e2e/test_zygotes.py starts the image again:
+copies of its zygote). Before the readiness probe opened no session, the single-session
+env's only session was the probe's when the user's first `reset()` came (CAPACITY_REACHED).
+Before workers were copied, a multi-worker server forked by booting (fork(4) of
+`gunicorn -w 4`: 44 s).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import pytest
 from conftest import LocalDenv
 from denv.openenv import DenvProvider, fork_clients
+from live_procs import live_pids
 from openenv.core import GenericEnvClient
 from provider_helpers import assert_gone, message, state_of
 
@@ -48,7 +52,16 @@ FORMS = {
         f'CMD ["sh", "-c", "cd /app && uvicorn {APP} --host 0.0.0.0 --port 8000 --loop uvloop"]'
     ],
     "single-session-slow": [f"ENV MAX_SESSIONS=1 INIT_DELAY_S={SLOW_INIT_S}"],
+    "gunicorn-w4": [
+        'CMD ["gunicorn", "-w", "4", "-k", "uvicorn.workers.UvicornWorker", "-b", "0.0.0.0:8000",'
+        f' "--chdir", "/app", "{APP}"]'
+    ],
+    "uvicorn-workers-2": [
+        f'CMD ["uvicorn", "{APP}", "--host", "0.0.0.0", "--port", "8000", "--workers", "2"]'
+    ],
 }
+# Worker processes each live child of a multi-worker shape must run, as its root does.
+WORKERS = {"gunicorn-w4": 4, "uvicorn-workers-2": 2}
 
 
 def image(tag: str) -> str:
@@ -107,6 +120,8 @@ def test_each_shape_runs_live_and_forks(
                 assert [str(d.get_env(i).start) for i in ids[1:]] == ["live", "live"]
             want = episode(root)
             assert want["step_count"] == 3
+            for child_id in ids[1:]:  # each child serves with as many workers as its root
+                assert len(live_pids(child_id)) == WORKERS.get(tag, 1), tag
             for n, child in enumerate(children):
                 with child:
                     assert episode(child) == want

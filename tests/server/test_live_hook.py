@@ -62,9 +62,13 @@ SERVED = [
 UVLOOP_POLICY_APP = (
     "import asyncio, uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
 )
+# Servers of several workers: every worker takes the launcher on, the first on ctl.sock, the
+# others each on ctl.<pid>.sock (a fork is made from the worker whose session was last active).
+WORKERS = [
+    ("uvicorn --workers 3", f"cd {{dir}} && {UVICORN} --workers 3", 3),
+    ("gunicorn -w 3", f"cd {{dir}} && {GUNICORN} -w 3", 3),
+]
 REFUSED = [
-    ("uvicorn --workers 2", f"cd {{dir}} && {UVICORN} --workers 2", "--workers 2"),
-    ("gunicorn -w 2", f"cd {{dir}} && {GUNICORN} -w 2", "gunicorn runs 2 worker processes"),
     ("uvicorn --reload", f"cd {{dir}} && {UVICORN} --reload", "--reload"),
     (
         "uvloop installed by the app",
@@ -197,6 +201,32 @@ def test_servers_that_cannot_be_copied_serve_unchanged_and_say_why(
     assert words in why, why
     assert r.get() == b"ok"  # the env still serves: only live forks are off
     assert not (r.ctl / "ctl.sock").exists()
+
+
+@pytest.mark.parametrize(("form_id", "form", "n"), WORKERS, ids=[f[0] for f in WORKERS])
+def test_every_worker_of_a_multi_worker_server_takes_the_launcher_on(
+    run: type[Run], form_id: str, form: str, n: int
+) -> None:
+    r = run(form)
+    r.wait_for("ctl.sock")
+    deadline = time.monotonic() + 30
+    while len(socks := sorted(r.ctl.glob("ctl*.sock"))) < n:
+        assert time.monotonic() < deadline, f"{socks}: {r.stderr()}"
+        time.sleep(0.05)
+    assert r.get() == b"ok"
+    assert not (r.ctl / "refused").exists()
+    peers = set()
+    for path in socks:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(path))
+            cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            peers.add(struct.unpack("3i", cred)[0])
+            s.sendall(b'{"op": "hello"}\n')
+            hello = json.loads(s.makefile().readline())
+        assert hello["workers"] == n and hello["last_active"] == 0.0  # no session yet
+        assert hello["unknown_threads"] == []  # uvicorn's health-check thread is known
+        assert path.name == "ctl.sock" or path.name == f"ctl.{hello['pid']}.sock"
+    assert len(peers) == n and peers <= descendants(r.proc.pid)
 
 
 def test_a_server_that_is_not_uvicorn_is_left_alone(run: type[Run]) -> None:

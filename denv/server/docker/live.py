@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -89,6 +90,7 @@ def container_settings(live_dir: Path) -> dict[str, Any]:
 class Proc:
     pid: int
     start: int  # /proc/PID/stat starttime: the pid is this process, not a later one
+    ctl: str = "ctl.sock"  # its control socket (a further worker of a server: its own)
 
 
 def start_time(pid: int) -> int | None:
@@ -263,7 +265,7 @@ def _fork(
         for c in children
     ]
     with (
-        _connect(ctl_path(parent.pid), timeout_s) as sock,
+        _connect(ctl_path(parent.pid, parent.ctl), timeout_s) as sock,
         ThreadPoolExecutor(max(1, min(len(children), 8)) + 1, "denv-live-plumb") as pool,
     ):
         reader = sock.makefile("rb")
@@ -435,6 +437,41 @@ def write_id_maps(pid: int, forker: int | None) -> None:
     )
     if proc.returncode != 0:
         raise OSError(f"writing the uid/gid maps of {pid} failed: {proc.stderr.strip()}")
+
+
+def forker(proc: Proc) -> Proc:
+    """The process a fork of the live server ``proc`` is made from: ``proc`` itself, or for
+    a server of several workers (gunicorn ``-w N``, ``uvicorn --workers N``: each worker
+    has a control socket of its own) the worker whose OpenEnv session was active last, the
+    session a fork continues."""
+    root = f"/proc/{proc.pid}/root{CTL_DIR}"
+    try:
+        others = sorted(n for n in os.listdir(root) if WORKER_SOCKET.fullmatch(n))
+    except OSError:
+        return proc
+    if not others:
+        return proc
+    best, latest = proc, _activity(ctl_path(proc.pid))[1]
+    for name in others:
+        try:
+            pid, active = _activity(f"{root}/{name}")
+        except (OSError, LiveError, ValueError):
+            continue  # a worker that ended (gunicorn starts another)
+        start = start_time(pid)
+        if start is not None and active > latest:
+            best, latest = Proc(pid, start, name), active
+    return best
+
+
+# A further worker's control socket: ctl.<its pid>.sock.
+WORKER_SOCKET = re.compile(r"ctl\.\d+\.sock")
+
+
+def _activity(path: str) -> tuple[int, float]:
+    """(host pid, when its last OpenEnv session was active) of the launcher at ``path``."""
+    with _connect(path, CTL_TIMEOUT_S) as sock:
+        out = _ask(sock, {"op": "activity"}, sock.makefile("rb"))
+        return _peer_pid(sock), float(out.get("last_active") or 0.0)
 
 
 def hello(proc: Proc) -> dict[str, Any]:

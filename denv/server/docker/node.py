@@ -490,7 +490,7 @@ class DockerNode:
 
             try:
                 procs, timings = live.fork(
-                    live.Proc(parent.pid, parent.start),
+                    live.forker(live.Proc(parent.pid, parent.start)),
                     specs,
                     capture,
                     parent.depth,

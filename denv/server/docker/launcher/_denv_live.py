@@ -13,9 +13,11 @@ imports is one more name on the image's import path.
 Where uvicorn starts serving (``uvicorn.Server.serve``, however the image started it: the
 ``uvicorn`` script, ``python -m uvicorn``, a shell or a start script running either, gunicorn's
 ``UvicornWorker``), :func:`take_over` wraps the loaded app in the ASGI gate, backs the heap
-with huge pages and opens the control socket, then serves as uvicorn would. A server that
-cannot be copied (several workers, ``--reload``, a unix socket) is served unchanged and says
-why in ``/.denv/ctl/refused``; the node reads it.
+with huge pages and opens the control socket, then serves as uvicorn would; in a server of
+several workers (gunicorn ``-w N``, ``uvicorn --workers N``) every worker does, each with a
+control socket of its own. A server that cannot be copied (``--reload``, a unix socket,
+another event loop) is served unchanged and says why in ``/.denv/ctl/refused``; the node
+reads it.
 
 Process tree in the container::
 
@@ -366,7 +368,30 @@ def known_threads() -> set[int]:
     for t in threading.enumerate():
         if type(t).__name__ == "WorkerThread" and type(t).__module__.startswith("anyio"):
             idents.add(t.ident or 0)
+        if _is_pong(t):
+            idents.add(t.ident or 0)
     return idents
+
+
+def _is_pong(t: threading.Thread) -> bool:
+    """uvicorn --workers' health-check thread in each worker: it only waits on its pipe to
+    the supervisor and answers, holding no lock a copy could inherit mid-use (a copy has no
+    such thread, and no supervisor asks it)."""
+    target = getattr(t, "_target", None)
+    return (
+        getattr(target, "__qualname__", "") == "Process.always_pong"
+        and getattr(target, "__module__", "") == "uvicorn.supervisors.multiprocess"
+    )
+
+
+def last_active() -> float:
+    """When an OpenEnv session of this process was last active (0: none): the worker a
+    fork of a multi-worker server is made from is the one whose session was active last."""
+    times = [0.0]
+    for server in list(OPENENV_SERVERS):
+        for info in list(getattr(server, "_session_info", {}).values()):
+            times.append(float(getattr(info, "last_activity_at", 0.0) or 0.0))
+    return max(times)
 
 
 def unknown_threads() -> list[str]:
@@ -484,10 +509,14 @@ class Gate:
 
 
 class Live:
-    def __init__(self, config: Any, gate: Gate, env_id: str) -> None:
+    def __init__(
+        self, config: Any, gate: Gate, env_id: str, ctl: str = "ctl.sock", workers: int = 1
+    ) -> None:
         self.config = config
         self.gate = gate
         self.env_id = env_id
+        self.ctl_name = ctl  # this process's control socket in CTL_DIR
+        self.workers = workers  # worker processes of the server (a child runs as many)
         self.server: Any = None
         self.ctl: asyncio.AbstractServer | None = None
         self.forked: list[int] = []  # pids of live children still to reap
@@ -503,7 +532,7 @@ class Live:
         JOBS.loop = asyncio.get_running_loop()
         self.gate.bind()
         self.server = server
-        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+        self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, self.ctl_name))
         await serve(server, sockets)
 
     async def _listen_ctl(self, path: str) -> asyncio.AbstractServer:
@@ -532,7 +561,11 @@ class Live:
                         "warm": self.warmed,
                         "sessions": sum(len(getattr(x, "_sessions", {})) for x in OPENENV_SERVERS),
                         "loop": type(asyncio.get_running_loop()).__qualname__,
+                        "workers": self.workers,
+                        "last_active": last_active(),
                     }
+                elif op == "activity":
+                    out = {"pid": os.getpid(), "last_active": last_active()}
                 elif op == "preload":
                     out = preload(req.get("modules") or [])
                     if req.get("warm"):
@@ -674,7 +707,7 @@ class Live:
             if "error" in gated:
                 return gated
             r, w = os.pipe()
-            pid = os.fork()
+            pid = clone_process()
             if pid == 0:
                 os.close(r)
                 self._trial_child(w, writer)
@@ -818,6 +851,7 @@ class Live:
         adopt_sessions()
         self.gate.bind()
         self.env_id = spec["env"]
+        self.ctl_name = "ctl.sock"  # the child's first worker (a copy of any worker)
         self.forked, self.reaping = [], False
         path = os.path.join(CTL_DIR, f"{self.env_id}.sock")
         with contextlib.suppress(FileNotFoundError):
@@ -847,6 +881,9 @@ class Live:
                     try:
                         sock = self._become(spec, boot, path, req.get("net"))
                         _trace(self.stages, "became")
+                        if self._fan_out():  # a further worker of this child: serve only
+                            await self._start_serving(sock)
+                            return
                         await self._start_serving(sock)
                         _trace(self.stages, "serving")
                         _trace_log(self.stages)
@@ -861,6 +898,30 @@ class Live:
                 os._exit(1)
 
         self.setting_up = loop.create_task(setup())
+
+    def _fan_out(self) -> bool:
+        """In a new child of a multi-worker server, once set up: fork the server's other
+        workers (``self.workers - 1`` copies of this process, in its namespaces, on its
+        listening socket, each with a control socket of its own), so the child serves with
+        as many workers as its parent. True in such a copy. They are copies of the worker
+        the fork was made from: each one's first new session continues that worker's
+        session, whichever worker the client's connection reaches."""
+        loop = JOBS.loop
+        assert loop is not None
+        for _ in range(self.workers - 1):
+            pid = clone_process()
+            if pid == 0:
+                asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
+                own_selector_and_self_pipe(loop)
+                reset_thread_pools(loop)
+                self.forked, self.reaping = [], False
+                self.ctl_name = f"ctl.{os.getpid()}.sock"
+                return True
+            self.forked.append(pid)
+        if self.forked and not self.reaping:
+            self.reaping = True
+            loop.call_later(REAP_EVERY_S, self._reap)
+        return False
 
     def _become(
         self, spec: dict[str, Any], boot: socket.socket, path: str, net: dict[str, Any] | None
@@ -891,7 +952,7 @@ class Live:
         import uvicorn
 
         if ctl:
-            self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, "ctl.sock"))
+            self.ctl = await self._listen_ctl(os.path.join(CTL_DIR, self.ctl_name))
         from uvicorn.lifespan.off import LifespanOff
 
         # The app's startup ran in the parent: its state is ours. A gunicorn worker's
@@ -1021,10 +1082,20 @@ def clone_into_namespaces(net: bool = False) -> int:
     (PyOS_BeforeFork / AfterFork_*: the import lock, the GIL, threading, at-fork hooks). The
     fork happens at the gated point, with every other thread an idle pool worker.
     """
-    api = ctypes.pythonapi
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | signal.SIGCHLD
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID
     if net:
         flags |= CLONE_NEWNET
+    return clone_process(flags)
+
+
+def clone_process(flags: int = 0) -> int:
+    """fork() by clone(2) with ``flags`` (new namespaces, or none), with Python's fork
+    bookkeeping (PyOS_BeforeFork / AfterFork_*) and not the C library's: a library's
+    pthread_atfork handlers (OpenBLAS joins its worker threads before a fork) would wait
+    for threads a copy of a copy does not have. Every copy a live fork, a trial or a
+    child's further worker makes is made this way, so each is made alike."""
+    api = ctypes.pythonapi
+    flags |= signal.SIGCHLD
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
     api.PyOS_BeforeFork()
@@ -1035,7 +1106,7 @@ def clone_into_namespaces(net: bool = False) -> int:
     err = ctypes.get_errno()
     api.PyOS_AfterFork_Parent()
     if pid < 0:
-        raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
+        raise OSError(err, f"clone: {os.strerror(err)}")
     return int(pid)
 
 
@@ -1127,18 +1198,18 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 TAKEN = False  # this process's first uvicorn serve was seen (a child inherits it: True)
 
 
+def workers_of(config: Any) -> int:
+    """How many worker processes serve the app: ``uvicorn --workers N`` or gunicorn's
+    ``-w N`` (its UvicornWorker's config), else 1."""
+    notify = getattr(config, "callback_notify", None)  # gunicorn's UvicornWorker sets it
+    cfg = getattr(getattr(notify, "__self__", None), "cfg", None)
+    return max(int(config.workers or 1), int(getattr(cfg, "workers", 1) or 1))
+
+
 def refusal(config: Any) -> str | None:
     """Why a server of this uvicorn config cannot be copied by a live fork, or None."""
     if config.reload:
         return "uvicorn runs with --reload (a process that restarts the server)"
-    workers = int(config.workers or 1)
-    if workers > 1:
-        return f"uvicorn runs {workers} worker processes (--workers {workers})"
-    notify = getattr(config, "callback_notify", None)  # gunicorn's UvicornWorker sets it
-    cfg = getattr(getattr(notify, "__self__", None), "cfg", None)
-    gunicorn_workers = int(getattr(cfg, "workers", 1) or 1)
-    if gunicorn_workers > 1:
-        return f"gunicorn runs {gunicorn_workers} worker processes (-w {gunicorn_workers})"
     if config.uds or config.fd is not None:
         return "uvicorn listens on a unix socket or an inherited fd, not a TCP port"
     return None
@@ -1212,19 +1283,28 @@ def patch_uvicorn(server_module: Any) -> None:
             _log(f"serving without live forks: {why}")
             await original(self, sockets)
             return
+        workers = workers_of(self.config)
+        ctl = "ctl.sock"
         if not _claim("server", str(os.getpid())):
-            _log("another process of this container serves live: this one serves unchanged")
-            await original(self, sockets)
-            return
-        await take_over(self, original, sockets)
+            if workers == 1:
+                _log("another process of this container serves live: this one serves unchanged")
+                await original(self, sockets)
+                return
+            # A further worker of a multi-worker server: live too, on a socket of its own
+            # (the node forks the worker whose session was active last).
+            ctl = f"ctl.{os.getpid()}.sock"
+        await take_over(self, original, sockets, ctl, workers)
 
     cls.serve = serve
     cls._denv_patched = True
 
 
-async def take_over(server: Any, serve: Any, sockets: Any) -> None:
+async def take_over(
+    server: Any, serve: Any, sockets: Any, ctl: str = "ctl.sock", workers: int = 1
+) -> None:
     """The server process from here on: the loaded app behind the gate, the heap in huge
-    pages, the control socket, then uvicorn's own serve."""
+    pages, the control socket (``ctl``: one per worker of a multi-worker server), then
+    uvicorn's own serve."""
     config = server.config
     if not config.loaded:
         config.load()  # imports the app (uvicorn's serve would, on its first line)
@@ -1235,7 +1315,7 @@ async def take_over(server: Any, serve: Any, sockets: Any) -> None:
     ms = (time.perf_counter() - t0) * 1e3
     _log(f"huge pages: {huge >> 20} MiB collapsed, {failed} ranges not, in {ms:.0f} ms")
     quiet_ticks(server)
-    live = Live(config, gate, os.environ.get("DENV_ENV_ID", ""))
+    live = Live(config, gate, os.environ.get("DENV_ENV_ID", ""), ctl, workers)
     await live.serve(server, serve, sockets)
 
 
