@@ -94,13 +94,22 @@ def _denv_start(server: Server, image: str) -> tuple[float, str]:
 
 
 def _local_start(image: str) -> float:
+    provider = LocalDockerProvider()
     t0 = time.perf_counter()
-    client: Any = GenericEnvClient.from_docker_image(image, provider=LocalDockerProvider()).sync()
+    client: Any = GenericEnvClient.from_docker_image(image, provider=provider).sync()
     try:
         client.reset()
         return time.perf_counter() - t0
     finally:
-        client.close()
+        # Its close is `docker stop` with a 10 s limit, which a server holding a WebSocket
+        # may outlast (TimeoutExpired): the container is removed either way.
+        container = getattr(provider, "_container_id", None)
+        try:
+            client.close()
+        except Exception as exc:
+            log.info("LocalDockerProvider's close failed (%s); removing its container", exc)
+        if container:
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 
 
 def _fork4(server: Server, image: str) -> dict[str, Any]:
