@@ -128,6 +128,9 @@ def test_each_shape_runs_live_and_forks(
                     obs = child.step(message(f"child {n}")).observation
                     assert obs["messages"] == [*want["messages"], f"child {n}"]
                     assert episode(child)["step_count"] == 4
+                    # NumPy's OpenBLAS threads: a copy has none of its parent's (it hung)
+                    obs = child.step(message("matmul")).observation
+                    assert obs["echoed_message"] == "matmul 600"
             assert episode(root) == want  # the children's steps are their own
     finally:
         with Denv(denv_server.url, denv_server.key) as d:

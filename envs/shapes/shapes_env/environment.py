@@ -2,7 +2,9 @@
 
 Each step appends its message to the episode in memory and, as tool-using envs keep their
 work, a line to ``episode.log`` in each folder of ``FILE_DIRS`` (default ``/workspace`` and
-``/tmp/shapes``); ``state()`` reports both, the files as read back. ``INIT_DELAY_S`` makes
+``/tmp/shapes``); ``state()`` reports both, the files as read back. A step whose message is
+``matmul`` also multiplies two 600x600 matrices with NumPy (OpenBLAS, with threads of its
+own), as envs that compute do, and answers their first element. ``INIT_DELAY_S`` makes
 building the environment slow (an env that waits for a service of its own), and every
 observation names the process that served it (``pid``), so a test sees which worker or
 child answered.
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
@@ -74,12 +77,16 @@ class ShapesEnvironment(Environment):  # type: ignore[misc]
     def step(self, action: ShapesAction, timeout_s: float | None = None, **_: Any) -> Observation:
         self._state.step_count += 1
         self._state.messages.append(action.message)
+        echoed = action.message
+        if action.message == "matmul":
+            product = np.ones((600, 600)) @ np.ones((600, 600))
+            echoed = f"matmul {product[0, 0]:.0f}"
         for d in _dirs():
             d.mkdir(parents=True, exist_ok=True)
             with (d / "episode.log").open("a") as f:
                 f.write(action.message + "\n")
         return ShapesObservation(
-            echoed_message=action.message,
+            echoed_message=echoed,
             messages=list(self._state.messages),
             files=_files(),
             pid=os.getpid(),

@@ -707,6 +707,7 @@ class Live:
             if "error" in gated:
                 return gated
             r, w = os.pipe()
+            stop_blas_threads()
             pid = clone_process()
             if pid == 0:
                 os.close(r)
@@ -786,6 +787,7 @@ class Live:
         # CPython's at-fork hook reseeds ``random`` in every child: a child that keeps the
         # parent's random state gets this copy back.
         kept = random_state() if not all(c.get("reseed", True) for c in children) else None
+        stop_blas_threads()
         failed: dict[str, str] = {}
         mine: dict[str, Any] | None = None
         try:
@@ -908,6 +910,8 @@ class Live:
         session, whichever worker the client's connection reaches."""
         loop = JOBS.loop
         assert loop is not None
+        if self.workers > 1:
+            stop_blas_threads()
         for _ in range(self.workers - 1):
             pid = clone_process()
             if pid == 0:
@@ -1086,6 +1090,36 @@ def clone_into_namespaces(net: bool = False) -> int:
     if net:
         flags |= CLONE_NEWNET
     return clone_process(flags)
+
+
+_BLAS: dict[str, Any] = {}  # OpenBLAS libraries this process loaded, by path
+
+
+def stop_blas_threads() -> int:
+    """Stop the worker threads of every OpenBLAS this process loaded (NumPy's, SciPy's):
+    native threads, which ``threading`` does not list. A copy made by clone(2) has none of
+    them but believes it has, so its first parallel BLAS call (a matrix product of a few
+    hundred rows) waited for them forever. This is OpenBLAS's own step before a fork(): it
+    starts them again at its next parallel call, in this process and in each copy. How
+    many libraries were told."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line and " /" in line}
+    except OSError:
+        return 0
+    n = 0
+    for path in sorted(paths):
+        lib = _BLAS.get(path)
+        if lib is None:
+            try:
+                lib = _BLAS[path] = ctypes.CDLL(path)
+            except OSError:
+                continue
+        shutdown = getattr(lib, "blas_thread_shutdown_", None)
+        if shutdown is not None:
+            shutdown()
+            n += 1
+    return n
 
 
 def clone_process(flags: int = 0) -> int:
