@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from denv.server.node.live import LiveError
+
+log = logging.getLogger(__name__)
 
 LAUNCHER_DIR = Path(__file__).parent / "launcher"
 BIN = "/.denv/bin"
@@ -500,8 +503,11 @@ def trial(proc: Proc) -> float | None:
             "state a live fork cannot copy",
         )
     if "error" in out:
+        log.info("no trial copy of live server %d: %s", proc.pid, out.get("message"))
         return None
-    return float(out.get("ms", 0.0))
+    ms = float(out.get("ms", 0.0))
+    log.info("the trial copy of live server %d served in %.0f ms", proc.pid, ms)
+    return ms
 
 
 def modules(proc: Proc) -> list[str]:
