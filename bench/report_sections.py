@@ -349,6 +349,28 @@ def _live_density(r: Result) -> list[str]:
     return lines
 
 
+def _shapes(r: Result) -> list[str]:
+    lines = [
+        "| server shape | forks | denv start -> `reset()` (median) | LocalDocker | "
+        "LocalDocker / denv | fork(4) to 4 `state()` (median) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for shape, row in r["shapes"].items():
+        kinds = ", ".join(row.get("fork4_kinds") or []) or "-"
+        lines.append(
+            f"| {shape} | {kinds} | {fmt_s(row['denv_start'].get('median'))} | "
+            f"{fmt_s(row['local_start'].get('median'))} | "
+            f"{fmt_x(row.get('local_over_denv_start_median'))} | "
+            f"{fmt_s(row['fork4'].get('median'))} |"
+        )
+    lines += [
+        "",
+        f"{r['rounds']} rounds per shape, alternating; denv's first start of each shape boots "
+        "and the later ones copy its zygote (`denv_starts` in the file).",
+    ]
+    return lines
+
+
 SECTIONS = [
     ("start", "Start -> ready and stop", _start),
     ("fork8", "fork(n) of a live env against one cold start", _fork8),
@@ -359,6 +381,7 @@ SECTIONS = [
     *report_trainer.SECTIONS,
     ("live", "Live forks: a running server copied, memory included", _live),
     ("zygote_start", "Starts from a booted image (zygotes)", _zygote),
+    ("shapes", "Server shapes of real envs: start and fork(4), beside LocalDocker", _shapes),
     ("live_tree", "Tree search: live forks, warm volume forks, replay", _live_tree),
     ("live_density", "Live envs at once", _live_density),
     ("live_density_merged", "Live envs at once, with `denv serve --merge-pages`", _live_density),
