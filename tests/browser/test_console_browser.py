@@ -16,8 +16,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -107,6 +109,55 @@ def signed_in(browser: Any, server: LocalDenv, key: str) -> Any:
     page.click("#sign-in button")
     page.wait_for_selector("#live.on")
     return page
+
+
+class Requests:
+    """Every request a page makes from now on: its status, and Chromium's failure
+    (``net::ERR_...``) when it failed; a request still open (an event stream) has neither."""
+
+    def __init__(self, page: Any) -> None:
+        self.made: list[Any] = []
+        self.status: dict[Any, int] = {}
+        self.failure: dict[Any, str] = {}
+        page.on("request", lambda r: self.made.append(r))
+        page.on("response", lambda r: self.status.__setitem__(r.request, r.status))
+        page.on("requestfailed", lambda r: self.failure.__setitem__(r, r.failure or "failed"))
+
+    @property
+    def urls(self) -> list[str]:
+        return [r.url for r in self.made]
+
+    def failed(self) -> list[str]:
+        """``"<status or failure> <url>"`` of each request that failed: a status >= 400, or
+        a failure. Not counted: a stream the page itself closed after its answer (ERR_ABORTED
+        after a status below 400: Gradio's queue stream once its events are in), and a request
+        to a name that is not this machine's (a stylesheet on the internet: LOCAL_NAMES_ONLY
+        refuses it, as a machine without a network would). A request to an address (an
+        env's container) or to localhost counts."""
+        out = []
+        for request in self.made:
+            status = self.status.get(request)
+            failure = self.failure.get(request)
+            if failure is None:
+                if status is not None and status >= 400:
+                    out.append(f"{status} {request.url}")
+                continue
+            if failure == "net::ERR_ABORTED" and status is not None and status < 400:
+                continue
+            host = urlsplit(request.url).hostname or ""
+            local = host == "localhost" or host.endswith(".localhost") or _is_address(host)
+            if failure == "net::ERR_NAME_NOT_RESOLVED" and not local:
+                continue
+            out.append(f"{failure} {request.url}")
+        return out
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def row_ids(page: Any, selector: str) -> set[str]:
@@ -266,22 +317,23 @@ def test_echo_web_page_through_ingress_steps_the_env(browser: Any, keyed: Keyed)
     )
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.strip() == link
-    failed: list[str] = []
-    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else 0)
-    unsent: list[str] = []  # requests with no answer: a name not on this machine, or aborted
-    page.on("requestfailed", lambda r: unsent.append(f"{r.failure} {r.url}"))
-    page.goto(link)
-    reset = page.get_by_role("button", name="Reset")
+    requests = Requests(page)
+    # Opened as a client's base URL gives it (the path form, a DenvProvider's base_url plus
+    # /web/), the page is sent to the host form, where its absolute paths are the env's.
+    page.goto(f"{ingress}/web/")
     try:
-        reset.wait_for()
-    except Exception as exc:  # say what the page got, not only that a button is missing
-        raise AssertionError(f"no Reset button: {failed=} {unsent=}") from exc
-    reset.click()
-    page.locator("textarea").first.fill("stepped from the browser")
-    page.get_by_role("button", name="Run step").click()
-    page.get_by_text("stepped from the browser").nth(1).wait_for()
+        page.get_by_role("button", name="Reset").click()
+        page.locator("textarea").first.fill("stepped from the browser")
+        page.get_by_role("button", name="Run step").click()
+        page.get_by_text("stepped from the browser").nth(1).wait_for()
+    except Exception as exc:  # say what the page got, not only what it did not show
+        raise AssertionError(f"the page did not step the env; failed: {requests.failed()}") from exc
     shot(page, "echo-web")
-    assert failed == []  # assets, API calls and its event stream: all through ingress
+    # Its document, scripts, theme, API calls and event stream: all through ingress.
+    failed = requests.failed()
+    assert failed == [], f"{len(failed)} of the page's requests failed:\n" + "\n".join(failed)
+    assert page.url == link
+    assert any(u.startswith(link + "theme.css") for u in requests.urls), requests.urls
     with GenericEnvClient(base_url=ingress).sync() as client:
         state = client.state()
     state = dict(state.model_dump() if hasattr(state, "model_dump") else state)

@@ -73,6 +73,35 @@ def test_host_form_picks_its_token_and_leaves_other_hosts_alone() -> None:
     assert split_host(b"a.b.localhost:1") == ("a", "b.localhost")
 
 
+def test_a_browser_opening_the_path_form_is_sent_to_the_host_form() -> None:
+    label = host_label(TOKEN)
+    mw = HostIngress(app=None, proxy=None, bases={"localhost"})
+
+    def moved(
+        path: str, host: str = "127.0.0.1:7711", method: str = "GET", mode: str = "navigate"
+    ) -> str | None:
+        raw = path.encode()
+        path, _, query = raw.partition(b"?")
+        headers = [(b"host", host.encode()), (b"sec-fetch-mode", mode.encode())]
+        scope = {"type": "http", "method": method, "scheme": "http", "headers": headers}
+        return mw.page_moved_to({**scope, "raw_path": path, "query_string": query})
+
+    web = f"http://{label}.localhost:7711/web/"
+    assert moved(f"/ingress/{TOKEN}/web/") == web
+    assert moved(f"/ingress/{TOKEN}/web/?__theme=dark") == web + "?__theme=dark"
+    assert moved(f"/ingress/{TOKEN}") == f"http://{label}.localhost:7711/"
+    assert moved(f"/ingress/{TOKEN}/web/", host="localhost:7711", method="HEAD") == web
+    # Clients (no Fetch Metadata), a script's fetch, a POST: proxied as they were.
+    assert moved(f"/ingress/{TOKEN}/web/", mode="") is None
+    assert moved(f"/ingress/{TOKEN}/web/gradio_api/info", mode="cors") is None
+    assert moved(f"/ingress/{TOKEN}/reset", method="POST") is None
+    # No host form this server answers: an address has no subdomains, another name is not its.
+    assert moved(f"/ingress/{TOKEN}/web/", host="10.0.0.5:7711") is None
+    assert moved(f"/ingress/{TOKEN}/web/", host="denv.example.org") is None
+    assert moved("/ingress/not-a-token!/web/") is None
+    assert moved("/ui") is None
+
+
 def test_host_form_keeps_the_whole_path_and_its_redirects() -> None:
     scope = {
         HOST_FORM: True,
