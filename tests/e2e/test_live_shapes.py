@@ -220,6 +220,13 @@ def test_each_fork_gives_the_files_as_of_that_fork(denv_server: LocalDenv) -> No
             ids.append(child.provider.env_id or "")
             with child:
                 assert lines(child) == plus(first, "two")
+            # The children's copies went with them: only the root's last one is kept, for
+            # its next fork.
+            copies = denv_server.state_dir / "envs" / ids[0] / "rootfs"
+            deadline = time.monotonic() + 10
+            while len(list(copies.glob("c-*"))) > 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(list(copies.glob("c-*"))) == 1
     finally:
         with Denv(denv_server.url, denv_server.key) as d:
             for env_id in ids:

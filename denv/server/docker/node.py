@@ -473,7 +473,7 @@ class DockerNode:
                 raise LiveError("live_fork_failed", f"mounting the children failed: {exc}") from exc
             finally:
                 if copy is not None and copy.done() and copy.exception() is None:
-                    rootfs.done(copy.result())
+                    rootfs.done(parent.group, copy.result())
                 spent["mount_ms"] = (time.perf_counter() - t0) * 1e3
 
         netns = self.live_netns

@@ -12,7 +12,8 @@ exactly its parent's files, and nobody sees anyone else's writes after the fork.
 Layout under the group's env dir ``envs/<group>/rootfs/``: ``c-<hex>/`` (a capture: an
 overlay upper dir copied with its whiteouts, opaque dirs and owners; immutable) and
 ``users/<env>`` (the lower dirs of a child's overlay, one a line, newest first). A capture
-is removed once no child's ``users`` file names it and no fork is still mounting over it.
+is removed once no child's ``users`` file names it, no fork is still mounting over it and
+it is not the last one of a live parent (which its next fork may take again).
 The group's whole dir goes with its container (``Volumes.remove_env``).
 
     lowers = [upper_capture, *rootfs.lowers(group, parent)]   # or the image's layers
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from denv.server.volumes.mounts import mount
@@ -57,6 +59,9 @@ class RootFs:
         # upper has not changed since (a zygote, a root forked again before its next step)
         # gives its next children the same capture, copied once.
         self._last: dict[tuple[str, str], tuple[Path, bytes]] = {}
+        # group -> how many children's ``users`` files name each lower dir (read from the
+        # files once a server run, at the group's first need, then kept up to date)
+        self._refs: dict[str, Counter[str]] = {}
 
     def _dir(self, group: str) -> Path:
         return self.envs_dir / group / "rootfs"
@@ -89,21 +94,25 @@ class RootFs:
             if proc.returncode != 0 and (errors or not target.is_dir()):
                 raise RootFsError(f"copying {upper} failed: {' '.join(errors)[:400]}")
         except BaseException:
-            self.done(target)
-            shutil.rmtree(target, ignore_errors=True)
+            self.done(group, target)
             raise
         # A change within a clock tick of an entry's last one may keep its ctime (before
         # multigrain timestamps, Linux 6.13): a capture is reused only if no entry changed
         # shortly before it was taken.
         if newest < now - SETTLE_NS:
             with self._lock:
+                old = self._last.get((group, env_id))
                 self._last[(group, env_id)] = (target, mark)
+            if old is not None:
+                self._collect(group, [str(old[0])])
         return target
 
-    def done(self, capture: Path) -> None:
-        """The fork that made ``capture`` has named it in each child's ``users`` file."""
+    def done(self, group: str, capture: Path) -> None:
+        """The fork that made (or took) ``capture`` has named it in each child's ``users``
+        file, or failed: removed if nothing stands on it."""
         with self._lock:
             self._in_flight.discard(capture)
+        self._collect(group, [str(capture)])
 
     def upper_base(self, env_id: str, base: Path | None) -> Path:
         """Where a child's root upper and work dirs live: on its first volume's filesystem
@@ -126,7 +135,10 @@ class RootFs:
             )
         users = self._dir(group) / "users"
         users.mkdir(parents=True, exist_ok=True)
-        (users / env_id).write_text("".join(f"{x}\n" for x in lowers))
+        with self._lock:
+            refs = self._refs_of(group)
+            (users / env_id).write_text("".join(f"{x}\n" for x in lowers))
+            refs.update(lowers)
         target = self.envs_dir / group / "live" / slot / ROOT
         target.mkdir(parents=True, exist_ok=True)
         # No nosuid/nodev: this is the image's filesystem, mounted as Docker mounts it.
@@ -141,28 +153,52 @@ class RootFs:
         return [line for line in text.splitlines() if line]
 
     def release(self, group: str, env_id: str) -> None:
-        """A child is gone (its overlay unmounted): forget it, and remove the captures of
-        its group that no child stands on any more and no parent may give again."""
-        top = self._dir(group)
-        with contextlib.suppress(FileNotFoundError):
-            (top / "users" / env_id).unlink()
+        """A live env is gone (a child's overlay unmounted): forget it, and remove the
+        captures it stood on, or made last, that no other child stands on and no parent may
+        give again."""
+        mine = self._dir(group) / "users" / env_id
         with self._lock:
-            self._last.pop((group, env_id), None)
-        if not top.is_dir():
-            return
-        with self._lock:
-            # a capture a parent's next fork may take again stays while that parent lives
-            used = set(self._in_flight) | {kept for kept, _ in self._last.values()}
-            with contextlib.suppress(FileNotFoundError), os.scandir(top / "users") as files:
+            last = self._last.pop((group, env_id), None)
+            candidates = [str(last[0])] if last is not None else []  # its own last capture
+            if mine.exists():
+                refs = self._refs_of(group)
+                lowers = self.lowers(group, env_id) or []
+                mine.unlink()
+                refs.subtract(lowers)
+                candidates += lowers
+        self._collect(group, candidates)
+
+    def _refs_of(self, group: str) -> Counter[str]:
+        """The group's counts of lower dirs (under the lock)."""
+        refs = self._refs.get(group)
+        if refs is None:
+            refs = Counter()
+            users = self._dir(group) / "users"
+            with contextlib.suppress(FileNotFoundError), os.scandir(users) as files:
                 for f in files:
                     with contextlib.suppress(OSError):
-                        used.update(Path(x) for x in Path(f.path).read_text().splitlines())
-            stale = [p for p in top.iterdir() if p.name.startswith("c-") and p not in used]
-            doomed = []
-            for p in stale:  # renamed under the lock: no fork can take it up meanwhile
-                gone = p.with_name(f".rm-{p.name}")
-                with contextlib.suppress(OSError):
-                    os.rename(p, gone)
+                        refs.update(x for x in Path(f.path).read_text().splitlines() if x)
+            self._refs[group] = refs
+        return refs
+
+    def _collect(self, group: str, candidates: list[str]) -> None:
+        """Remove those of ``candidates`` that are captures of ``group`` no child stands on,
+        no fork is mounting over and no parent may give again."""
+        top = str(self._dir(group))
+        doomed = []
+        with self._lock:
+            refs = self._refs_of(group)
+            kept = {str(c) for c, _ in self._last.values()} | {str(c) for c in self._in_flight}
+            for c in candidates:
+                path = Path(c)
+                if str(path.parent) != top or not path.name.startswith("c-"):
+                    continue  # an image layer, or another group's
+                if refs[c] > 0 or c in kept:
+                    continue
+                refs.pop(c, None)
+                gone = path.with_name(f".rm-{path.name}")
+                with contextlib.suppress(OSError):  # renamed under the lock: out of reach
+                    os.rename(path, gone)
                     doomed.append(gone)
         for p in doomed:
             shutil.rmtree(p, ignore_errors=True)
@@ -172,6 +208,7 @@ class RootFs:
         with self._lock:
             for key in [k for k in self._last if k[0] == group]:
                 del self._last[key]
+            self._refs.pop(group, None)
 
 
 def fingerprint(top: Path) -> tuple[bytes, int]:
