@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,118 @@ def test_each_shape_runs_live_and_forks(
                     obs = child.step(message("matmul")).observation
                     assert obs["echoed_message"] == "matmul 600"
             assert episode(root) == want  # the children's steps are their own
+    finally:
+        with Denv(denv_server.url, denv_server.key) as d:
+            for env_id in ids:
+                if env_id:
+                    d.delete_env(env_id)
+        assert_gone(denv_server, ids)
+
+
+# Every folder an env may keep its work in outside /work (FILE_DIRS of the shapes env).
+FILE_DIRS = "/workspace,/tmp/shapes,/root/shapes,/app/shapes"
+
+
+def lines(client: Any) -> dict[str, list[str]]:
+    """Each episode.log's lines, as the env read them back."""
+    return dict(state_of(client)["files"])
+
+
+def plus(files: dict[str, list[str]], line: str) -> dict[str, list[str]]:
+    return {path: [*got, line] for path, got in files.items()}
+
+
+def test_children_fork_files_outside_work(denv_server: LocalDenv) -> None:
+    """Each live child starts with the root's files as of the fork (written under
+    /workspace, /tmp, /root and /app before it), and from then on the root, each child and a
+    grandchild see only their own writes: files fork exactly like memory."""
+    p = provider(denv_server)
+    root = GenericEnvClient.from_docker_image(
+        SHAPES_IMAGE, provider=p, env_vars={"FILE_DIRS": FILE_DIRS}
+    ).sync()
+    ids = [p.env_id or ""]
+    try:
+        with root:
+            root.reset()
+            for i in range(2):
+                root.step(message(f"prefix {i}"))
+            at_fork = lines(root)
+            assert sorted(at_fork) == sorted(f"{d}/episode.log" for d in FILE_DIRS.split(","))
+            assert all(got == ["prefix 0", "prefix 1"] for got in at_fork.values())
+            children = fork_clients(root, 2)
+            ids += [c.provider.env_id or "" for c in children]
+            with Denv(denv_server.url, denv_server.key) as d:
+                assert [str(d.get_env(i).start) for i in ids[1:]] == ["live", "live"]
+            for child in children:
+                assert lines(child) == at_fork
+            # Each writes its own line after the fork; nobody sees anyone else's.
+            root.step(message("root"))
+            for n, child in enumerate(children):
+                child.step(message(f"child {n}"))
+            assert lines(root) == plus(at_fork, "root")
+            for n, child in enumerate(children):
+                assert lines(child) == plus(at_fork, f"child {n}")
+                assert episode(child)["messages"] == ["prefix 0", "prefix 1", f"child {n}"]
+            # A grandchild: the child's files as of its fork, then its own.
+            child_at_fork = lines(children[0])
+            (grand,) = fork_clients(children[0], 1)
+            ids.append(grand.provider.env_id or "")
+            with grand:
+                assert lines(grand) == child_at_fork
+                grand.step(message("grandchild"))
+                children[0].step(message("child 0 again"))
+                assert lines(grand) == plus(child_at_fork, "grandchild")
+                assert lines(children[0]) == plus(child_at_fork, "child 0 again")
+                assert lines(children[1]) == plus(at_fork, "child 1")
+                assert lines(root) == plus(at_fork, "root")
+            for child in children:
+                child.close()
+    finally:
+        with Denv(denv_server.url, denv_server.key) as d:
+            for env_id in ids:
+                if env_id:
+                    d.delete_env(env_id)
+        assert_gone(denv_server, ids)
+    # Nothing of their root filesystems is left mounted on the host.
+    envs = str(denv_server.state_dir / "envs")
+    with open("/proc/self/mountinfo") as f:
+        left = [line.split()[4] for line in f if any(f"{envs}/{i}" in line for i in ids)]
+    assert left == []
+
+
+def test_each_fork_gives_the_files_as_of_that_fork(denv_server: LocalDenv) -> None:
+    """A root forked again: its children get its files as of their own fork, the same copy
+    while the root wrote nothing in between, a new one once it has (the node keeps the
+    last copy of a parent's changes while they stay the same)."""
+    p = provider(denv_server)
+    root = GenericEnvClient.from_docker_image(SHAPES_IMAGE, provider=p).sync()
+    ids = [p.env_id or ""]
+    try:
+        with root:
+            root.reset()
+            root.step(message("one"))
+            time.sleep(0.3)  # settled: the next forks may share one copy of the root's files
+            first = lines(root)
+            for n in range(2):
+                (child,) = fork_clients(root, 1)
+                ids.append(child.provider.env_id or "")
+                with child:
+                    assert lines(child) == first
+                    child.step(message(f"child {n}"))
+                    assert lines(child) == plus(first, f"child {n}")
+            assert lines(root) == first
+            root.step(message("two"))
+            (child,) = fork_clients(root, 1)
+            ids.append(child.provider.env_id or "")
+            with child:
+                assert lines(child) == plus(first, "two")
+            # The children's copies went with them: only the root's last one is kept, for
+            # its next fork.
+            copies = denv_server.state_dir / "envs" / ids[0] / "rootfs"
+            deadline = time.monotonic() + 10
+            while len(list(copies.glob("c-*"))) > 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(list(copies.glob("c-*"))) == 1
     finally:
         with Denv(denv_server.url, denv_server.key) as d:
             for env_id in ids:

@@ -209,6 +209,9 @@ class ChildSpec:
     kids: str  # where its own children's slots appear: bound on /.denv/work in the child
     reseed: bool = True  # fresh entropy for random and NumPy's global generator
     net: bool = False  # a network namespace of its own (the node connects it: ``placed``)
+    # its root filesystem's overlay inside the container, which it makes its root; "": it
+    # keeps its container's (``live_root``)
+    root: str = ""
 
 
 def fork(
@@ -264,6 +267,7 @@ def _fork(
             "kids": c.kids,
             "reseed": c.reseed,
             "net": c.net,
+            **({"root": c.root} if c.root else {}),
         }
         for c in children
     ]

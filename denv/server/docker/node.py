@@ -14,9 +14,10 @@ import contextlib
 import os
 import shutil
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +27,7 @@ from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.images import ImageSource, NodeImages
 from denv.server.docker.layers import LayerTransfer, Peers
+from denv.server.docker.live_root import LiveRoots
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
 from denv.server.node.seam import (
@@ -41,6 +43,7 @@ from denv.server.node.seam import (
 from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
+from denv.server.volumes.rootfs import ROOT, RootFsError
 
 
 class DockerNode:
@@ -84,6 +87,7 @@ class DockerNode:
         # live envs does not ask the engine again: a live group's pid 1 outlives its envs.
         self._pids: dict[str, live.Proc] = {}
         self.merge_pages = merge_pages
+        self.roots = LiveRoots(engine, volumes)  # what live children's root overlays stand on
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -260,6 +264,7 @@ class DockerNode:
             for cid in containers:  # a live group's: the host route to its children
                 self.net.forget(cid)
                 self._pids.pop(cid, None)
+                self.roots.forget(cid)
             for cid in set(containers) | set(self.engine.states(env_id)):
                 with self.queue.slot(owner):
                     self.engine.remove(cid)
@@ -412,38 +417,64 @@ class DockerNode:
         children: list[tuple[str, int]],
         reseed: bool = True,
     ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
-        """Gate the parent, capture its volumes' changes into layers, mount each child's
-        volumes in the group's slot dir, fork, plumb: (each volume's new stack, each child's
-        process or why it failed, timings in ms)."""
+        """Gate the parent, capture its volumes' and its root filesystem's changes, mount
+        each child's volumes and root overlay in the group's slot dir, fork, plumb: (each
+        volume's new stack, each child's process or why it failed, timings in ms)."""
         stacks: list[list[str]] = []
+        rootfs = self.volumes.rootfs
+        # What the parent's root filesystem is (the engine asked once a container), before
+        # the gate: only the copy of its changes is made while the parent waits.
+        root = self.roots.source(parent_env, parent, volumes)
 
         def slot_of(env_id: str) -> str:
             return f"{parent.slot}/kids/{env_id}" if parent.slot else env_id
 
+        spent: dict[str, float] = {}  # ms of the node's own steps, for the fork's log line
+
+        def copied(upper: Path) -> Path:
+            t0 = time.perf_counter()
+            try:
+                return rootfs.capture(parent.group, parent_env, upper)
+            finally:
+                spent["rootfs_copy_ms"] = (time.perf_counter() - t0) * 1e3
+
         def capture() -> None:
-            new = [
-                self.volumes.capture(self.volumes.upper(parent_env, s.service, s.n))
-                for s in volumes
-            ]
-            stacks.extend(
-                self.volumes.stack(layer, slot.layers)
-                for slot, layer in zip(volumes, new, strict=True)
-            )
-            jobs = [
-                (env_id, slot, layers)
-                for env_id, _ in children
-                for slot, layers in zip(volumes, stacks, strict=True)
-            ]
+            t0 = time.perf_counter()
+            ids = [env_id for env_id, _ in children]
+            copy: Future[Path] | None = None
+            try:
+                with ThreadPoolExecutor(max(1, min(len(ids), 8)), "denv-live-mount") as pool:
+                    # The parent waits at its gate meanwhile. Its root filesystem's changes
+                    # are copied (by a process of its own) while /work is captured and the
+                    # children's volumes are mounted, all at once.
+                    if root is not None:
+                        copy = pool.submit(copied, root.upper)
+                    new = [
+                        self.volumes.capture(self.volumes.upper(parent_env, s.service, s.n))
+                        for s in volumes
+                    ]
+                    stacks.extend(
+                        self.volumes.stack(layer, slot.layers)
+                        for slot, layer in zip(volumes, new, strict=True)
+                    )
 
-            def attach(job: tuple[str, VolumeSlot, list[str]]) -> None:
-                env_id, slot, layers = job
-                self.volumes.attach_live(
-                    parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
-                )
+                    def attach(env_id: str) -> None:
+                        for slot, layers in zip(volumes, stacks, strict=True):
+                            self.volumes.attach_live(
+                                parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
+                            )
+                        if copy is not None and root is not None:  # on its volume's fs: after
+                            lowers = [str(copy.result()), *root.lowers]
+                            base = self.roots.base(env_id, volumes)
+                            rootfs.attach(parent.group, slot_of(env_id), env_id, base, lowers)
 
-            # The parent waits at its gate meanwhile: mount the children's volumes at once.
-            with ThreadPoolExecutor(max(1, min(len(jobs), 8)), "denv-live-mount") as pool:
-                list(pool.map(attach, jobs))
+                    list(pool.map(attach, ids))
+            except (RootFsError, OSError) as exc:
+                raise LiveError("live_fork_failed", f"mounting the children failed: {exc}") from exc
+            finally:
+                if copy is not None and copy.done() and copy.exception() is None:
+                    rootfs.done(parent.group, copy.result())
+                spent["mount_ms"] = (time.perf_counter() - t0) * 1e3
 
         netns = self.live_netns
         if netns:  # each child serves the env's own port at an address of its own
@@ -456,6 +487,7 @@ class DockerNode:
                 f"{live.WORK_DIR}/{env_id}/kids",
                 reseed,
                 netns,
+                f"{live.WORK_DIR}/{env_id}/{ROOT}" if root else "",
             )
             for env_id, port in children
         ]
@@ -497,11 +529,13 @@ class DockerNode:
                     placed,
                     merge=self.merge_pages,
                 )
-            except BaseException:  # no child: their cgroups, rules, addresses and limits go
+            except BaseException:  # no child: their cgroups, rules, addresses, limits, mounts go
                 if guarded is not None:
                     guarded.exception()
                 for env_id, port in children:
                     self._release_live(group, parent.container, env_id, port, netns)
+                    self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
+                    rootfs.release(parent.group, env_id)
                 raise
             finally:
                 with contextlib.suppress(live_apart.ApartError):
@@ -510,6 +544,7 @@ class DockerNode:
         for (env_id, port), proc in zip(children, procs, strict=True):
             if isinstance(proc, LiveError):
                 self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
+                rootfs.release(parent.group, env_id)
                 self._release_live(group, parent.container, env_id, port, netns)
                 out.append(proc.message)
             else:
@@ -525,7 +560,7 @@ class DockerNode:
                         }
                     )
                 )
-        return stacks, out, timings
+        return stacks, out, {**timings, **spent}
 
     def _live_net(self, container: str) -> live_net.ContainerNet:
         """The children's network of a container (found again after a restart)."""
@@ -604,6 +639,7 @@ class DockerNode:
             if group is not None and not last:
                 self._release_live(group, proc.container, env_id, proc.port, netns)
             self.volumes.detach_live(proc.group, proc.slot, env_id)
+            self.volumes.rootfs.release(proc.group, env_id)
         if last:
             self.net.forget(proc.container)
             self.teardown(proc.group, [proc.container])

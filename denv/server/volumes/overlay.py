@@ -31,6 +31,7 @@ from denv.server.volumes.mounts import (
     mount_points_under,
     unmount_all,
 )
+from denv.server.volumes.rootfs import ROOT, RootFs
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class Volumes:
     def __init__(self, state_dir: Path, size_mb: int = 0) -> None:
         self.layers_dir = state_dir / "layers"
         self.envs_dir = state_dir / "envs"
+        self.rootfs = RootFs(self.envs_dir)  # live children's root filesystems
         # What each volume may change, enforced by a filesystem of its own; 0: unlimited.
         # Pooled filesystems of an earlier run (with sizes or not, this one starts empty).
         drain_pool(state_dir / "volfs")
@@ -157,11 +159,12 @@ class Volumes:
             base.mkdir(parents=True, exist_ok=True)
 
     def detach_live(self, group: str, slot: str, env_id: str) -> None:
-        """Unmount a live env's volumes from its group's live dir (a child has binds of its
-        own of them) and remove its volume dirs; its children's slots stay."""
+        """Unmount a live env's volumes and root filesystem (``rootfs``) from its group's
+        live dir (a child has binds of its own of them) and remove its volume dirs; its
+        children's slots stay."""
         home = self.envs_dir / group / "live" / slot if slot else None
         if home is not None and home.is_dir():
-            targets = list(home.glob("work-*"))
+            targets = [*home.glob("work-*"), *home.glob(ROOT)]
             unmount_all(*targets)
             for target in targets:
                 with contextlib.suppress(OSError):
@@ -181,7 +184,9 @@ class Volumes:
         return self.envs_dir / env_id / service / str(n) / "mnt"
 
     def remove_env(self, env_id: str) -> None:
-        """Unmount and delete everything an env's volumes had."""
+        """Unmount and delete everything an env's volumes had (a live group's: its children's
+        volumes and root filesystems too)."""
+        self.rootfs.forget(env_id)
         root = self.env_dir(env_id)
         if root.exists():
             if self.fs is not None:

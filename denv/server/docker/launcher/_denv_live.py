@@ -56,7 +56,7 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
     ``{"error": "fork_unsafe" | "busy", "message": ...}`` (the gate reopens). The gate stays
     closed until ``fork``/``ungate`` on the same connection, or the connection ends.
 ``{"op": "fork", "children": [{"env": id, "port": p, "work": [[slot, path]], "kids": dir,
-"reseed": bool, "net": bool}], "hold": bool}``
+"reseed": bool, "net": bool, "root": dir}], "hold": bool}``
     fork once per child at the gated point, reopen the gate (unless ``hold``: then it stays
     closed until ``ungate``, so the node can capture /work meanwhile), answer ``{"ok": true,
     "failed": {env: why}}``. Each child binds ``/.denv/ctl/<env>.sock`` at once and waits
@@ -69,9 +69,11 @@ Control protocol: one JSON object per line on a unix socket, answered by one lin
 ``{"op": "setup", "net": {"if": name, "addr": "ip/len", "gw": ip}}`` (on a child's bootstrap
 socket, after the node wrote its uid/gid maps; ``net`` for a child cloned with ``"net":
 true``, once the node gave its network namespace its end of a veth pair)
-    bind each work slot onto its path, hide the other slots and the parent's control socket,
-    bring up ``lo`` and the pair's end with the address and a default route (``net``), drop
-    every capability, serve on the child's port and control socket, answer ``{"ok": true}``.
+    make ``root`` (the node's overlay of the parent's files, if the fork gave one) its root
+    filesystem, bind each work slot onto its path, hide the other slots and the parent's
+    control socket, bring up ``lo`` and the pair's end with the address and a default route
+    (``net``), drop every capability, serve on the child's port and control socket, answer
+    ``{"ok": true}``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MS_REC = 16384
+MS_MOVE = 8192
+MS_PRIVATE = 1 << 18
 MS_NOSUID = 2
 MS_NODEV = 4
 PR_CAPBSET_DROP = 24
@@ -931,14 +935,18 @@ class Live:
         self, spec: dict[str, Any], boot: socket.socket, path: str, net: dict[str, Any] | None
     ) -> socket.socket:
         """The node wrote our uid/gid maps (and, with ``net``, gave our network namespace
-        its end of a pair): take our /work, hide the rest, set our network up, drop every cap."""
+        its end of a pair): take our root filesystem and /work, hide the rest, set our
+        network up, drop every cap."""
         if net:
             configure_netns(str(net["if"]), str(net["addr"]), str(net["gw"]))
-        for slot, target in spec["work"]:
-            _mount(slot, target, None, MS_BIND | MS_REC, None)
-        # Hide the other children's slots: our /.denv/work is where our own children's
-        # slots appear (the node mounts them there; they propagate into this namespace).
-        _mount(spec["kids"], WORK_DIR, None, MS_BIND, None)
+        if spec.get("root"):
+            own_root(str(spec["root"]), [(a, b) for a, b in spec["work"]], str(spec["kids"]))
+        else:
+            for slot, target in spec["work"]:
+                _mount(slot, target, None, MS_BIND | MS_REC, None)
+            # Hide the other children's slots: our /.denv/work is where our own children's
+            # slots appear (the node mounts them there; they propagate into this namespace).
+            _mount(spec["kids"], WORK_DIR, None, MS_BIND, None)
         boot.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -1214,6 +1222,83 @@ def own_resolver(gateway: str) -> None:
     with open(mine, "w") as f:
         f.write(text.replace(DOCKER_DNS, gateway))
     _mount(mine, RESOLV, None, MS_BIND, None)
+
+
+def own_root(root: str, work: list[tuple[str, str]], kids: str) -> None:
+    """In a child, before it drops its capabilities: make ``root`` (its own overlay of the
+    container's files, which the node mounted in its slot) its root filesystem.
+
+    Every mount of the container's is bound (with what is mounted under it) at the same
+    path in the new root: /proc, /sys, /dev, /etc/hosts and the like, /.denv/bin and
+    /.denv/ctl; each volume's path gets our slot instead, and /.denv/work our ``kids`` dir
+    (where our own children's slots appear: the binds keep receiving the node's mounts).
+    Then the new root is moved onto ``/`` and we enter our own mount namespace again:
+    setns(2) makes the topmost mount over the namespace's root our root and cwd. (Docker's
+    seccomp profile refuses pivot_root(2), and chroot(2) too in a container without
+    CAP_SYS_CHROOT; it lets mount(2) and setns(2) through with CAP_SYS_ADMIN.) The
+    container's root stays below ours in our mount namespace, out of reach and out of
+    /proc/self/mountinfo, and its copies of the node's mounts still receive the node's
+    unmounts. Files already open stay the old ones."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    binds = _root_binds(work, kids)
+    _mount(root, root, None, MS_BIND | MS_REC, None)  # a mount of ours: it can be moved
+    _mount("none", root, None, MS_PRIVATE, None)  # nothing we mount on it goes back out
+    for source, target in binds:
+        dest = root + target
+        if not os.path.lexists(dest):
+            if os.path.isdir(source):
+                os.makedirs(dest, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        _mount(source, dest, None, MS_BIND | MS_REC, None)
+    os.chdir(root)
+    _mount(".", "/", None, MS_MOVE, None)
+    ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(libc.setns(ns, CLONE_NEWNS), "enter our mount namespace at our root")
+    finally:
+        os.close(ns)
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir("/")
+
+
+def _root_binds(work: list[tuple[str, str]], kids: str) -> list[tuple[str, str]]:
+    """(source, target) of each bind a child's new root needs, parents before children:
+    the container's outermost mounts (each bound with those under it), our volume slots at
+    their paths, our ``kids`` dir at /.denv/work; none of the other slots under it."""
+    with open("/proc/self/mountinfo") as f:
+        points = {_unescape(line.split()[4]) for line in f if line.strip()}
+    volumes = {target: slot for slot, target in work}
+    tops: list[str] = []
+    for point in sorted(points, key=lambda p: (p.count("/"), p)):
+        if point == "/" or any(point.startswith(t.rstrip("/") + "/") for t in tops):
+            continue
+        tops.append(point)
+    binds = {WORK_DIR: kids, **volumes}
+    for point in tops:
+        if point == WORK_DIR or point.startswith(WORK_DIR + "/") or point in binds:
+            continue
+        binds[point] = point
+    return [(binds[t], t) for t in sorted(binds, key=lambda p: (p.count("/"), p))]
+
+
+def _unescape(path: str) -> str:
+    """A mountinfo path (space, tab, newline and backslash written as octal escapes)."""
+    out, i = [], 0
+    while i < len(path):
+        if path[i] == "\\" and path[i + 1 : i + 4].isdigit():
+            out.append(chr(int(path[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(path[i])
+            i += 1
+    return "".join(out)
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
