@@ -527,6 +527,7 @@ class Live:
         self.reaping = False
         self.serving: asyncio.Task[None] | None = None
         self.setting_up: asyncio.Task[None] | None = None
+        self.trying: asyncio.Task[None] | None = None  # a trial copy's serve and request
         self.stages: list[tuple[str, float, int, int]] = []  # a child's start (DENV_LIVE_TRACE)
         self.warmed: dict[str, Any] | None = None  # the warm-up's outcome (a zygote's)
 
@@ -758,7 +759,9 @@ class Live:
         except BaseException as exc:
             _say(w, f"repairing the copy failed: {type(exc).__name__}: {exc}")
             os._exit(1)
-        loop.create_task(self._trial_serve(w))
+        # Held: the loop keeps only a weak reference to a task (one collected mid-way closes
+        # its coroutine: GeneratorExit, a trial failed for nothing).
+        self.trying = loop.create_task(self._trial_serve(w))
 
     async def _trial_serve(self, w: int) -> None:
         try:
