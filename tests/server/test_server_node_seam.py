@@ -7,6 +7,7 @@ import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -311,4 +312,45 @@ def test_a_delete_before_the_boot_cancels_it(tmp_path: Path) -> None:
     assert not any(c.startswith("wait_healthy") for c in node.calls)
     got = store.get_env(env_id)
     assert got is not None and got.status == EnvStatus.DELETED
+    store.close()
+
+
+def test_a_failed_copy_of_a_zygote_leaves_the_creates_version_id_free(tmp_path: Path) -> None:
+    """A zygote copy records its version under an id of its own: when the copy fails, the
+    create boots and records its planned version itself (the copy once took the planned id,
+    and the boot's insert failed with sqlite's UNIQUE constraint: a 500). The node is a fake
+    here: a copy that dies on the real engine is made by no image on purpose."""
+    from dataclasses import replace
+
+    from denv.server.lifecycle.live_forks import LiveForks
+    from denv.server.lifecycle.requests import EnvsCreate
+    from denv.server.lifecycle.versions import Versions
+
+    node = FakeNode()
+    asked: list[list[tuple[str, int]]] = []
+
+    def live_fork(
+        parent_env: str, parent: LiveProc, volumes: list[VolumeSlot], children: Any, reseed: bool
+    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+        asked.append(list(children))
+        return [["lyr_zygote"] for _ in volumes], ["the copy died" for _ in children], {}
+
+    node.live_fork = live_fork  # type: ignore[attr-defined]
+    envs, store, version = _lifecycle(tmp_path, node)
+    zygote_id = _create(envs, version)
+    assert envs.wait(zygote_id, READY, 10).status == EnvStatus.HEALTHY
+    proc = LiveProc(group=zygote_id, container="c-agent", pid=1, start=1, port=8000)
+    runtime = store.get_env(zygote_id).runtime  # type: ignore[union-attr]
+    store.set_runtime(zygote_id, runtime.model_copy(update={"live": proc}))
+    zygote = store.get_env(zygote_id)
+    assert zygote is not None
+    planned = replace(version, id="ver_planned")
+    made, recs = LiveForks(envs.ctx, Versions(envs.ctx)).from_zygote(
+        "o", zygote, planned, EnvsCreate()
+    )
+    assert asked and recs[0].status == EnvStatus.FAILED
+    assert made.id != planned.id
+    store.insert_version(planned)  # the boot's record of its version: no UNIQUE failure
+    assert store.get_version("ver_planned") is not None
+    envs.ctx.pool.shutdown(wait=True)
     store.close()
