@@ -223,7 +223,10 @@ class Relay:
 
     def __init__(self, key: bytes, allowed: Callable[[str], bool]) -> None:
         self.key, self.allowed = key, allowed
-        self._loop = asyncio.new_event_loop()
+        # asyncio's own loop, whatever the process's policy: Ray's workers install uvloop's
+        # where it is installed (uvicorn[standard] brings it), and under it the relay's
+        # handshake was answered as by no denv relay.
+        self._loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="denv-relay")
         self._thread.daemon = True
