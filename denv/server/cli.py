@@ -152,6 +152,11 @@ def main(
             log_config=None,
             access_log=False,
             lifespan="on",
+            # asyncio's loop and h11, whatever else the venv has (uvloop and httptools come
+            # with uvicorn[standard], which OpenEnv envs depend on): the server runs the same
+            # everywhere, as it is tested
+            loop="asyncio",
+            http="h11",
             ws=PingAwareProtocol,  # a client's pings keep its WebSocket through ingress open
             timeout_graceful_shutdown=5,
             ssl_certfile=args.tls_cert,
