@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +64,42 @@ def live_env_ids(server: LocalDenv, label: tuple[str, str]) -> list[str]:
             for env in denv.list_envs()
             if str(env.status) != "deleted" and env.labels.get(key) == value
         ]
+
+
+@contextmanager
+def derived_images(
+    base: str, forms: dict[str, list[str]], files: dict[str, str] | None = None
+) -> Iterator[None]:
+    """Build one image per ``forms`` item (its tag: Dockerfile lines after ``FROM base``, in
+    a context holding ``files``, each executable), and remove them all on exit. Forms
+    with no lines are skipped (the base image itself)."""
+    built: list[str] = []
+    try:
+        for tag, lines in forms.items():
+            if not lines:
+                continue
+            with tempfile.TemporaryDirectory() as ctx:
+                for name, text in (files or {}).items():
+                    Path(ctx, name).write_text(text)
+                    Path(ctx, name).chmod(0o755)
+                Path(ctx, "Dockerfile").write_text("\n".join([f"FROM {base}", *lines]))
+                subprocess.run(
+                    ["docker", "build", "-q", "-t", tag, ctx],
+                    check=True,
+                    capture_output=True,
+                    env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+                )
+            built.append(tag)
+        yield
+    finally:
+        if built:
+            subprocess.run(["docker", "image", "rm", "-f", *built], capture_output=True)
+
+
+def delete_all(server: LocalDenv, ids: list[str]) -> None:
+    """Delete the envs a test made (ids may hold "" for one that never started); none left."""
+    with Denv(server.url, server.key) as d:
+        for env_id in ids:
+            if env_id:
+                d.delete_env(env_id)
+    assert_gone(server, ids)

@@ -19,11 +19,8 @@ Before workers were copied, a multi-worker server forked by booting (fork(4) of
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +28,7 @@ from conftest import LocalDenv
 from denv.openenv import DenvProvider, fork_clients
 from live_procs import live_pids
 from openenv.core import GenericEnvClient
-from provider_helpers import assert_gone, message, state_of
+from provider_helpers import delete_all, derived_images, message, state_of
 
 from denv import Denv
 
@@ -71,24 +68,8 @@ def image(tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def shape_images() -> Iterator[None]:
-    built: list[str] = []
-    try:
-        for tag, lines in FORMS.items():
-            if not lines:
-                continue
-            with tempfile.TemporaryDirectory() as ctx:
-                Path(ctx, "Dockerfile").write_text("\n".join([f"FROM {SHAPES_IMAGE}", *lines]))
-                subprocess.run(
-                    ["docker", "build", "-q", "-t", image(tag), ctx],
-                    check=True,
-                    capture_output=True,
-                    env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
-                )
-            built.append(image(tag))
+    with derived_images(SHAPES_IMAGE, {image(t): lines for t, lines in FORMS.items()}):
         yield
-    finally:
-        if built:
-            subprocess.run(["docker", "image", "rm", "-f", *built], capture_output=True)
 
 
 def provider(server: LocalDenv) -> DenvProvider:
@@ -134,11 +115,7 @@ def test_each_shape_runs_live_and_forks(
                     assert obs["echoed_message"] == "matmul 600"
             assert episode(root) == want  # the children's steps are their own
     finally:
-        with Denv(denv_server.url, denv_server.key) as d:
-            for env_id in ids:
-                if env_id:
-                    d.delete_env(env_id)
-        assert_gone(denv_server, ids)
+        delete_all(denv_server, ids)
 
 
 # Every folder an env may keep its work in outside /work (FILE_DIRS of the shapes env).
@@ -200,11 +177,7 @@ def test_children_fork_files_outside_work(denv_server: LocalDenv) -> None:
             for child in children:
                 child.close()
     finally:
-        with Denv(denv_server.url, denv_server.key) as d:
-            for env_id in ids:
-                if env_id:
-                    d.delete_env(env_id)
-        assert_gone(denv_server, ids)
+        delete_all(denv_server, ids)
     # Nothing of their root filesystems is left mounted on the host.
     envs = str(denv_server.state_dir / "envs")
     with open("/proc/self/mountinfo") as f:
@@ -246,8 +219,4 @@ def test_each_fork_gives_the_files_as_of_that_fork(denv_server: LocalDenv) -> No
                 time.sleep(0.05)
             assert len(list(copies.glob("c-*"))) == 1
     finally:
-        with Denv(denv_server.url, denv_server.key) as d:
-            for env_id in ids:
-                if env_id:
-                    d.delete_env(env_id)
-        assert_gone(denv_server, ids)
+        delete_all(denv_server, ids)

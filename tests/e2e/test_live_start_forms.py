@@ -14,17 +14,14 @@ live, and forks from a volume snapshot. An image without Python is refused for `
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import LocalDenv
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, assert_gone, message, state_of
+from provider_helpers import ECHO_IMAGE, assert_gone, delete_all, derived_images, message, state_of
 
 from denv import Conflict, Denv
 
@@ -37,6 +34,7 @@ echo "starting the echo env"
 cd /app
 uvicorn {APP} --host 0.0.0.0 --port "${{PORT:-8000}}"
 """
+FILES = {"start.sh": START_SH}
 # (tag, Dockerfile lines after FROM the echo image)
 FORMS = {
     # (`sh -c "cd /app/env && uvicorn ..."` with PYTHONPATH set: the openenv-init image.)
@@ -88,33 +86,8 @@ def image(tag: str) -> str:
 @pytest.fixture(scope="module")
 def form_images() -> Iterator[None]:
     """The images, built for this module (metadata layers on the echo image: seconds)."""
-    built: list[str] = []
-    try:
-        for tag, lines in FORMS.items():
-            with tempfile.TemporaryDirectory() as ctx:
-                Path(ctx, "start.sh").write_text(START_SH)
-                Path(ctx, "start.sh").chmod(0o755)
-                Path(ctx, "Dockerfile").write_text("\n".join([f"FROM {ECHO_IMAGE}", *lines]))
-                subprocess.run(
-                    ["docker", "build", "-q", "-t", image(tag), ctx],
-                    check=True,
-                    capture_output=True,
-                    env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
-                )
-            built.append(image(tag))
+    with derived_images(ECHO_IMAGE, {image(t): lines for t, lines in FORMS.items()}, FILES):
         yield
-    finally:
-        if built:
-            subprocess.run(["docker", "image", "rm", "-f", *built], capture_output=True)
-
-
-def delete_all(server: LocalDenv, ids: list[str]) -> None:
-    """Delete the envs a test made (ids may hold "" for one that never started); none left."""
-    with Denv(server.url, server.key) as d:
-        for env_id in ids:
-            if env_id:
-                d.delete_env(env_id)
-    assert_gone(server, ids)
 
 
 def provider(server: LocalDenv, **kwargs: Any) -> DenvProvider:

@@ -737,24 +737,32 @@ class Live:
             return {"error": "trial_failed", "message": said or "it ended without a word"}
         return {"ok": True, "ms": (time.perf_counter() - t0) * 1e3}
 
-    def _trial_child(self, w: int, writer: asyncio.StreamWriter) -> None:
-        """In the trial's copy, on the server's loop thread: repair as a live child does,
-        then serve and answer one request of its own (``_trial_serve``)."""
+    def _repair(self) -> asyncio.AbstractEventLoop:
+        """In a new copy of this process (a fork's child, a trial, a child's further
+        worker), on the server's loop thread: the loop running again with an epoll instance
+        and self-pipe of its own, the parent's listeners and connections dropped (the
+        copy's descriptors only), pools that forget the parent's workers."""
         loop = JOBS.loop
         assert loop is not None
         asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
+        own_selector_and_self_pipe(loop)
+        if self.server is not None:
+            for srv in self.server.servers:
+                srv.close()
+            for conn in list(self.server.server_state.connections):
+                drop_copy(conn.transport)
+        reset_thread_pools(loop)
+        return loop
+
+    def _trial_child(self, w: int, writer: asyncio.StreamWriter) -> None:
+        """In the trial's copy, on the server's loop thread: repair as a live child does,
+        then serve and answer one request of its own (``_trial_serve``)."""
         try:
-            own_selector_and_self_pipe(loop)
-            if self.server is not None:
-                for srv in self.server.servers:
-                    srv.close()
-                for conn in list(self.server.server_state.connections):
-                    drop_copy(conn.transport)
+            loop = self._repair()
             if self.ctl is not None:  # the parent's control socket stays the parent's
                 for listener in getattr(self.ctl, "sockets", ()):
                     loop.remove_reader(listener.fileno())
             drop_copy(writer.transport)
-            reset_thread_pools(loop)
             self.gate.bind()
         except BaseException as exc:
             _say(w, f"repairing the copy failed: {type(exc).__name__}: {exc}")
@@ -844,19 +852,10 @@ class Live:
 
     def _child(self, spec: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         """pid 1 of its own pid namespace, on the server's event-loop thread, mid-callback."""
-        loop = JOBS.loop
-        assert loop is not None
-        asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
-        own_selector_and_self_pipe(loop)
-        if self.server is not None:
-            for srv in self.server.servers:
-                srv.close()
-            for conn in list(self.server.server_state.connections):
-                drop_copy(conn.transport)
+        loop = self._repair()
         if self.ctl is not None:
             self.ctl.close()
         writer.transport.abort()
-        reset_thread_pools(loop)
         adopt_sessions()
         self.gate.bind()
         self.env_id = spec["env"]
@@ -922,9 +921,7 @@ class Live:
         for _ in range(self.workers - 1):
             pid = clone_process()
             if pid == 0:
-                asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
-                own_selector_and_self_pipe(loop)
-                reset_thread_pools(loop)
+                self._repair()
                 self.forked, self.reaping = [], False
                 self.ctl_name = f"ctl.{os.getpid()}.sock"
                 return True
