@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -16,6 +17,10 @@ from live_procs import live_pid as live_pid  # where the e2e modules import it f
 from denv import Denv
 
 ECHO_IMAGE = "denv-echo-env:latest"
+#: The tag of the images a test process builds for itself (``derived_images``): its own, so
+#: that two pytest processes of one run (make test's lanes: the source tree and the installed
+#: wheel) never remove each other's.
+TEST_TAG = f"test-{os.getpid()}"
 PROBE_IMAGE = "denv-base-probe:latest"
 #: The stdlib app the probe image runs (`python3 -c PROBE_APP`): /health, /files/<name>.
 PROBE_APP = (Path(__file__).parent / "probe_app.py").read_text()

@@ -28,7 +28,7 @@ from conftest import LocalDenv
 from denv.openenv import DenvProvider, fork_clients
 from live_procs import live_pids
 from openenv.core import GenericEnvClient
-from provider_helpers import delete_all, derived_images, message, state_of
+from provider_helpers import TEST_TAG, delete_all, derived_images, message, state_of
 
 from denv import Denv
 
@@ -63,7 +63,7 @@ WORKERS = {"gunicorn-w4": 4, "uvicorn-workers-2": 2}
 
 
 def image(tag: str) -> str:
-    return SHAPES_IMAGE if tag == "exec" else f"denv-live-shape-{tag}:test"
+    return SHAPES_IMAGE if tag == "exec" else f"denv-live-shape-{tag}:{TEST_TAG}"
 
 
 @pytest.fixture(scope="module")

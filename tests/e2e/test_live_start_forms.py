@@ -21,7 +21,15 @@ import pytest
 from conftest import LocalDenv
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
-from provider_helpers import ECHO_IMAGE, assert_gone, delete_all, derived_images, message, state_of
+from provider_helpers import (
+    ECHO_IMAGE,
+    TEST_TAG,
+    assert_gone,
+    delete_all,
+    derived_images,
+    message,
+    state_of,
+)
 
 from denv import Conflict, Denv
 
@@ -80,7 +88,7 @@ OPENENV_TEMPLATE = "denv-openenv-template:latest"
 
 
 def image(tag: str) -> str:
-    return OPENENV_TEMPLATE if tag == "openenv-init" else f"denv-live-form-{tag}:test"
+    return OPENENV_TEMPLATE if tag == "openenv-init" else f"denv-live-form-{tag}:{TEST_TAG}"
 
 
 @pytest.fixture(scope="module")
