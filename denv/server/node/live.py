@@ -1,4 +1,5 @@
-"""Live forks as the node seam carries them: their errors, the rule of which envs run live.
+"""Live forks as the node seam carries them: their error (``LiveError``), the rule of which
+envs run live.
 
 The mechanism (the launcher in the container, gates, clones, the children's plumbing) is
 the Docker node's (``denv.server.docker.live``); the lifecycle sees only this.
@@ -6,16 +7,10 @@ the Docker node's (``denv.server.docker.live``); the lifecycle sees only this.
 
 from __future__ import annotations
 
+from denv.server.node.errors import LiveError as LiveError  # its tree: node.errors
+
 # Live children of one root serve on ports counted up from here inside their container.
 CHILD_PORT_BASE = 20000
-
-
-class LiveError(Exception):
-    """A live fork could not be made; ``code`` is the API's error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 def unsupported_reason(services: int) -> str | None:

@@ -10,9 +10,10 @@ So every call takes and returns plain values: ids (``env_...``, ``lyr_...``, con
 strings, numbers, and *records*, frozen pydantic models that serialise to JSON unchanged
 (``ServiceSpec``, ``VolumeSlot`` from ``records``; ``BootSpec``, ``Booted``, ``Owned`` here).
 No live object, no callback crosses it; a boot is stopped by an explicit :meth:`Node.cancel`,
-and its time limit is a number of seconds. Failures are exceptions holding plain values:
-``BootFailed`` (the env cannot boot: a code for its ``error``), ``Cancelled``, and ``ApiError``
-(``engine_unavailable``, ``image_not_found``).
+and its time limit is a number of seconds. Failures are exceptions holding plain values, of
+one tree (``node.errors``), and none names an HTTP status: ``BootFailed`` (the env cannot
+boot: a code for its ``error``), ``Cancelled``, ``NodeLost``, and the ``Refused`` ones
+(``EngineUnavailable``, ``ImageNotFound``...), which the API answers as they are.
 
 The calls, by what they serve::
 
@@ -52,6 +53,11 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from denv.server.config import StoreConfig
+
+# The failures the calls below name, kept importable here (their tree: ``node.errors``).
+from denv.server.node.errors import BootFailed as BootFailed
+from denv.server.node.errors import Cancelled as Cancelled
+from denv.server.node.errors import NodeLost as NodeLost
 from denv.server.records import LiveProc, Record, ServiceSpec, VolumeSlot
 
 
@@ -96,42 +102,6 @@ class Owned(Record):
     )  # container id -> env id ("" for a seed container)
     networks: dict[str, str] = Field(default_factory=dict)  # network name -> env id
     volume_envs: list[str] = Field(default_factory=list)  # env ids with volume dirs
-
-
-class BootFailed(Exception):
-    """The env cannot boot; ``code`` and ``message`` become its ``error``."""
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        service: str | None = None,
-        network: str | None = None,
-        containers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code, self.message, self.service = code, message, service
-        self.network, self.containers = network, dict(containers or {})
-
-    def __reduce__(self) -> tuple[type[BootFailed], tuple[object, ...]]:
-        # Its fields, not just the message, survive a trip to another process (pickle).
-        args = (self.code, self.message, self.service, self.network, self.containers)
-        return (BootFailed, args)
-
-
-class Cancelled(Exception):
-    """The boot was cancelled (its env deleted, its pool dropped, the node stopping)."""
-
-
-class NodeLost(Exception):
-    """The node does not answer: its machine (or its agent) is gone or unreachable."""
-
-    def __init__(self, node: str, reason: str = "") -> None:
-        super().__init__(f"node {node} is lost" + (f": {reason}" if reason else ""))
-        self.node, self.reason = node, reason
-
-    def __reduce__(self) -> tuple[type[NodeLost], tuple[str, str]]:
-        return (NodeLost, (self.node, self.reason))
 
 
 class LayerOffer(Record):
@@ -179,7 +149,7 @@ class Node(Protocol):
 
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         """Everything the lifecycle needs of an image, in one look (one remote call on a
-        cluster): 422 ``image_not_found`` when it is not there (pulled first with ``pull``)."""
+        cluster): ``ImageNotFound`` when it is not there (pulled first with ``pull``)."""
         ...
 
     def seed_layer(self, image_id: str, path: str) -> str | None:
