@@ -46,11 +46,11 @@ from denv.server.docker.boot import WARM_LABEL
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.images import DEFAULT_BUDGET_MB
 from denv.server.docker.node import DockerNode
-from denv.server.errors import ApiError
 from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
 from denv.server.net.subnets import SubnetPool
+from denv.server.node.errors import EngineUnavailable
 from denv.server.node.seam import Booted, ImageNode, Node, NodeLost
 from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
@@ -242,8 +242,8 @@ class NodeAgent:
             args = (spec, booted.model_copy(update={"agent_ip": ip}), *rest)
         try:
             result = getattr(node, method)(*args, **kwargs)
-        except ApiError as exc:
-            if exc.code == "engine_unavailable" and self._engine_outage[1] is not None:
+        except EngineUnavailable as exc:  # not a full subnet pool: the engine answered that
+            if self._engine_outage[1] is not None:
                 self._engine_outage = (time.time(), None)
                 log.warning("node %s: its Docker Engine does not answer: %s", self.name, exc)
             raise

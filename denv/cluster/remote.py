@@ -1,14 +1,15 @@
 """``RemoteNode``: the node seam (``denv.server.node.seam.Node``) over a node agent's Ray actor.
 
 Every call is ``NodeAgent.call(method, *args)`` on the agent's actor and blocks until it
-answers, as ``DockerNode``'s calls do. Exceptions come back as their own class
-(``BootFailed`` with its fields, ``Cancelled``, ``ApiError``...; Ray's ``RayTaskError`` is
-unwrapped). A node that does not answer raises ``NodeLost(name)``: its Ray node died (Ray's
-health checks notice within seconds), its agent died, or the call outlived its time limit:
-a few seconds past the boot's own limit for ``bring_up`` and ``wait_healthy``, generous ones
-for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the quick calls. A layer's bytes
-never cross Ray: the node that copies one takes its origin's ``offer_layer`` (a small record)
-and streams the bytes over a TCP connection of their own (``layer_stream``).
+answers, as ``DockerNode``'s calls do. Exceptions come back as their own class with all
+their fields (``node.errors``: ``BootFailed``, ``Cancelled``, ``ImageNotFound``...; Ray's
+``RayTaskError`` is unwrapped). A node that does not answer raises ``NodeLost(name)``: its
+Ray node died (Ray's health checks notice within seconds), its agent died, or the call
+outlived its time limit: a few seconds past the boot's own limit for ``bring_up`` and
+``wait_healthy``, generous ones for layer transfers and pulls, and ``CALL_TIMEOUT_S`` for the
+quick calls. A layer's bytes never cross Ray: the node that copies one takes its origin's
+``offer_layer`` (a small record) and streams the bytes over a TCP connection of their own
+(``layer_stream``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import ray
 import ray.exceptions
 
 from denv.server.config import DOCKER_TIMEOUT_S, StoreConfig
-from denv.server.errors import ApiError
+from denv.server.node.errors import Unavailable
 from denv.server.node.seam import (
     Booted,
     BootSpec,
@@ -37,11 +38,10 @@ BOOT_MARGIN_S = 60.0  # past a boot's own time limit (the agent answers BootFail
 LONG_TIMEOUT_S = 1800.0  # pulls, image exports, snapshots, layer transfers
 
 
-def _on_node(name: str, exc: ApiError) -> ApiError:
+def _on_node(name: str, exc: Unavailable) -> Unavailable:
     """``exc`` (a node's engine does not answer) naming the node: on a cluster "start
     dockerd" alone does not say on which machine."""
-    details = {**(exc.details or {}), "node": name}
-    return ApiError(exc.status, exc.code, f"node {name}: {exc.message}", details)
+    return exc.reworded(f"node {name}: {exc.message}", {**(exc.details or {}), "node": name})
 
 
 class RemoteNode:
@@ -60,10 +60,10 @@ class RemoteNode:
             return ray.get(ref, timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
-            if isinstance(cause, ApiError) and cause.code == "engine_unavailable":
+            if isinstance(cause, Unavailable):
                 raise _on_node(self.name, cause) from None
             if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
-                raise cause from None  # BootFailed, Cancelled, ApiError... as raised there
+                raise cause from None  # BootFailed, Cancelled, ImageNotFound... as raised there
             raise NodeLost(self.name, f"{method} failed in Ray: {cause}") from exc
         except ray.exceptions.GetTimeoutError as exc:
             raise NodeLost(self.name, f"{method} got no answer within {timeout_s:.0f} s") from exc

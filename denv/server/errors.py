@@ -1,7 +1,10 @@
 """One mapping from exceptions to the contract's ``Error`` body.
 
 Every error response, including FastAPI's own validation errors and unknown routes,
-is ``{"code", "message", "request_id", "details"}`` with a stable ``code``.
+is ``{"code", "message", "request_id", "details"}`` with a stable ``code``. The API's own
+refusals are ``ApiError``s, which carry their status; a node's (``node.errors.Refused``:
+an invalid egress entry, a missing image, an engine that does not answer) get theirs here,
+at the edge, since nothing below the node seam knows HTTP (``NODE_STATUS``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
+
+from denv.server.node.errors import ImageNotFound, Invalid, Refused, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +59,18 @@ def invalid(message: str, path: str | None = None) -> ApiError:
     return ApiError(422, "invalid_request", message, {"path": path} if path else None)
 
 
-class EngineUnavailable(ApiError):
-    def __init__(self, detail: str) -> None:
-        super().__init__(
-            503,
-            "engine_unavailable",
-            f"the Docker Engine is not reachable ({detail}): start dockerd, then retry",
-        )
+# The status of each kind of refusal a node answers; its code, message and details are the
+# node's own. A kind is looked up by its class and then its bases (NoCapacity: Unavailable).
+NODE_STATUS: dict[type[Refused], int] = {Invalid: 422, ImageNotFound: 422, Unavailable: 503}
+
+
+def from_node(exc: Refused) -> ApiError:
+    """A node's refusal as the API answers it: the status of its kind, its code, message and
+    details as they are (a kind ``NODE_STATUS`` does not name is a bug here: 500)."""
+    status = next((NODE_STATUS[c] for c in type(exc).__mro__ if c in NODE_STATUS), None)
+    if status is None:
+        return ApiError(500, "internal", f"{type(exc).__name__}: {exc.message}")
+    return ApiError(status, exc.code, exc.message, exc.details)
 
 
 def retry_after_s(exc: ApiError) -> int:
@@ -135,6 +145,10 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status == 429:  # every cap says when to come back (fairness)
             res.headers["Retry-After"] = str(retry_after_s(exc))
         return res
+
+    @app.exception_handler(Refused)
+    async def _node_refused(request: Request, exc: Refused) -> JSONResponse:
+        return await _api_error(request, from_node(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

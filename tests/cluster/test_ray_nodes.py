@@ -31,8 +31,8 @@ from denv.cluster import local, processes, ray_cluster, ray_nodes, ray_tls
 from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
 from denv.cluster.remote import RemoteNode
 from denv.server import ids
-from denv.server.errors import ApiError
 from denv.server.ingress.relay import split_address
+from denv.server.node.errors import ImageNotFound
 from denv.server.node.seam import BootFailed, BootSpec, NodeLost
 from denv.server.records import ServiceSpec, VolumeSlot
 
@@ -219,10 +219,11 @@ def test_after_stop_the_agent_serves_the_next_control_plane(
 
 def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) -> None:
     node = nodes["n2"]
-    with pytest.raises(ApiError) as missing:
+    with pytest.raises(ImageNotFound) as missing:
         node.inspect_image("denv-no-such-image:never", False)
-    assert (missing.value.status, missing.value.code) == (422, "image_not_found")
-    assert type(missing.value) is ApiError  # not Ray's RayTaskError(ApiError)
+    assert missing.value.code == "image_not_found"
+    assert missing.value.details == {"image": "denv-no-such-image:never"}
+    assert type(missing.value) is ImageNotFound  # not Ray's RayTaskError(ImageNotFound)
 
     spec = standin_spec(node, ["sh", "-c", "exit 3"])  # the agent exits at once
     try:
@@ -233,7 +234,7 @@ def test_errors_cross_the_seam_as_their_own_class(nodes: dict[str, RemoteNode]) 
     finally:
         node.teardown(spec.env_id, [])  # what the boot made: found by the env's labels
     assert spec.env_id not in node.owned().containers.values()
-    print(f"crossed: ApiError {missing.value.code}, BootFailed {failed.value.code}")
+    print(f"crossed: ImageNotFound {missing.value.code}, BootFailed {failed.value.code}")
 
 
 def test_ray_restarts_a_dead_agent_on_its_node_with_the_same_instance(

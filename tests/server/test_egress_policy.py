@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from denv.server.errors import ApiError
+from denv.server.errors import from_node
 from denv.server.net.egress_rules import FWD_CHAIN, IN_CHAIN
 from denv.server.net.firewall import Firewall
 from denv.server.node import egress
 from denv.server.node.egress import EnvRule
+from denv.server.node.errors import Invalid
 
 NAMES = {"proxy.trainer.test": ["198.51.100.7", "198.51.100.8"], "lan.test": ["192.168.1.9"]}
 
@@ -30,10 +31,11 @@ def names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(egress.socket, "getaddrinfo", lookup)
 
 
-def refused(entries: list[str], allow_private: bool = False) -> ApiError:
-    with pytest.raises(ApiError) as info:
+def refused(entries: list[str], allow_private: bool = False) -> Invalid:
+    with pytest.raises(Invalid) as info:
         egress.allowlist(entries, allow_private=allow_private)
-    assert info.value.status == 422 and info.value.code == "invalid_request"
+    answer = from_node(info.value)  # as the API answers it
+    assert (answer.status, answer.code) == (422, "invalid_request")
     return info.value
 
 

@@ -2,18 +2,19 @@
 or Ray (issue 27, item 7).
 
 A node's dockerd killed (or restarting) leaves its agent and Ray node alive: every call that
-needs the engine answers 503 ``engine_unavailable``. That one node must not fail the creates
-the other nodes could take, nor stall the reaper's view of the others. The members here are
-stand-ins whose engine answers or not (the seam that cannot run here without a Ray cluster);
-tests/cluster/test_isolated_nodes.py kills a real node's engine.
+needs the engine raises ``EngineUnavailable`` (the API's 503 ``engine_unavailable``). That
+one node must not fail the creates the other nodes could take, nor stall the reaper's view
+of the others. The members here are stand-ins whose engine answers or not (the seam that
+cannot run here without a Ray cluster); tests/cluster/test_isolated_nodes.py kills a real
+node's engine.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from denv.server.errors import ApiError
 from denv.server.node.cluster.node import ClusterNode
+from denv.server.node.errors import EngineUnavailable, Unavailable
 from denv.server.node.seam import Booted, BootSpec, ImageFacts
 from denv.server.records import ServiceSpec, VolumeSlot
 
@@ -26,9 +27,7 @@ class Member:
 
     def _engine(self) -> None:
         if self.engine_down:
-            raise ApiError(
-                503, "engine_unavailable", f"node {self.name}: the Docker Engine is not reachable"
-            )
+            raise EngineUnavailable(f"node {self.name}: the Docker Engine is not reachable")
 
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         self._engine()
@@ -89,7 +88,7 @@ def test_with_every_engine_down_a_create_says_which_node(
     node, members = nodes
     for m in members.values():
         m.engine_down = True
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(Unavailable) as refused:
         node.bring_up(spec("env_1"))
     assert refused.value.code == "engine_unavailable" and "node " in refused.value.message
 

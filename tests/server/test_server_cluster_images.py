@@ -17,10 +17,11 @@ import pytest
 from denv.cluster import serve
 from denv.server.config import ServerConfig
 from denv.server.docker.images import DEFAULT_BUDGET_MB
-from denv.server.errors import ApiError
+from denv.server.errors import from_node
 from denv.server.node.cluster import options
 from denv.server.node.cluster.images import names_registry
 from denv.server.node.cluster.node import ClusterNode
+from denv.server.node.errors import ImageNotFound, Unavailable
 from denv.server.node.seam import BootFailed, ImageFacts, NodeLost
 from denv.server.records import ServiceSpec
 
@@ -36,7 +37,7 @@ class Member:
 
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         if IMAGE_ID not in self.images:
-            raise ApiError(422, "image_not_found", f"image '{image}' is not on the engine")
+            raise ImageNotFound(f"image '{image}' is not on the engine", image)
         return ImageFacts(id=IMAGE_ID, command=[], labels={})
 
     def has_image(self, image_id: str) -> bool:
@@ -99,9 +100,10 @@ def test_an_image_nowhere_fails_the_env_naming_image_and_node() -> None:
 
 def test_a_create_of_an_image_on_no_node_is_refused_naming_the_nodes_asked() -> None:
     node = cluster(a=False, b=False)
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(ImageNotFound) as refused:
         node.inspect_image("my-env:1", False)
-    assert refused.value.status == 422 and refused.value.code == "image_not_found"
+    assert from_node(refused.value).status == 422 and refused.value.code == "image_not_found"
+    assert refused.value.details == {"image": "my-env:1", "nodes": ["a", "b"]}
     assert "image 'my-env:1'" in refused.value.message
     assert "(a, b)" in refused.value.message, refused.value.message
     assert refused.value.message.endswith(", or pass pull: true")  # the CLI rewords it
@@ -115,9 +117,10 @@ def test_a_create_when_no_node_answers_is_503_not_a_missing_image() -> None:
         raise NodeLost("a", "its agent restarts")
 
     MEMBERS["a"].inspect_image = lost  # type: ignore[method-assign]
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(Unavailable) as refused:
         node.inspect_image("my-env:1", False)
-    assert (refused.value.status, refused.value.code) == (503, "engine_unavailable")
+    answer = from_node(refused.value)
+    assert (answer.status, answer.code) == (503, "engine_unavailable")
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from denv.server.errors import ApiError
+from denv.server.errors import from_node
 from denv.server.node.cluster.node import ClusterNode
+from denv.server.node.errors import Unavailable
 from denv.server.node.seam import NodeLost
 
 
@@ -51,7 +52,7 @@ def test_one_env_on_a_silent_member_has_no_state_to_read(
     node, members = nodes
     assert node.states("env_b") == {"cid_b": "running"}
     members["b"].silent = True
-    with pytest.raises(ApiError) as refused:  # the API then shows the env as it was
+    with pytest.raises(Unavailable) as refused:  # the API then shows the env as it was
         node.states("env_b")
-    assert refused.value.status == 503 and "state is unknown" in refused.value.message
+    assert from_node(refused.value).status == 503 and "state is unknown" in refused.value.message
     assert node.states("env_a") == {"cid_a": "running"}

@@ -13,11 +13,11 @@ import yaml
 
 from denv.server.config import ServerConfig
 from denv.server.db import Store
-from denv.server.errors import EngineUnavailable
 from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.net.host_guard import HostGuardWatch
+from denv.server.node.errors import EngineUnavailable
 from denv.server.node.seam import (
     Booted,
     BootFailed,
@@ -86,9 +86,9 @@ def test_what_crosses_the_seam_survives_json_and_pickle() -> None:
     failed = pickle.loads(pickle.dumps(BootFailed("exited", "gone", "db", "n", {"db": "c"})))
     assert (failed.code, failed.message, failed.service) == ("exited", "gone", "db")
     assert (failed.network, failed.containers) == ("n", {"db": "c"})
-    down = pickle.loads(pickle.dumps(EngineUnavailable("ConnectionError")))
+    down = pickle.loads(pickle.dumps(EngineUnavailable("not reachable", {"node": "n1"})))
     assert isinstance(down, EngineUnavailable) and down.code == "engine_unavailable"
-    assert down.message == EngineUnavailable("ConnectionError").message and down.status == 503
+    assert (down.message, down.details) == ("not reachable", {"node": "n1"})
 
 
 class FakeNode:

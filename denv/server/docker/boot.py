@@ -25,11 +25,11 @@ from denv.server.config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, WARM
 from denv.server.docker import cgroups, live
 from denv.server.docker.engine import Engine
 from denv.server.docker.engine_queue import EngineQueue
-from denv.server.errors import ApiError
 from denv.server.locks import NamedLocks
 from denv.server.node.egress import egress_hosts
 from denv.server.node.egress import parse as parse_egress
-from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
+from denv.server.node.errors import BootFailed, Cancelled, Refused
+from denv.server.node.seam import Booted, BootSpec
 from denv.server.records import Limits, ServiceSpec
 from denv.server.volumes.overlay import Volumes
 
@@ -195,7 +195,7 @@ def bring_up(
     except BootFailed as exc:
         exc.network, exc.containers = network, made
         raise
-    except ApiError as exc:
+    except Refused as exc:  # its engine does not answer, an image is gone...
         raise BootFailed("engine_error", exc.message, None, network, made) from exc
     return Booted(
         env_id=env_id, network=network, containers=made, agent_ip=ip, host_ports=host_ports

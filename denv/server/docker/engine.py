@@ -23,10 +23,10 @@ from denv.server.config import MIB
 from denv.server.docker import live
 from denv.server.docker.networks import EnvNetworks
 from denv.server.docker.sdk import DockerApi, engine_errors
-from denv.server.errors import ApiError
 from denv.server.net.firewall import Firewall
 from denv.server.net.policy import DENY_DNS
 from denv.server.net.subnets import SubnetPool
+from denv.server.node.errors import ImageNotFound
 from denv.server.node.seam import ImageFacts
 from denv.server.records import Limits
 
@@ -87,7 +87,7 @@ class Engine(DockerApi):
 
     # images
     def _inspect(self, image: str, pull: bool) -> dict[str, Any]:
-        """The engine's inspect of the image; 422 ``image_not_found`` when it is not there."""
+        """The engine's inspect of the image; ``ImageNotFound`` when it is not there."""
         with engine_errors():
             try:
                 return dict(self.api.inspect_image(image))
@@ -348,20 +348,15 @@ def _state(status: str) -> str:
     return "exited"
 
 
-def _image_missing(image: str, why: str = "", pulled: bool = False) -> ApiError:
-    """422 ``image_not_found``; the advice offers a pull only where none was tried (the CLI
+def _image_missing(image: str, why: str = "", pulled: bool = False) -> ImageNotFound:
+    """The image is not here; the advice offers a pull only where none was tried (the CLI
     and the OpenEnv provider reword its last clause in their own terms)."""
     reason = f" ({why})" if why else ""
     fix = "build or load it first (docker build / docker load; see docker images)"
     fix += (
         ", or check its name and the registry's credentials" if pulled else ", or pass pull: true"
     )
-    return ApiError(
-        422,
-        "image_not_found",
-        f"image '{image}' is not on the Docker Engine{reason}: {fix}",
-        {"image": image},
-    )
+    return ImageNotFound(f"image '{image}' is not on the Docker Engine{reason}: {fix}", image)
 
 
 def _command(info: dict[str, Any], cmd: list[str] | None = None) -> list[str]:

@@ -18,13 +18,13 @@ import docker
 import docker.errors
 
 from denv.server.docker.sdk import DockerApi, engine_errors
-from denv.server.errors import ApiError
 from denv.server.net.firewall import Firewall, FirewallError
 from denv.server.net.firewall import tools as firewall_tools
 from denv.server.net.policy import BRIDGE_NAME_OPTION, bridge_name, network_name
 from denv.server.net.subnets import OVERLAP_RETRIES, SubnetPool
 from denv.server.node.egress import EGRESS_LABEL, egress_label
 from denv.server.node.egress import parse as parse_egress
+from denv.server.node.errors import EngineUnavailable, NoCapacity, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,12 @@ class EnvNetworks:
         bridge = bridge_name(env_id, deny=policy.internal, allowlist=policy.mode == "allowlist")
         for _ in range(OVERLAP_RETRIES):
             subnet = self.subnets.allocate(self._docker_subnets)
+            if subnet is None:
+                raise NoCapacity(
+                    f"every /{self.subnets.prefix} subnet of the env network pool "
+                    f"{self.subnets.network} is in use: delete envs you no longer need, or "
+                    "restart denv serve with a larger --subnet-pool"
+                )
             gateway = str(next(ipaddress.IPv4Network(subnet).hosts()))  # named, as Docker does
             pool = docker.types.IPAMPool(subnet=subnet, gateway=gateway)
             ipam = docker.types.IPAMConfig(pool_configs=[pool])
@@ -80,9 +86,7 @@ class EnvNetworks:
             self._subnet_of[name] = subnet
             self._open_egress(name, bridge, policy.mode, list(policy.rules))
             return name
-        raise ApiError(
-            503,
-            "engine_unavailable",
+        raise NoCapacity(
             f"no free subnet for network {name} after {OVERLAP_RETRIES} tries: other "
             "networks keep taking them; retry, or give denv serve another --subnet-pool",
         )
@@ -109,9 +113,7 @@ class EnvNetworks:
         except FirewallError as exc:
             if made_now:
                 self.remove(name)
-            raise ApiError(
-                503,
-                "engine_unavailable",
+            raise Unavailable(
                 f"the egress rules of network {name} could not be installed ({exc}): the "
                 "server needs root or CAP_NET_ADMIN; GET /v1/health shows host_guard",
             ) from exc
@@ -134,7 +136,7 @@ class EnvNetworks:
             try:
                 name = str(net["Name"])
                 self._open_egress(name, bridge, policy.mode, list(policy.rules), made_now=False)
-            except ApiError as exc:
+            except Unavailable as exc:
                 log.error("egress rules of %s not restored: %s", net["Name"], exc.message)
                 continue
             adopted += int(str(net["Name"]) in self._bridge_of)
@@ -153,7 +155,7 @@ class EnvNetworks:
         try:
             with engine_errors():
                 info = self.docker.api.inspect_network(name)
-        except (docker.errors.NotFound, ApiError):
+        except (docker.errors.NotFound, EngineUnavailable):
             return None
         return (info.get("Options") or {}).get(BRIDGE_NAME_OPTION)
 

@@ -3,8 +3,8 @@
 ``Engine`` (images, containers) and ``EnvNetworks`` (env networks) both call Docker through
 it. Every call blocks; callers run them in threads. Every object carries the labels
 ``denv.managed``, ``denv.instance``, ``denv.env`` and ``denv.service``, and reconcile only ever
-touches objects with this server's ``denv.instance``. A transport failure becomes 503
-``engine_unavailable`` here (``engine_errors``), so nothing above picks a status for it.
+touches objects with this server's ``denv.instance``. A transport failure becomes the
+node's ``EngineUnavailable`` here (``engine_errors``); the API's edge answers it (503).
 """
 
 from __future__ import annotations
@@ -18,18 +18,21 @@ import docker.errors
 import requests.exceptions
 
 from denv.server.config import DOCKER_TIMEOUT_S, START_WORKERS
-from denv.server.errors import EngineUnavailable
+from denv.server.node.errors import EngineUnavailable
 
 
 @contextmanager
 def engine_errors() -> Iterator[None]:
-    """Docker transport failures become 503 ``engine_unavailable``."""
+    """Docker transport failures become ``EngineUnavailable``."""
     try:
         yield
     except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
         if isinstance(exc, docker.errors.APIError | docker.errors.ImageNotFound):
             raise
-        raise EngineUnavailable(type(exc).__name__) from exc
+        why = type(exc).__name__
+        raise EngineUnavailable(
+            f"the Docker Engine is not reachable ({why}): start dockerd, then retry"
+        ) from exc
 
 
 class DockerApi:

@@ -25,6 +25,7 @@ from denv.server.lifecycle.endpoints import Route, ingress_endpoint
 from denv.server.lifecycle.requests import LiveStart
 from denv.server.lifecycle.spares import Spare, pool_of
 from denv.server.lifecycle.warm import WarmPools
+from denv.server.node.errors import Refused
 from denv.server.node.live import LiveError
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
 from denv.server.records import (
@@ -253,7 +254,7 @@ class Envs:
                 with self.ctx.env_lock(env_id):
                     self.ctx.store.set_runtime(env_id, runtime)
             self._fail(env_id, exc.code, exc.message, exc.service)
-        except ApiError as exc:
+        except (ApiError, Refused) as exc:
             self._fail(env_id, "engine_error", exc.message, None)
         except Exception as exc:
             log.exception("starting env %s failed", env_id)

@@ -30,6 +30,7 @@ from denv.server.lifecycle.requests import EnvsCreate, LiveStart, SandboxCreate,
 from denv.server.lifecycle.spill import live_share, spill_note
 from denv.server.lifecycle.versions import Versions
 from denv.server.lifecycle.zygotes import Zygotes
+from denv.server.node.errors import Refused, Unavailable
 from denv.server.records import (
     ALL,
     FINAL,
@@ -95,7 +96,7 @@ class Service:
     def states(self, env_id: str | None = None) -> dict[str, str] | None:
         try:
             return self.ctx.node.states(env_id)
-        except ApiError:
+        except Unavailable:
             return None  # engine down: report services as missing, do not fail envs
 
     def env_view(self, rec: EnvRecord, states: dict[str, str] | None) -> dict[str, Any]:
@@ -365,7 +366,7 @@ class Service:
         except BaseException:
             for child in children:
                 self.envs.delete(child.id)
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(ApiError, Refused):
                 self.versions.delete(owner, version.id)
             raise
         log.info("fork of %s: %d live, %d spilled to a volume fork", rec.id, live_n, len(recs))

@@ -20,6 +20,7 @@ from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import service_limits
 from denv.server.lifecycle.render import version_layers
 from denv.server.lifecycle.requests import SandboxCreate
+from denv.server.node.errors import Refused
 from denv.server.node.seam import ImageFacts
 from denv.server.records import (
     UP,
@@ -112,7 +113,7 @@ class Versions:
         for s in spec.services:
             try:
                 facts = self.ctx.node.inspect_image(s.image, False)
-            except ApiError as exc:
+            except Refused as exc:  # not on the engine, or no engine answers
                 exc.message = f"services.{s.name}.image: {exc.message}"
                 exc.details = {"path": f"services.{s.name}.image", "image": s.image}
                 raise

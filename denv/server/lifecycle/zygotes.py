@@ -45,6 +45,7 @@ from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.spares import pool_of
 from denv.server.lifecycle.versions import Versions
 from denv.server.lifecycle.warm import mem_available
+from denv.server.node.errors import Refused
 from denv.server.node.live import LiveError
 from denv.server.records import (
     FINAL,
@@ -177,7 +178,7 @@ class Zygotes:
                 made, recs = self.live.from_zygote(owner, zygote, version, opts)
             else:
                 made, recs = self.live.from_zygote_of_version(owner, zygote, version, opts)
-        except ApiError as exc:
+        except (ApiError, Refused) as exc:
             log.warning("zygote: copying %s failed (%s); booting", zygote.id, exc.message)
             self.drop(owner, version, egress, exc.message, of)
             return None
@@ -185,7 +186,7 @@ class Zygotes:
             why = recs[0].error.message if recs[0].error else "failed"
             self.envs.delete(recs[0].id)
             if made.id != version.id or of is None:  # a version of its own goes with it
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(ApiError, Refused):
                     self.versions.delete(owner, made.id)
             self.drop(owner, version, egress, f"its copy failed: {why}", of)
             return None

@@ -9,7 +9,7 @@ when Docker still answers "Pool overlaps" (another server took it a moment ago),
 learns what is in use again and the caller retries with the next candidate.
 
     pool = SubnetPool("10.213.0.0/16", 27)
-    subnet = pool.allocate(lambda: docker_subnets())   # "10.213.4.32/27"
+    subnet = pool.allocate(lambda: docker_subnets())   # "10.213.4.32/27", None when all used
     pool.release(subnet)
 """
 
@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from denv.server.config import DEFAULT_SUBNET_POOL, DEFAULT_SUBNET_PREFIX
-from denv.server.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +97,9 @@ class SubnetPool:
             self._in_use = nets
             self._learned = True
 
-    def allocate(self, used: Callable[[], Iterable[str]]) -> str:
-        """The next free subnet; ``used()`` lists Docker's subnets when the pool must learn."""
+    def allocate(self, used: Callable[[], Iterable[str]]) -> str | None:
+        """The next free subnet, None when every one is in use (the node says so in its own
+        terms); ``used()`` lists Docker's subnets when the pool must learn."""
         for attempt in range(2):
             with self._lock:
                 if self._learned and attempt == 0:
@@ -111,12 +111,7 @@ class SubnetPool:
                 found = self._take()
                 if found:
                     return found
-        raise ApiError(
-            503,
-            "engine_unavailable",
-            f"every /{self.prefix} subnet of the env network pool {self.network} is in use: "
-            "delete envs you no longer need, or restart denv serve with a larger --subnet-pool",
-        )
+        return None
 
     def _take(self) -> str | None:
         for step in range(self._count):

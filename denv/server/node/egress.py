@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from denv.server.errors import ApiError
+from denv.server.node.errors import Invalid
 
 MAX_ENTRIES = 64
 
@@ -141,8 +141,8 @@ def from_request(value: str | list[str], *, allow_private: bool) -> str:
     return allowlist(list(value), allow_private=allow_private)
 
 
-def _bad(path: str, message: str) -> ApiError:
-    return ApiError(422, "invalid_request", message, {"path": path})
+def _bad(path: str, message: str) -> Invalid:
+    return Invalid(message, path)
 
 
 def _split_port(entry: str, path: str) -> tuple[str, int | None]:
@@ -189,7 +189,8 @@ def _resolve(name: str, entry: str, path: str) -> list[str]:
 
 
 def allowlist(entries: list[str], *, allow_private: bool, path: str = "egress.allow") -> str:
-    """Check and resolve an allowlist; the record's egress string. Raises 422 naming the fix."""
+    """Check and resolve an allowlist; the record's egress string. ``Invalid`` naming the
+    entry (``path``) and the fix when it cannot be."""
     if not entries:
         raise _bad(
             path,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import cast
 
 from denv.server.config import StoreConfig
-from denv.server.errors import ApiError
+from denv.server.node.errors import ImageNotFound, Refused, Unavailable
 from denv.server.node.seam import BootFailed, ImageFacts, ImageNode, Node, NodeLost
 from denv.server.records import ServiceSpec
 from denv.server.volumes.image_store import ImageStore
@@ -77,30 +77,30 @@ class Images(Layers):
         down = self._engines_down()
         return sorted(self.live_members(), key=lambda n: n in down)
 
-    def _unanswered(self, name: str, exc: NodeLost | ApiError) -> bool:
+    def _unanswered(self, name: str, exc: NodeLost | Refused) -> bool:
         """Whether `exc` from member `name` means that it did not answer (its agent is lost,
         or its agent answers and its engine does not, which is noted), so the next member
         is asked."""
         if isinstance(exc, NodeLost):
             return True
-        if exc.code == "engine_unavailable":
+        if isinstance(exc, Unavailable):
             self._engine_failed(name)
             return True
         return False
 
     def inspect_image(self, image: str, pull: bool) -> ImageFacts:
         """The image's facts from the first live member that has it, else from the store's
-        record of its name, else pulled by a member (``pull``); 422 ``image_not_found``
-        naming the image and the members asked."""
+        record of its name, else pulled by a member (``pull``); ``ImageNotFound`` naming the
+        image and the members asked."""
         asked: list[str] = []
         lost: Exception | None = None
         for name in self._answering_first():
             try:
                 facts = self._call(name, lambda n: n.inspect_image(image, False))
-            except (NodeLost, ApiError) as exc:
+            except (NodeLost, Refused) as exc:
                 if self._unanswered(name, exc):
                     lost = exc
-                elif isinstance(exc, ApiError) and exc.code == "image_not_found":
+                elif isinstance(exc, ImageNotFound):
                     asked.append(name)
                 else:
                     raise
@@ -119,12 +119,11 @@ class Images(Layers):
         where = f"any node of the cluster ({', '.join(asked)})"
         store = " nor in object storage" if self._image_store is not None else ""
         fix = "load it into a node's Docker Engine (docker load) or denv cluster up --image"
-        raise ApiError(
-            422,
-            "image_not_found",
+        raise ImageNotFound(
             f"image '{image}' is not on {where}{store}: {fix}"
             + ("" if pull else ", or pass pull: true"),
-            {"image": image, "nodes": asked},
+            image,
+            asked,
         )
 
     def _found_image(self, name: str, ref: str, facts: ImageFacts) -> None:
@@ -221,7 +220,7 @@ class Images(Layers):
                 self._call(name, lambda n: _images(n).pull_image(ref, image_id))
                 log.info("cluster: image %s pulled by %s", ref, name)
                 return
-            except (ValueError, ApiError) as exc:
+            except (ValueError, Refused) as exc:
                 tried.append(f"pulling it failed: {exc}")
         for origin in self._image_holders(image_id, exclude=name):
             try:
@@ -297,11 +296,9 @@ class Images(Layers):
         return digest
 
 
-def no_member_answers(last: Exception | None) -> ApiError:
-    """503 for a call that no member of the cluster answered (`last`: the last failure)."""
-    return ApiError(
-        503,
-        "engine_unavailable",
+def no_member_answers(last: Exception | None) -> Unavailable:
+    """A call that no member of the cluster answered (`last`: the last failure)."""
+    return Unavailable(
         "no node of the cluster answers"
         + (f" (last: {last})" if last else "")
         + ": check `denv cluster status` and the Ray cluster",

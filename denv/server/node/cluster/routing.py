@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from denv.server.config import StoreConfig
-from denv.server.errors import ApiError
 from denv.server.node import live
+from denv.server.node.errors import Refused, Unavailable
 from denv.server.node.seam import (
     Booted,
     BootFailed,
@@ -58,7 +58,7 @@ class Routing(Images):
         for name in self._answering_first():
             try:
                 return self._call(name, fn)
-            except (NodeLost, ApiError) as exc:
+            except (NodeLost, Refused) as exc:
                 if not self._unanswered(name, exc):
                     raise
                 last = exc
@@ -73,7 +73,7 @@ class Routing(Images):
             if self._stopped or spec.env_id in self._cancelled:
                 raise Cancelled()
         tried: set[str] = set()
-        failed: ApiError | None = None
+        failed: Unavailable | None = None
         while True:
             name = self._place_past_engines(spec, tried, failed)
             with self._lock:
@@ -87,9 +87,7 @@ class Routing(Images):
                 break
             except NodeLost as exc:
                 raise BootFailed("lost", f"{exc} (while the env started)") from exc
-            except ApiError as exc:
-                if exc.code != "engine_unavailable":
-                    raise
+            except Unavailable as exc:
                 # Its engine does not answer, so it started nothing: another member may.
                 log.warning("cluster: %s; placing env %s elsewhere", exc.message, spec.env_id)
                 self._engine_failed(name)
@@ -104,7 +102,9 @@ class Routing(Images):
             self._net[booted.network] = name
         return booted.model_copy(update={"node": name})
 
-    def _place_past_engines(self, spec: BootSpec, tried: set[str], failed: ApiError | None) -> str:
+    def _place_past_engines(
+        self, spec: BootSpec, tried: set[str], failed: Unavailable | None
+    ) -> str:
         """A member for ``spec`` whose engine answered lately, else (none with room) any
         not ``tried`` yet; ``failed`` (the last engine's error) once every one was tried."""
         try:
@@ -188,22 +188,20 @@ class Routing(Images):
     def states(self, env_id: str | None = None) -> dict[str, str]:
         """The containers' states. A member that does not answer, while Ray still counts it
         alive (a node just killed, an agent restarting), says nothing about its envs: one
-        env's states are then "engine unavailable" (503, so no one reads its containers as
-        gone), and in the whole list its containers keep their last known states. Whether
+        env's states are then ``Unavailable`` (the API's 503, so no one reads its containers
+        as gone), and in the whole list its containers keep their last known states. Whether
         the node is lost is the reaper's (``lost``), once Ray has seen it dead."""
         if env_id is not None:
             try:
                 return self._routed(env_id, lambda n: n.states(env_id))
             except NodeLost as exc:
                 why = f"{exc}: its env's state is unknown"
-                raise ApiError(503, "engine_unavailable", why) from exc
+                raise Unavailable(why) from exc
         out: dict[str, str] = {}
         for name in self.live_members():
             try:
                 found = self._call(name, lambda n: n.states())
-            except (NodeLost, ApiError) as exc:
-                if isinstance(exc, ApiError) and exc.code != "engine_unavailable":
-                    raise
+            except (NodeLost, Unavailable):
                 with self._lock:
                     out.update(self._last_states.get(name, {}))
                 continue
