@@ -747,6 +747,9 @@ class Live:
         asyncio.events._set_running_loop(loop)  # the at-fork hook cleared it
         own_selector_and_self_pipe(loop)
         if self.server is not None:
+            # The parent's server object stays in the copy (its serve() coroutine goes on);
+            # its main loop must stop waking: a copy serves with a server of its own.
+            self.server.denv_retired = True
             for srv in self.server.servers:
                 srv.close()
             for conn in list(self.server.server_state.connections):
@@ -1449,11 +1452,20 @@ def quiet_ticks(server: Any) -> None:
     server here. A thousand idle live envs of one machine spent that much of its two cores
     (issue 24's density run). Its own ``on_tick`` still runs, the Date header is as fresh,
     and a graceful exit waits up to a second (a live env's delete is a kill).
+
+    In a copy of the process (``Live._repair``) the parent's server is retired: its loop
+    stops ticking for good, so a copy wakes for its own server only (twice a second
+    otherwise), and never runs the parent's ``on_tick`` (a gunicorn worker's heartbeat,
+    which would hide the parent's death).
     """
 
     async def main_loop() -> None:
         counter = 0
-        while not await server.on_tick(counter):
+        while True:
+            if getattr(server, "denv_retired", False):
+                await asyncio.get_running_loop().create_future()  # never done
+            if await server.on_tick(counter):
+                return
             await asyncio.sleep(TICK_S)
             counter = (counter + 10) % 864000  # on_tick refreshes the header at multiples of 10
 
