@@ -22,6 +22,7 @@ node's containers again through the instance id kept in its state dir.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -175,6 +176,7 @@ class Members:
         # name -> (ray node id, handle, its hello, when started)
         self._starting: dict[str, tuple[str, Any, Any, float]] = {}
         self._failed: dict[str, float] = {}  # ray node id -> when its agent failed
+        self.errors: dict[str, str] = {}  # node name -> why its agent last failed to start
 
     def __call__(self) -> dict[str, Node]:
         return {name: node for name, node in self.refresh().items()}
@@ -197,8 +199,7 @@ class Members:
                 try:
                     handle = start_agent(node, self.cfg)
                 except Exception as exc:  # a name taken by an actor of a dead node, ...
-                    log.error("node %s: its agent could not be started: %s", name, exc)
-                    self._failed[node.node_id] = now
+                    self._fail(name, node.node_id, f"its agent could not be started: {exc}")
                     continue
                 # An agent started by an older denv has no hello: its ping says it is up.
                 ask = getattr(handle, "hello", None) or handle.ping
@@ -219,8 +220,12 @@ class Members:
                 hello = ray.get(ref, timeout=0)
             except ray.exceptions.RayError as exc:
                 cause = getattr(exc, "cause", None) or exc
-                log.error("node %s: its agent did not start: %s", name, cause)
-                self._failed[node_id] = time.monotonic()
+                self._fail(name, node_id, f"its agent did not start: {cause}")
+                # The name may still be held by an actor of this node's dead predecessor
+                # (Ray restarts a detached actor pinned to a node that is gone, which cannot
+                # be placed): release it, so that the next try starts one on this node.
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
                 continue
             if isinstance(hello, dict):
                 warn_settings(name, hello.get("settings") or {}, self.cfg)
@@ -231,18 +236,34 @@ class Members:
                     name,
                 )
             self._ready[name] = (node_id, RemoteNode(name, handle))
+            self.errors.pop(name, None)
         now = time.monotonic()
         for name, (node_id, _, _, started) in list(self._starting.items()):
             if now - started > AGENT_START_S:
-                log.error("node %s: its agent did not answer within %.0f s", name, AGENT_START_S)
                 del self._starting[name]
-                self._failed[node_id] = now
+                self._fail(name, node_id, f"its agent did not answer within {AGENT_START_S:.0f} s")
+
+    def _fail(self, name: str, node_id: str, why: str) -> None:
+        log.error("node %s: %s", name, why)
+        self.errors[name] = why
+        self._failed[node_id] = time.monotonic()
 
     def wait(self, timeout_s: float = AGENT_START_S) -> dict[str, RemoteNode]:
-        """``refresh``, then wait up to ``timeout_s`` for the agents still starting."""
-        self.refresh()
+        """``refresh`` until the agent of every alive node answered, or ``timeout_s`` passed:
+        an agent that failed to start is tried again (``RETRY_FAILED_S`` apart) meanwhile.
+        ``errors`` says why each node left out is."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready = self.refresh()
+            alive_now = {n.name for n in denv_nodes() if n.alive}
+            left = time.monotonic() - deadline
+            if alive_now <= set(ready) or left >= 0:
+                break
+            with self._lock:
+                self._collect(min(-left, 1.0))
+            if not self._starting:
+                time.sleep(min(-left, 0.5))
         with self._lock:
-            self._collect(timeout_s)
             for name in self._starting:
                 log.warning("node %s: its agent is still starting (%.0f s)", name, timeout_s)
             return {name: node for name, (_, node) in self._ready.items()}

@@ -52,8 +52,11 @@ DEATH_NOTICED_S = 20.0  # Ray's health checks in a local cluster: 3 misses 1 s a
 def nodes(cluster: LocalCluster) -> dict[str, RemoteNode]:
     """The agents of every alive node, this test process joined to the cluster as a driver."""
     ray_cluster.connect(cluster.address, cluster.ray_token)
-    found = ray_cluster.discover(local.agent_config(cluster.dir, cluster.max_envs))
-    assert sorted(found) == cluster.nodes, f"agents answered for {sorted(found)} only"
+    members = ray_cluster.Members(local.agent_config(cluster.dir, cluster.max_envs))
+    found = members.wait()
+    assert sorted(found) == cluster.nodes, (
+        f"agents answered for {sorted(found)} only; the others: {members.errors}"
+    )
     return found
 
 
