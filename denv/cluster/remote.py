@@ -26,6 +26,7 @@ from denv.server.node.seam import (
     BootSpec,
     ImageFacts,
     LayerOffer,
+    LiveForked,
     Metered,
     NodeLost,
     Owned,
@@ -187,10 +188,10 @@ class RemoteNode:
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
         reseed: bool = True,
-    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+    ) -> LiveForked:
         args = (parent_env, parent, volumes, children, reseed)
         result = self._call(LONG_TIMEOUT_S, "live_fork", *args)
-        return cast(tuple[list[list[str]], list[LiveProc | str], dict[str, float]], result)
+        return cast(LiveForked, result)
 
     def live_alive(self, proc: LiveProc) -> bool:
         return cast(bool, self._call(CALL_TIMEOUT_S, "live_alive", proc))

@@ -15,7 +15,7 @@ import pytest
 from denv.server.node.cluster.node import ClusterNode
 from denv.server.node.cluster.placement import NodeCaps
 from denv.server.node.live import LiveError
-from denv.server.node.seam import BootSpec
+from denv.server.node.seam import BootSpec, LiveForked
 from denv.server.records import LiveProc, ServiceSpec, VolumeSlot
 
 
@@ -27,7 +27,7 @@ class Member:
 
     def live_fork(self, parent_env: str, parent: LiveProc, *args: Any) -> Any:
         self.calls.append("live_fork")
-        return [], [], {}
+        return LiveForked()
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         self.calls.append(f"live_teardown {env_id}")

@@ -25,6 +25,7 @@ from denv.server.node.seam import (
     Cancelled,
     ImageFacts,
     LayerOffer,
+    LiveForked,
     Metered,
     Node,
     Owned,
@@ -77,6 +78,11 @@ def test_what_crosses_the_seam_survives_json_and_pickle() -> None:
         Booted(env_id="env_1", network="n", containers={"agent": "c1"}, agent_ip="10.0.0.2"),
         Booted(env_id="e", network="n", containers={}, agent_ip="ip", host_ports={8000: 32768}),
         Owned(containers={"c1": "env_1"}, networks={"n": "env_1"}, volume_envs=["env_1"]),
+        LiveForked(
+            stacks=[["lyr_2", "lyr_1"]],
+            children=[LiveProc(group="env_1", container="c1", pid=7, start=1, port=8000), "died"],
+            timings_ms={"fork_ms": 1.5},
+        ),
         LayerOffer(address="10.0.0.5:40000", token="ab" * 32, digest="sha256:1", size=1 << 31),
     ]
     assert "ab" * 32 not in repr(records[-1])  # a one-time token, never in a log line
@@ -331,9 +337,10 @@ def test_a_failed_copy_of_a_zygote_leaves_the_creates_version_id_free(tmp_path: 
 
     def live_fork(
         parent_env: str, parent: LiveProc, volumes: list[VolumeSlot], children: Any, reseed: bool
-    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+    ) -> LiveForked:
         asked.append(list(children))
-        return [["lyr_zygote"] for _ in volumes], ["the copy died" for _ in children], {}
+        stacks = [["lyr_zygote"] for _ in volumes]
+        return LiveForked(stacks=stacks, children=["the copy died" for _ in children])
 
     node.live_fork = live_fork  # type: ignore[attr-defined]
     envs, store, version = _lifecycle(tmp_path, node)

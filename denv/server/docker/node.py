@@ -35,6 +35,7 @@ from denv.server.node.seam import (
     BootSpec,
     ImageFacts,
     LayerOffer,
+    LiveForked,
     Metered,
     NodeLost,
     Owned,
@@ -416,10 +417,9 @@ class DockerNode:
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
         reseed: bool = True,
-    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+    ) -> LiveForked:
         """Gate the parent, capture its volumes' and its root filesystem's changes, mount
-        each child's volumes and root overlay in the group's slot dir, fork, plumb: (each
-        volume's new stack, each child's process or why it failed, timings in ms)."""
+        each child's volumes and root overlay in the group's slot dir, fork, plumb."""
         stacks: list[list[str]] = []
         rootfs = self.volumes.rootfs
         # What the parent's root filesystem is (the engine asked once a container), before
@@ -560,7 +560,7 @@ class DockerNode:
                         }
                     )
                 )
-        return stacks, out, {**timings, **spent}
+        return LiveForked(stacks=stacks, children=out, timings_ms={**timings, **spent})
 
     def _live_net(self, container: str) -> live_net.ContainerNet:
         """The children's network of a container (found again after a restart)."""

@@ -147,20 +147,20 @@ class LiveForks:
             new_ids, ports = self._new_ids(opts.count), self._free_ports(proc, opts.count)
             children = list(zip(new_ids, ports, strict=True))
             try:
-                stacks, procs, timings = ctx.node.live_fork(rec.id, proc, slots, children, reseed)
+                forked = ctx.node.live_fork(rec.id, proc, slots, children, reseed)
             except live.LiveError as exc:
                 if exc.code == "node_full":  # another request took the node's room meanwhile
                     raise node_full(f"live fork of {rec.id}: {exc.message}") from exc
                 status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
-            version = version_of(stacks)
-            records = self._records(owner, rec, version, opts, children, procs, fresh)
+            version = version_of(forked.stacks)
+            records = self._records(owner, rec, version, opts, children, forked.children, fresh)
         log.info(
             "live %s %s into %d: %s, total %.1f ms",
             "copy of zygote" if fresh else "fork",
             rec.id,
             len(records),
-            ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
+            ", ".join(f"{k} {v:.1f}" for k, v in forked.timings_ms.items()),
             (time.perf_counter() - t0) * 1e3,
         )
         ctx.notify()

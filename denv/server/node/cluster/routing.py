@@ -22,6 +22,7 @@ from denv.server.node.seam import (
     BootFailed,
     BootSpec,
     Cancelled,
+    LiveForked,
     Metered,
     Node,
     NodeLost,
@@ -288,7 +289,7 @@ class Routing(Images):
         volumes: list[VolumeSlot],
         children: list[tuple[str, int]],
         reseed: bool = True,
-    ) -> tuple[list[list[str]], list[LiveProc | str], dict[str, float]]:
+    ) -> LiveForked:
         name = self._env_member(parent.group)
         if name is None:
             raise NodeLost("(none)", f"no node holds {parent.group}")
@@ -313,7 +314,7 @@ class Routing(Images):
                 for child, _ in children:
                     self._env.pop(child, None)
             raise
-        self._made(name, _new_layers(result[0], volumes))
+        self._made(name, _new_layers(result.stacks, volumes))
         return result
 
     def live_alive(self, proc: LiveProc) -> bool:
