@@ -51,7 +51,7 @@ from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
 from denv.server.net.subnets import SubnetPool
 from denv.server.node.errors import EngineUnavailable
-from denv.server.node.seam import Booted, ImageNode, Node, NodeLost
+from denv.server.node.seam import NODE_CALLS, Booted, NodeLost
 from denv.server.records import Limits
 from denv.server.volumes.overlay import Volumes
 
@@ -73,13 +73,6 @@ IMAGE_GC_S = 300.0  # how often an agent collects the images it brought (and aft
 # Calls that need the node's engine (the reaper asks for states every few seconds): one
 # answered means the engine is back.
 ENGINE_CALLS = frozenset({"states", "owned", "engine_version", "inspect_image", "bring_up"})
-# Methods the control plane may call: every public one of ``Node`` and ``ImageNode``.
-NODE_METHODS = frozenset(
-    name
-    for seam in (Node, ImageNode)
-    for name in dir(seam)
-    if not name.startswith("_") and callable(getattr(seam, name))
-)
 _BRING_IMAGE = frozenset({"copy_image", "fetch_image", "pull_image"})
 
 
@@ -230,7 +223,7 @@ class NodeAgent:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``Node.<method>(*args, **kwargs)`` on this node's ``DockerNode``."""
-        if method not in NODE_METHODS:
+        if method not in NODE_CALLS:
             raise AttributeError(f"{method!r} is not a method of the node seam")
         if method == "stop":
             return self._stop()

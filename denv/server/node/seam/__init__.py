@@ -42,6 +42,7 @@ module of its own here, added to ``Node``, and implemented on each side.
 
 from __future__ import annotations
 
+import inspect
 from typing import Protocol
 
 # The failures the calls name, kept importable here (their tree: ``node.errors``).
@@ -73,7 +74,21 @@ class Node(
     callers run them in threads."""
 
 
+def seam_signatures() -> dict[str, inspect.Signature]:
+    """Every call of the seam (``Node``'s capabilities, and ``ImageNode``): its signature.
+    What a node agent answers and a remote node forwards (``denv.cluster``)."""
+    return {
+        name: inspect.signature(getattr(proto, name))
+        for proto in (Node, ImageNode)
+        for name in dir(proto)
+        if not name.startswith("_") and callable(getattr(proto, name))
+    }
+
+
+NODE_CALLS = frozenset(seam_signatures())
+
 __all__ = [
+    "NODE_CALLS",
     "BootCalls",
     "BootFailed",
     "BootSpec",
@@ -95,4 +110,5 @@ __all__ = [
     "TransferCalls",
     "Usage",
     "WatchCalls",
+    "seam_signatures",
 ]
