@@ -33,6 +33,7 @@ from openenv.core.containers.runtime import LocalDockerProvider
 
 from denv import Denv
 
+from . import local_docker
 from .bench_start import READY_TIMEOUT_S
 from .harness import Bench, Server, ratio, remove_leftovers, start_server, stop_process, summarize
 
@@ -93,23 +94,23 @@ def _denv_start(server: Server, image: str) -> tuple[float, str]:
     return elapsed, start
 
 
-def _local_start(image: str) -> float:
+def _local_start(image: str, run_id: str) -> float:
     provider = LocalDockerProvider()
     t0 = time.perf_counter()
-    client: Any = GenericEnvClient.from_docker_image(image, provider=provider).sync()
+    client: Any = GenericEnvClient.from_docker_image(
+        image, provider=provider, env_vars=local_docker.marker(run_id)
+    ).sync()
     try:
         client.reset()
         return time.perf_counter() - t0
     finally:
         # Its close is `docker stop` with a 10 s limit, which a server holding a WebSocket
         # may outlast (TimeoutExpired): the container is removed either way.
-        container = getattr(provider, "_container_id", None)
         try:
             client.close()
         except Exception as exc:
             log.info("LocalDockerProvider's close failed (%s); removing its container", exc)
-        if container:
-            subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+        local_docker.remove(image, run_id)
 
 
 def _fork4(server: Server, image: str) -> dict[str, Any]:
@@ -157,7 +158,7 @@ def run(b: Bench) -> dict[str, dict[str, Any]]:
                         denv_s.append(elapsed)
                         starts.append(start)
                     elif part == "local":
-                        local_s.append(_local_start(image))
+                        local_s.append(_local_start(image, b.run_id))
                     else:
                         last = _fork4(server, image)
                         fork_s.append(last["s"])

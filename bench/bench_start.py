@@ -6,7 +6,8 @@ in a rotated order, so drift on a shared machine hits all of them alike:
 
 - denv: `DenvProvider().start_container(image)` + `wait_for_ready(url)` (health and a
   WebSocket through the ingress proxy: egress deny, the default), then `stop_container()`.
-- local: `LocalDockerProvider().start_container(image)` + `wait_for_ready(url)` (it polls
+- local: `LocalDockerProvider().start_container(image)` (an env var marks the run's
+  containers: bench.local_docker) + `wait_for_ready(url)` (it polls
   /health every 0.5 s after a fixed 1 s sleep: that is what its users get), then its
   `stop_container()` (`docker stop`, 10 s grace, then `docker rm`).
 - floor: `docker run -d -p` to the first 200 on /health, polled every 10 ms; `docker rm -f`.
@@ -19,14 +20,19 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import httpx
 from denv.openenv import fork_clients
 from openenv.core import GenericEnvClient
 from openenv.core.containers.runtime import LocalDockerProvider
 
+from denv import Denv, Fork
+
+from . import local_docker
 from .harness import RUN_LABEL, Bench, free_port, ratio, summarize
 from .measure import sh
 
@@ -56,32 +62,26 @@ def _local_once(b: Bench) -> dict[str, Any]:
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
     try:
-        url = provider.start_container(b.image)
+        url = provider.start_container(b.image, env_vars=local_docker.marker(b.run_id))
         t1 = time.perf_counter()
         provider.wait_for_ready(url, timeout_s=READY_TIMEOUT_S)
         t2 = time.perf_counter()
         out.update(ready_s=t2 - t0, start_call_s=t1 - t0)
     finally:
-        # The name is set before `docker run`, so an interrupted start is still found.
-        name = provider._container_name
-        if name:
-            b.foreign.add(name)
         t3 = time.perf_counter()
         try:
             provider.stop_container()
         except subprocess.TimeoutExpired as exc:  # its `docker stop` call has a 10 s timeout
             out["stop_error"] = f"TimeoutExpired after {exc.timeout}s"
         out["stop_s"] = time.perf_counter() - t3
-        if name:
-            sh("docker", "rm", "-f", name, check=False)
-            b.foreign.discard(name)
+        # What a stop that timed out, or an interrupted start, left (found by its marker).
+        local_docker.remove(b.image, b.run_id)
     return out
 
 
 def _floor_once(b: Bench) -> dict[str, Any]:
     port = free_port()
-    name = f"denv-bench-floor-{b.run_id}-{port}"
-    b.foreign.add(name)
+    name = f"denv-bench-floor-{b.run_id}-{port}"  # labelled: Bench.cleanup finds it
     health = f"http://127.0.0.1:{port}/health"
     t0 = time.perf_counter()
     try:
@@ -101,7 +101,6 @@ def _floor_once(b: Bench) -> dict[str, Any]:
         t3 = time.perf_counter()
         sh("docker", "rm", "-f", name, check=False)
         stop = time.perf_counter() - t3
-        b.foreign.discard(name)
     return {"ready_s": ready, "stop_s": stop}
 
 
@@ -145,30 +144,17 @@ def fork_once(b: Bench, root: Root, n: int) -> dict[str, Any]:
     """Time `fork_clients(root, n)`; then check the children and delete them.
 
     Also times the server's part alone (POST /v1/envs/{id}/fork, which returns once the
-    children run) by wrapping the provider's client call; the rest is the client waiting
-    for health and a WebSocket on every child.
+    children run): the `denv.Denv.fork` call the provider makes, timed while the fork runs
+    (`timing_forks`); the rest is the client waiting for health and a WebSocket on every child.
     """
-    denv = root.provider._conn().denv
     api_s: list[float] = []
-    server_fork = denv.fork
-
-    def timed_fork(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return server_fork(*args, **kwargs)
-        finally:
-            api_s.append(time.perf_counter() - started)
-
-    denv.fork = timed_fork  # instrumentation only: the call itself is unchanged
     t0 = time.perf_counter()
-    try:
+    with timing_forks(api_s):
         children = fork_clients(root.client, n)
-    finally:
-        del denv.fork
     elapsed = time.perf_counter() - t0
     try:
         with b.denv() as api:
-            starts = [str(api.get_env(c.async_client._provider.env_id).start) for c in children]
+            starts = [str(api.get_env(c.provider.env_id or "").start) for c in children]
         state = children[0].state()
         same = state.get("step_count") == root.step_count
     finally:
@@ -180,6 +166,27 @@ def fork_once(b: Bench, root: Root, n: int) -> dict[str, Any]:
         "starts": starts,
         "state_ok": same,
     }
+
+
+@contextmanager
+def timing_forks(seconds: list[float]) -> Iterator[None]:
+    """Append the seconds of each `denv.Denv.fork` call made in this process while open.
+
+    Instrumentation only: the call itself is unchanged. `DenvProvider.fork` makes one
+    (the POST) before it probes the children; a provider that made none leaves `seconds`
+    empty, and the result says `server_fork_s: null` rather than a wrong number.
+    """
+    fork = Denv.fork
+
+    def timed(self: Denv, *args: Any, **kwargs: Any) -> Fork:
+        started = time.perf_counter()
+        try:
+            return fork(self, *args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    with mock.patch.object(Denv, "fork", timed):
+        yield
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:

@@ -5,8 +5,8 @@ Three measurements, each side by side in the same run and reported as ratios:
 - warm16: `n` envs of one image started at once and ready (health and a WebSocket), by `n`
   threads each with its own provider: DenvProvider(warm=n) with the image's n spares booted
   beforehand (a first env asked for them, `wait_warm`), against `n` concurrent OpenEnv
-  LocalDockerProvider starts (container names made unique: it names them by the
-  millisecond), and `n` cold DenvProvider starts for reference. Rounds rotate
+  LocalDockerProvider starts (each of a tag of its own of the image: it names containers
+  by the millisecond), and `n` cold DenvProvider starts for reference. Rounds rotate
   the order; the machine settles between measurements.
 - async_get_env: `m` `get_env` calls of one env, gathered on one event loop through
   `AsyncDenv`, against the same `m` calls one after another through `Denv`.
@@ -19,7 +19,6 @@ Three measurements, each side by side in the same run and reported as ratios:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from openenv.core.containers.runtime import LocalDockerProvider
 
 from denv import AsyncDenv
 
+from . import local_docker
 from .harness import Bench, parallel, ratio, summarize
 from .measure import sh
 
@@ -57,37 +57,26 @@ def _denv_concurrent(b: Bench, n: int, warm: int) -> dict[str, Any]:
     return {"ready_s": elapsed, "starts": starts}
 
 
-class _LocalProvider(LocalDockerProvider):  # type: ignore[misc]  # openenv ships no type hints
-    """OpenEnv's LocalDockerProvider, its container names made unique: it names them after
-    the current millisecond, so concurrent starts collide ("name already in use"). Its
-    `docker run` and readiness (1 s sleep, /health every 0.5 s) are unchanged."""
-
-    _numbers = itertools.count()
-
-    def _generate_container_name(self, image: str) -> str:
-        return f"{super()._generate_container_name(image)}-{next(self._numbers)}"
-
-
 def _local_concurrent(b: Bench, n: int) -> dict[str, Any]:
-    providers = [_LocalProvider() for _ in range(n)]
+    """`n` OpenEnv LocalDockerProvider starts at once, each of a tag of its own of the image
+    (it names containers after the image and the millisecond: bench.local_docker)."""
 
-    def start(p: LocalDockerProvider) -> Callable[[], None]:
+    def start(image: str) -> Callable[[], None]:
         def run() -> None:
-            url = p.start_container(b.image)
+            p = LocalDockerProvider()
+            url = p.start_container(image, env_vars=local_docker.marker(b.run_id))
             p.wait_for_ready(url, timeout_s=READY_TIMEOUT_S)
 
         return run
 
-    t0 = time.perf_counter()
-    try:
-        parallel([start(p) for p in providers])
-        return {"ready_s": time.perf_counter() - t0}
-    finally:
-        names = [p._container_name for p in providers if p._container_name]
-        b.foreign.update(names)
-        if names:  # `docker rm -f`: its own stop waits out a 10 s grace each
-            sh("docker", "rm", "-f", *names, check=False)
-        b.foreign.difference_update(names)
+    with local_docker.tags(b.image, b.run_id, n) as images:
+        t0 = time.perf_counter()
+        try:
+            parallel([start(image) for image in images])
+            return {"ready_s": time.perf_counter() - t0}
+        finally:
+            # `docker rm -f`: its own stop waits out a 10 s grace each
+            local_docker.remove(b.image, b.run_id)
 
 
 def _warm_round(b: Bench, n: int) -> dict[str, Any]:

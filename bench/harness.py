@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ from denv.openenv import DenvProvider
 from denv import Denv
 from denv.local import read_local_server
 
+from . import local_docker
 from .measure import container_cpu_ns, sh
 
 log = logging.getLogger("bench")
@@ -229,8 +230,6 @@ class Bench:
     image: str
     profile: Any
     run_id: str
-    #: Containers started outside denv (LocalDockerProvider, the floor), removed at the end.
-    foreign: set[str] = field(default_factory=set)
 
     def denv(self, timeout_s: float = 300.0) -> Denv:
         return Denv(self.server.url, self.server.api_key, timeout_s=timeout_s)
@@ -268,7 +267,8 @@ class Bench:
         return len(ids)
 
     def cleanup(self) -> None:
-        """Leave nothing behind: envs, the server, its containers and mounts, foreign containers."""
+        """Leave nothing behind: envs, the server, its containers and mounts, the containers
+        started outside denv (LocalDockerProvider's, the floor's) and their image tags."""
         try:
             n = self.delete_all_envs()
             if n:
@@ -280,9 +280,10 @@ class Bench:
         stop_process(self.server.proc)
         remove_leftovers(self.server.state_dir)
         labelled = sh("docker", "ps", "-aq", "--filter", f"label={RUN_LABEL}={self.run_id}")
-        names = sorted(self.foreign) + labelled.split()
-        if names:
-            sh("docker", "rm", "-f", *names, check=False)
+        if labelled:
+            sh("docker", "rm", "-f", *labelled.split(), check=False)
+        local_docker.remove(self.image, self.run_id)
+        local_docker.remove_tags(self.run_id)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
