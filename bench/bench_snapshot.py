@@ -68,7 +68,7 @@ def _snapshot(b: Bench, env_id: str, reps: int, keep: bool) -> tuple[list[float]
 
 
 def _start_env(b: Bench, version_id: str | None) -> str:
-    with b.denv() as api:
+    with b.denv(detach=True) as api:  # the env outlives this client: _delete deletes it
         if version_id is None:
             env = api.create_sandbox(b.image, ports=[8000], wait="healthy", wait_timeout_s=300)
         else:

@@ -154,7 +154,7 @@ def _sequential(b: Bench, env_id: str, m: int) -> float:
 
 def async_get_env(b: Bench) -> dict[str, Any]:
     m, rounds = int(b.profile.trainer_gets), int(b.profile.trainer_get_rounds)
-    with b.denv() as api:
+    with b.denv(detach=True) as api:  # the env outlives this client: deleted below
         env = api.create_sandbox(b.image, wait="healthy", wait_timeout_s=READY_TIMEOUT_S)
     b.settle(max_s=60)
     gathered: list[float] = []

@@ -231,8 +231,10 @@ class Bench:
     profile: Any
     run_id: str
 
-    def denv(self, timeout_s: float = 300.0) -> Denv:
-        return Denv(self.server.url, self.server.api_key, timeout_s=timeout_s)
+    def denv(self, timeout_s: float = 300.0, *, detach: bool = False) -> Denv:
+        """A client of the run's server. `detach=True` for envs that must outlive it (its
+        lease deletes the others when it closes); the run deletes those itself."""
+        return Denv(self.server.url, self.server.api_key, timeout_s=timeout_s, detach=detach)
 
     def provider(self, **options: Any) -> DenvProvider:
         return DenvProvider(server=self.server.url, api_key=self.server.api_key, **options)
