@@ -34,9 +34,8 @@ import test_egress as probes
 from outside_host import OutsideHost, outside_host
 
 from denv.server.config import HOST_GUARD_CHECK_S
-from denv.server.net.egress_rules import FWD_CHAIN, IN_CHAIN
+from denv.server.net.egress_rules import FWD_CHAIN, IN_CHAIN, PRIVATE_RANGES
 from denv.server.net.firewall import resolvers
-from denv.server.node.egress import PRIVATE_RANGES
 
 pytestmark = pytest.mark.e2e
 

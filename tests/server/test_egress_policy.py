@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from denv.server.errors import from_node
-from denv.server.net.egress_rules import FWD_CHAIN, IN_CHAIN
+from denv.server.net.egress_rules import FWD_CHAIN, IN_CHAIN, EnvRule
 from denv.server.net.firewall import Firewall
 from denv.server.node import egress
-from denv.server.node.egress import EnvRule
 from denv.server.node.errors import Invalid
 
 NAMES = {"proxy.trainer.test": ["198.51.100.7", "198.51.100.8"], "lan.test": ["192.168.1.9"]}

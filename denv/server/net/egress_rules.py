@@ -21,14 +21,17 @@ between bridges), DNS to the host's resolvers passes (an allow env keeps its nam
 private ranges (and, in ``DENV-EGRESS-IN``, everything) are refused for ``dva+`` and every
 new connection for ``dvl+``. A missing per-env rule closes an env, never opens one.
 
+An env's rules are ``EnvRule`` records and the refused ranges ``PRIVATE_RANGES``; the seam's
+egress policy (``denv.server.node.egress``) resolves an allowlist into them, so it imports
+them from here and this module imports nothing of the server.
+
 Nothing here runs iptables: ``firewall`` applies these rules and keeps them in place.
 """
 
 from __future__ import annotations
 
 import ipaddress
-
-from denv.server.node.egress import PRIVATE_RANGES, EnvRule
+from dataclasses import dataclass
 
 IN_CHAIN = "DENV-EGRESS-IN"
 FWD_CHAIN = "DENV-EGRESS-FWD"
@@ -41,6 +44,34 @@ _REJECT = {
     "ip6tables": ["REJECT", "--reject-with", "icmp6-adm-prohibited"],
 }
 TABLE = {IN_CHAIN: "filter", FWD_CHAIN: "mangle"}  # the chain of a rule says its table
+
+
+# What an egress-allow env cannot reach by default (besides the host itself, refused in
+# DENV-EGRESS-IN): private, shared (CGN) and link-local ranges of each family.
+PRIVATE_RANGES = {
+    "iptables": [
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "169.254.0.0/16",
+    ],
+    "ip6tables": ["fc00::/7", "fe80::/10"],
+}
+
+
+@dataclass(frozen=True)
+class EnvRule:
+    """One destination an env may reach: an IPv4 network, a port or all ports (None).
+
+    ``host``: the destination is the server's host itself (``0.0.0.0/0``: any of its
+    addresses), which only ``INPUT`` sees; otherwise both ``INPUT`` (for a host address in
+    ``dest``) and the routed path are opened.
+    """
+
+    dest: str
+    port: int | None = None
+    host: bool = False
 
 
 def comment(tag: str) -> list[str]:

@@ -33,12 +33,12 @@ from denv.server.net.egress_rules import (
     GENERIC_TAG,
     IN_CHAIN,
     TABLE,
+    EnvRule,
     env_rules,
     generic_rules,
     jumps,
     render,
 )
-from denv.server.node.egress import EnvRule
 
 log = logging.getLogger(__name__)
 

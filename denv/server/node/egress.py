@@ -10,6 +10,8 @@ UDP port; without one every port is allowed. Everything else is refused.
 Records keep a policy as one string (``EnvRecord.egress``, ``BootSpec.egress``): ``deny``,
 ``allow``, or the allowlist as canonical JSON with its resolved rules, so a fork's
 children inherit exactly what their parent was given and equal policies share warm pools.
+A policy's rules are the firewall's ``EnvRule`` records (``denv.server.net.egress_rules``,
+with the private ranges an entry may not name).
 
     text = allowlist(["10.1.2.3:8000", "api.example.com:443"], allow_private=True)
     policy = parse(text)          # Policy(mode="allowlist", rules=(...), hosts=(...))
@@ -26,37 +28,10 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from denv.server.net.egress_rules import PRIVATE_RANGES, EnvRule
 from denv.server.node.errors import Invalid
 
 MAX_ENTRIES = 64
-
-# What an egress-allow env cannot reach by default (besides the host itself, refused in
-# DENV-EGRESS-IN): private, shared (CGN) and link-local ranges of each family.
-PRIVATE_RANGES = {
-    "iptables": [
-        "10.0.0.0/8",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "100.64.0.0/10",
-        "169.254.0.0/16",
-    ],
-    "ip6tables": ["fc00::/7", "fe80::/10"],
-}
-
-
-@dataclass(frozen=True)
-class EnvRule:
-    """One destination an env may reach: an IPv4 network, a port or all ports (None).
-
-    ``host``: the destination is the server's host itself (``0.0.0.0/0``: any of its
-    addresses), which only ``INPUT`` sees; otherwise both ``INPUT`` (for a host address in
-    ``dest``) and the routed path are opened.
-    """
-
-    dest: str
-    port: int | None = None
-    host: bool = False
-
 
 HOST_NAME = "host.docker.internal"
 _NAME = re.compile(
