@@ -395,7 +395,7 @@ class Store:
     def set_runtime(self, env_id: str, runtime: Runtime) -> None:
         self._run("UPDATE envs SET runtime=? WHERE id=?", (runtime.model_dump_json(), env_id))
 
-    # ingress routes: each token kept as its digest (ingress_keys.ref), never in clear
+    # ingress routes: each token kept as its digest (tokens.ref), never in clear
     def add_ingress(self, token: str, env_id: str, service: str, port: int, host: str) -> None:
         self._run(
             "INSERT OR REPLACE INTO ingress VALUES (?,?,?,?,?)",

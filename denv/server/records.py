@@ -100,7 +100,7 @@ def volume_slots(volumes: list[Volume]) -> list[VolumeSlot]:
 
 class Endpoint(Record):
     """A published port of the agent; an ingress one is rendered with its token, derived
-    from the server's secret (``ingress_keys``), so no token is stored."""
+    from the server's secret (``denv.server.tokens``), so no token is stored."""
 
     service: str
     port: int

@@ -3,7 +3,7 @@
 Stored per (caller, key) with a fingerprint of method, path and body; the same key with a
 different request gives 409 ``idempotency_conflict``. Only successful (2xx) responses are
 stored, so a failed create can be retried with the same key. A stored body holds no ingress
-token: they are cut from its URLs and derived again on a replay (``ingress_keys``).
+token: they are cut from its URLs and derived again on a replay (``denv.server.tokens``).
 """
 
 from __future__ import annotations

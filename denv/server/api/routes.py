@@ -1,8 +1,8 @@
 """The contract's operations (``openapi/denv.yaml``), one handler each: HTTP only.
 
-A handler parses the request (FastAPI and ``models`` validate it), calls one ``Service``
-method on a worker thread, and renders what it returns (a page, a 204); creates go through
-``idempotent`` so an ``Idempotency-Key`` replays the first answer.
+A handler parses the request (FastAPI and the models of ``lifecycle.requests`` validate it),
+calls one ``Service`` method on a worker thread, and renders what it returns (a page, a
+204); creates go through ``idempotent`` so an ``Idempotency-Key`` replays the first answer.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An env on a deny network publishes no port; the server reaches it by its container IP on
 the env's internal network and forwards HTTP (every method, bodies streamed both ways)
-and WebSocket traffic (``ingress_ws``) to it. The token in the path is the capability:
+and WebSocket traffic (``websocket``) to it. The token in the path is the capability:
 whoever holds the URL reaches the env, and nobody can guess it (192 random bits).
 
     table = IngressTable()
@@ -13,7 +13,7 @@ whoever holds the URL reaches the env, and nobody can guess it (192 random bits)
     # GET <base>/health, WebSocket <base>/ws, POST <base>/reset, <base>/mcp ...
 
 Tokens are never stored (an env's token is derived from the server's secret, and the
-database keeps only digests: ``ingress_keys``), logged or echoed. The route table
+database keeps only digests: ``denv.server.tokens``), logged or echoed. The route table
 (``ingress.routes``) keys its dict by the token's SHA-256 digest, so a lookup's timing
 cannot be steered towards a registered token, and a dict hit is an exact match of the
 digest: nothing is left to compare. ``mount_ingress`` also redacts ``/ingress/<token>``
@@ -86,7 +86,7 @@ class _ClientDisconnected(Exception):
 
 
 class IngressProxy:
-    """The raw ASGI endpoint behind the ingress routes (HTTP here, WebSocket in ingress_ws)."""
+    """The raw ASGI endpoint behind the ingress routes (HTTP here, WebSocket in websocket.py)."""
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ def _digest(token: str) -> bytes:
 
 
 def _key(token_or_ref: str) -> bytes:
-    """The table's key of a token, or of its stored ``sha256:<hex>`` ref (ingress_keys.ref):
+    """The table's key of a token, or of its stored ``sha256:<hex>`` ref (tokens.ref):
     routes come back from the database as refs. Only register and unregister take a ref; a
     request's token is always hashed (resolve), so a copy of the database opens nothing."""
     if token_or_ref.startswith(REF_PREFIX):

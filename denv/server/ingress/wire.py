@@ -1,6 +1,6 @@
 """What the ingress proxy puts on the wire: paths, forwarded headers, Error bodies, redaction.
 
-Shared by the HTTP (``ingress``) and WebSocket (``ingress_ws``) halves of the proxy.
+Shared by the HTTP (``proxy``) and WebSocket (``websocket``) halves of the proxy.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def forward_headers(scope: Scope, host: str, port: int, *, websocket: bool) -> H
         elif name == b"x-forwarded-for":
             forwarded_for = value + b", "
         elif websocket and (name.startswith(b"sec-websocket-") or name == b"user-agent"):
-            continue  # the upstream handshake makes its own (user agent: see ingress_ws)
+            continue  # the upstream handshake makes its own (user agent: see websocket.py)
         elif name == b"expect":
             continue  # the server side already answered 100-continue; the body follows
         else:

@@ -2,8 +2,9 @@
 
 A volume's size is what the env changed in it (its overlay upper dir), counted in disk
 blocks, because that is what a snapshot copies into a layer. Writes past ``--max-volume-mb``
-fail inside the env (each volume's changes live on a filesystem of that size, ``volfs``);
-the check at snapshot (or fork) covers a server run with that option larger than before.
+fail inside the env (each volume's changes live on a filesystem of that size,
+``volumes.filesystems``); the check at snapshot (or fork) covers a server run with that
+option larger than before.
 
     adding = check_volume_sizes(ctx, env_record)   # 422 limit_exceeded past --max-volume-mb
     service_limits(compose_service, config.limits)   # a service's own, within the server's

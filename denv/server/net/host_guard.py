@@ -1,7 +1,7 @@
 """The host guard kept in place while the server runs, and its state for ``GET /v1/health``.
 
 The host guard is every firewall rule of egress: the rule keeping egress-deny envs off the
-host (``netpolicy``) and the chains keeping egress-allow envs off the host, link-local and
+host (``policy``) and the chains keeping egress-allow envs off the host, link-local and
 private networks and allowlist envs on their allowlist (``firewall``). A firewall reload
 (``iptables-restore``, firewalld, ufw) removes them silently. So the server checks them
 every ``HOST_GUARD_CHECK_S`` and puts them back; health reports each family's last state

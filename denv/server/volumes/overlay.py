@@ -5,7 +5,7 @@ Layout under the state dir: ``layers/<layer_id>/`` (immutable) and
 mount point of its own (bind onto itself, make-shared) so that the container's ``rslave`` bind
 sees mounts made on it later; the overlay is then mounted on it. ``fs`` holds what the env
 changes: with a size (``--max-volume-mb``) it is an ext4 of that size in ``disk.img``
-(``volfs``), so writes past it fail with ENOSPC inside the env; without one, a plain dir.
+(``filesystems``), so writes past it fail with ENOSPC inside the env; without one, a plain dir.
 """
 
 from __future__ import annotations

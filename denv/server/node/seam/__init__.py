@@ -3,9 +3,9 @@
 A *node* is a machine that runs envs: it holds images, volume layers and each env's network,
 volumes and containers. The server's lifecycle code (``envs``, ``warm``, ``versions``,
 ``reconcile``) asks a node for everything it needs done there and never touches Docker, the
-host's mounts or cgroups itself. ``DockerNode`` (``docker_node``) is the first node: the
-local Docker Engine; ``RemoteNode`` (``denv.cluster.remote``) is a node agent on another
-machine behind the same calls, and ``ClusterNode`` routes each call to one of those.
+host's mounts or cgroups itself. ``DockerNode`` (``denv.server.docker.node``) is the first
+node: the local Docker Engine; ``RemoteNode`` (``denv.cluster.remote``) is a node agent on
+another machine behind the same calls, and ``ClusterNode`` routes each call to one of those.
 
 So every call takes and returns plain values: ids (``env_...``, ``lyr_...``, container ids),
 strings, numbers, and *records*, frozen pydantic models that serialise to JSON unchanged
