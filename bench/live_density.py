@@ -41,9 +41,9 @@ from typing import Any
 from openenv.core import GenericEnvClient
 
 from denv import Denv
-from denv.server.docker import live_apart
 
 from .harness import Bench, remove_leftovers, start_server, stop_process
+from .live_cgroups import Group, container_pid, group_of
 
 log = logging.getLogger("bench.live_density")
 
@@ -81,27 +81,17 @@ def private_bytes(pid: int) -> int:
     return total
 
 
-def env_memory(group: live_apart.Group, env_id: str) -> dict[str, int]:
+def env_memory(group: Group, env_id: str) -> dict[str, int]:
     """``uss``: the private memory of the processes in the env's cgroup; ``cgroup``: what
     its v1 memory cgroup was charged (where the host has one), less inactive file cache."""
     pids = [int(p) for p in (group.directory(env_id) / "cgroup.procs").read_text().split()]
     out = {"uss": sum(private_bytes(p) for p in pids), "processes": len(pids)}
-    memory = group.limited(env_id).get("memory")
+    memory = group.memory(env_id)
     if memory is not None:
         usage = int((memory / "memory.usage_in_bytes").read_text())
         stat = dict(line.split() for line in (memory / "memory.stat").read_text().splitlines())
         out["cgroup"] = usage - int(stat.get("total_inactive_file", 0))
     return out
-
-
-def container_pid(env_id: str) -> int:
-    out = subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.Pid}}", f"denv-{env_id.lower()}-agent"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(out.stdout.strip())
 
 
 def process_status(pid: int) -> dict[str, int]:
@@ -139,7 +129,7 @@ def meminfo() -> dict[str, int]:
     return out
 
 
-def idle_wakeups(group: live_apart.Group, env_ids: list[str], seconds: float = 2.0) -> float:
+def idle_wakeups(group: Group, env_ids: list[str], seconds: float = 2.0) -> float:
     """How often an idle live env's server wakes, per second (the median over ``env_ids``):
     the kernel's count of times its main thread ran (``/proc/PID/schedstat``)."""
 
@@ -176,7 +166,7 @@ def _step_or_error(url: str, message: str, errors: list[str]) -> str:
         return ""
 
 
-def memory_of(group: live_apart.Group, root_id: str, env_ids: list[str]) -> dict[str, Any]:
+def memory_of(group: Group, root_id: str, env_ids: list[str]) -> dict[str, Any]:
     """``private_bytes``: the envs' private memory (median, p90, max, total) and the
     root's; ``over_15mb``: how many envs hold more."""
     mem = {env_id: env_memory(group, env_id) for env_id in env_ids}
@@ -215,9 +205,7 @@ def ksmd_cpu_s() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def merge_and_measure(
-    group: live_apart.Group, root_id: str, children: dict[str, str]
-) -> dict[str, Any]:
+def merge_and_measure(group: Group, root_id: str, children: dict[str, str]) -> dict[str, Any]:
     """Let ``ksmd`` (paused until now) make ``MERGE_SCANS`` full scans at ``MERGE_PACE``;
     then the envs' private memory again, what merging took, and a sample stepped again
     (a merged page is read-only: a write gets a copy of its own)."""
@@ -275,7 +263,7 @@ def run(
         t0 = time.perf_counter()
         step_once(str(root.endpoints[0].url), "root")  # the children continue a served session
         out["root_step_s"] = time.perf_counter() - t0
-        group = live_apart.group_of(container_pid(root_id))
+        group = group_of(container_pid(root_id))
         root_charged = env_memory(group, root_id).get("cgroup")
         forks: list[float] = []
         t0 = time.perf_counter()
