@@ -104,10 +104,10 @@ class ServerConfig:
     warm_max_memory_mb: int = DEFAULT_WARM_MAX_MEMORY_MB
     warm_min_free_mb: int = DEFAULT_WARM_MIN_FREE_MB
     warm_idle_s: float = DEFAULT_WARM_IDLE_S
-    # one idle live root per (key, configuration) that creates clone (lifecycle/zygotes.py);
+    # one idle live root per (key, configuration) that creates clone (lifecycle/live/zygotes.py);
     # within the warm limits above
     zygotes: bool = True
-    # each live child in a network namespace of its own (docker/live_net.py), in place of
+    # each live child in a network namespace of its own (docker/live/netns.py), in place of
     # per-port rules in its container's (`denv serve --live-netns on|off`, $DENV_LIVE_NETNS)
     live_netns: bool = True
     # live roots mark their memory for the kernel's same-page merging (KSM) before they

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from denv.server.lifecycle.bounded_yaml import MAX_DEPTH, MAX_EXPANDED
 from denv.server.lifecycle.compose import ComposeError, parse_compose
+from denv.server.lifecycle.compose.bounded_yaml import MAX_DEPTH, MAX_EXPANDED
 
 AGENT = "x-denv:\n  agent:\n    service: agent\n"
 

@@ -328,7 +328,7 @@ def test_a_failed_copy_of_a_zygote_leaves_the_creates_version_id_free(tmp_path: 
     here: a copy that dies on the real engine is made by no image on purpose."""
     from dataclasses import replace
 
-    from denv.server.lifecycle.live_forks import LiveForks
+    from denv.server.lifecycle.live.forks import LiveForks
     from denv.server.lifecycle.requests import EnvsCreate
     from denv.server.lifecycle.versions import Versions
 

@@ -24,9 +24,9 @@ from denv.server.lifecycle.disk import check_disk
 from denv.server.lifecycle.fairness import over_quota, throttled
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import check_volume_sizes
+from denv.server.lifecycle.pools.spares import PoolOf, pool_of
+from denv.server.lifecycle.pools.warm import WarmPools
 from denv.server.lifecycle.requests import Egress, LiveStart, SandboxCreate
-from denv.server.lifecycle.spares import PoolOf, pool_of
-from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.egress import from_request as egress_from_request
 from denv.server.node.live import unsupported_reason as live_reason
 from denv.server.node.seam import ImageFacts

@@ -22,9 +22,9 @@ from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admission, check_quota
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
+from denv.server.lifecycle.pools.spares import Spare, pool_of
+from denv.server.lifecycle.pools.warm import WarmPools
 from denv.server.lifecycle.requests import LiveStart
-from denv.server.lifecycle.spares import Spare, pool_of
-from denv.server.lifecycle.warm import WarmPools
 from denv.server.node.errors import Refused
 from denv.server.node.live import LiveError
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled

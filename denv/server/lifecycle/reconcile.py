@@ -18,7 +18,7 @@ from denv.server.config import IDEMPOTENCY_TTL_S
 from denv.server.db import iso, now
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
-from denv.server.lifecycle.spares import pool_of
+from denv.server.lifecycle.pools.spares import pool_of
 from denv.server.lifecycle.versions import referenced_layers
 from denv.server.node.seam import Owned
 from denv.server.records import BOOTING, EnvDeletion, EnvStatus, volume_slots

@@ -23,13 +23,13 @@ from denv.server.lifecycle.collect import Collector
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.leases import Leases
-from denv.server.lifecycle.live_forks import LiveForks
+from denv.server.lifecycle.live.forks import LiveForks
+from denv.server.lifecycle.live.spill import live_share, spill_note
+from denv.server.lifecycle.live.zygotes import Zygotes
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
 from denv.server.lifecycle.requests import EnvsCreate, LiveStart, SandboxCreate, WaitFor
-from denv.server.lifecycle.spill import live_share, spill_note
 from denv.server.lifecycle.versions import Versions
-from denv.server.lifecycle.zygotes import Zygotes
 from denv.server.node.errors import Refused, Unavailable
 from denv.server.records import (
     ALL,

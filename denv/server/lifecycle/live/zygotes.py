@@ -40,11 +40,11 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
-from denv.server.lifecycle.live_forks import LiveForks
+from denv.server.lifecycle.live.forks import LiveForks
+from denv.server.lifecycle.pools.spares import pool_of
+from denv.server.lifecycle.pools.warm import mem_available
 from denv.server.lifecycle.requests import EnvsCreate
-from denv.server.lifecycle.spares import pool_of
 from denv.server.lifecycle.versions import Versions
-from denv.server.lifecycle.warm import mem_available
 from denv.server.node.errors import Refused
 from denv.server.node.live import LiveError
 from denv.server.records import (

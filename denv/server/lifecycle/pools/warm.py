@@ -36,7 +36,7 @@ from denv.server.config import (
 )
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.fairness import over_quota
-from denv.server.lifecycle.spares import PoolOf, Spare, boot_spare
+from denv.server.lifecycle.pools.spares import PoolOf, Spare, boot_spare
 from denv.server.node.seam import BootSpec, Cancelled
 
 log = logging.getLogger(__name__)

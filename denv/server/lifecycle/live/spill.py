@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.live_forks import node_full
+from denv.server.lifecycle.live.forks import node_full
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.records import EnvRecord
 

@@ -3,7 +3,7 @@ dependencies, healthcheck and the service's own limits.
 
 ``parse_service`` checks everything a service says on its own (and which service owns each
 named volume); what needs the whole file (dependencies that exist, the agent service, the
-start order) is checked by ``compose.parse_compose``. Every error names the key, as
+start order) is checked by ``parse.parse_compose``. Every error names the key, as
 ``services.db.ports[0]``.
 """
 
@@ -13,7 +13,7 @@ import re
 import shlex
 from typing import Any
 
-from denv.server.lifecycle.compose_spec import SHORT, ComposeError, ComposeService
+from denv.server.lifecycle.compose.spec import SHORT, ComposeError, ComposeService
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SERVICE_KEYS = {

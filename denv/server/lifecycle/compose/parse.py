@@ -19,8 +19,8 @@ refuses nesting deeper than ``MAX_DEPTH`` and a document whose aliases, written 
 exceed ``MAX_EXPANDED`` nodes and characters (``bounded_yaml``).
 
 Here: the document's keys, ``x-denv`` and what needs every service (dependencies, start
-order). Each service's own keys are parsed in ``compose_service``; the records built are in
-``compose_spec``.
+order). Each service's own keys are parsed in ``services``; the records built are in
+``spec``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from denv.server.lifecycle.bounded_yaml import BoundExceeded, load_bounded
-from denv.server.lifecycle.compose_service import parse_service
-from denv.server.lifecycle.compose_spec import SHORT, ComposeError, ComposeService, ComposeSpec
+from denv.server.lifecycle.compose.bounded_yaml import BoundExceeded, load_bounded
+from denv.server.lifecycle.compose.services import parse_service
+from denv.server.lifecycle.compose.spec import SHORT, ComposeError, ComposeService, ComposeSpec
 
 # What importers take from here: the parser and what it returns or raises.
 __all__ = ["ComposeError", "ComposeService", "ComposeSpec", "parse_compose"]

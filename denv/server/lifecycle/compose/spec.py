@@ -1,6 +1,6 @@
 """What a parsed compose file is: ``ComposeSpec``, its ``ComposeService``s, ``ComposeError``.
 
-The records the parser (``compose``, ``compose_service``) builds and the deploy path reads
+The records the parser (``parse``, ``services``) builds and the deploy path reads
 (``versions``, ``limits``), in a module of their own so that both parser modules import them
 without importing each other. ``ComposeService`` is one compose service as written (its
 container paths, its own limits); ``records.ServiceSpec`` is what a version stores once the
