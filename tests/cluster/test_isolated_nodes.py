@@ -42,7 +42,7 @@ import pytest
 from cluster_helpers import cluster_leftovers, cluster_sessions
 
 from denv.cluster import isolation, processes, ray_nodes
-from denv.server.node.cluster.images import ENGINE_DOWN_S
+from denv.server.node.cluster.membership import ENGINE_DOWN_S
 
 pytestmark = pytest.mark.e2e
 

@@ -73,10 +73,11 @@ def test_a_create_placed_on_a_member_whose_engine_is_down_starts_on_another(
     nodes: tuple[ClusterNode, dict[str, Member]],
 ) -> None:
     node, members = nodes
-    assert node._place(spec("env_1")) == "a"  # the fewest envs, then the name
+    # the fewest envs, then the name
+    assert node.placement.place(node.members, spec("env_1")) == "a"
     members["a"].engine_down = True
     assert node.bring_up(spec("env_1")).node == "b"
-    assert node._env["env_1"] == "b"
+    assert node.members.env["env_1"] == "b"
     members["a"].engine_down = False  # back, but passed over for a while: b again
     assert node.bring_up(spec("env_2")).node == "b"
     assert (members["a"].boots, members["b"].boots) == (0, 2)

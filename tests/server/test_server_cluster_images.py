@@ -64,7 +64,7 @@ def cluster(**holding: bool) -> ClusterNode:
     MEMBERS.clear()
     MEMBERS.update({n: Member(n, {IMAGE_ID} if has else set()) for n, has in holding.items()})
     node = ClusterNode(lambda: MEMBERS)  # type: ignore[arg-type, return-value]
-    node._refresh(force=True)
+    node.members.refresh(force=True)
     return node
 
 
@@ -74,15 +74,15 @@ def service(ref: str) -> ServiceSpec:
 
 def test_a_node_that_lacks_the_image_copies_it_from_one_that_has_it() -> None:
     node = cluster(a=True, b=False)
-    node._ensure_images("b", [service("my-env:1")])
+    node.images.ensure("b", [service("my-env:1")])
     assert MEMBERS["b"].calls == ["copy_image from a"]
-    node._ensure_images("b", [service("my-env:1")])  # it has it now: nothing more
+    node.images.ensure("b", [service("my-env:1")])  # it has it now: nothing more
     assert MEMBERS["b"].calls == ["copy_image from a"] and not MEMBERS["a"].calls
 
 
 def test_a_registry_name_is_pulled_first_and_a_failed_pull_falls_through() -> None:
     node = cluster(a=True, b=False)
-    node._ensure_images("b", [service("registry.example:5000/team/env:1")])
+    node.images.ensure("b", [service("registry.example:5000/team/env:1")])
     assert MEMBERS["b"].calls == [
         "pull_image registry.example:5000/team/env:1",
         "copy_image from a",
@@ -92,7 +92,7 @@ def test_a_registry_name_is_pulled_first_and_a_failed_pull_falls_through() -> No
 def test_an_image_nowhere_fails_the_env_naming_image_and_node() -> None:
     node = cluster(a=False, b=False)
     with pytest.raises(BootFailed) as failed:
-        node._ensure_images("b", [service("ghcr.io/team/env:1")])
+        node.images.ensure("b", [service("ghcr.io/team/env:1")])
     message = failed.value.message
     assert "image 'ghcr.io/team/env:1'" in message and "node b " in message, message
     assert "pulling ghcr.io/team/env:1 failed" in message, message

@@ -39,7 +39,7 @@ def cluster(loads: dict[str, int], caps: NodeCaps) -> tuple[ClusterNode, dict[st
     node = ClusterNode(lambda: members, caps=caps)  # type: ignore[arg-type, return-value]
     for name, n in loads.items():
         for i in range(n):
-            node._env[f"env_{name}{i}"] = name
+            node.members.env[f"env_{name}{i}"] = name
     return node, members
 
 
@@ -62,16 +62,17 @@ def spec(live: bool, layers: list[str]) -> BootSpec:
 )
 def test_a_live_root_goes_where_its_children_fit(reserve: int, live_goes_to: str) -> None:
     node, _ = cluster({"a": 3, "b": 1, "c": 0}, NodeCaps(max_envs=4, live_reserve=reserve))
-    node._layers["lyr_v"] = {"a", "b"}
-    assert node._place(spec(live=False, layers=["lyr_v"])) == "b"  # layers, then fewest envs
-    node._env["env_a3"] = "a"  # a is full: b still holds the layer with the most room of two
-    assert node._place(spec(live=True, layers=["lyr_v"])) == live_goes_to
+    node.members.layers["lyr_v"] = {"a", "b"}
+    # the layers, then the fewest envs
+    assert node.placement.place(node.members, spec(live=False, layers=["lyr_v"])) == "b"
+    node.members.env["env_a3"] = "a"  # a is full: b still holds the layer with the most room of two
+    assert node.placement.place(node.members, spec(live=True, layers=["lyr_v"])) == live_goes_to
 
 
 def test_a_live_root_with_no_cap_on_envs_is_placed_as_any_env() -> None:
     node, _ = cluster({"a": 3, "b": 1, "c": 0}, NodeCaps(max_memory_mb=100))
-    node._layers["lyr_v"] = {"a"}
-    assert node._place(spec(live=True, layers=["lyr_v"])) == "a"
+    node.members.layers["lyr_v"] = {"a"}
+    assert node.placement.place(node.members, spec(live=True, layers=["lyr_v"])) == "a"
 
 
 def test_live_children_count_on_their_node_and_a_fork_past_its_room_is_refused() -> None:

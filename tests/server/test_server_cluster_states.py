@@ -33,7 +33,7 @@ class Member:
 def nodes() -> tuple[ClusterNode, dict[str, Member]]:
     members = {"a": Member("a", {"cid_a": "running"}), "b": Member("b", {"cid_b": "running"})}
     node = ClusterNode(lambda: members)  # type: ignore[arg-type, return-value]
-    node._env.update({"env_a": "a", "env_b": "b"})
+    node.members.env.update({"env_a": "a", "env_b": "b"})
     return node, members
 
 

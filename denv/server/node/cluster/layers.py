@@ -13,72 +13,74 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable
+from concurrent.futures import Future
 
 from denv.server.config import StoreConfig
-from denv.server.node.seam import BootFailed, LayerOffer, Node, NodeLost
+from denv.server.node.seam import BootFailed, LayerOffer, NodeLost
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import EMPTY_LAYER
 
-from .placement import NodeCaps, Placement
+from .membership import Members
+from .placement import Placement
+from .uploads import Uploads
 
 log = logging.getLogger(__name__)
 
-UPLOAD_WORKERS = 4
 
-
-class Layers(Placement):
-    """Placement plus which layers each member holds, moving them and storing them."""
+class Layers:
+    """Which layers each member holds (the members' map), moving them and storing them;
+    the seam's layer calls that are about layers, not about one env."""
 
     def __init__(
         self,
-        members: Callable[[], Mapping[str, Node]],
-        caps: NodeCaps | None = None,
-        store: StoreConfig | None = None,
+        members: Members,
+        placement: Placement,
+        store: StoreConfig | None,
+        uploads: Uploads,
     ) -> None:
-        super().__init__(members, caps)
+        self._members = members
+        self._placement = placement
+        self._uploads = uploads
         self._store_cfg = store
         self._store = LayerStore(store) if store is not None else None
         self._fresh: set[str] = set()  # layers seen made here (their holders all known)
         self._moving: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._stored: dict[str, str] = {}  # layer -> digest in object storage
-        self._uploads: dict[str, Future[None]] = {}
-        self._pool = ThreadPoolExecutor(UPLOAD_WORKERS, thread_name_prefix="denv-upload")
-        self._stopped = False  # set by stop(): no upload starts after it
+        self._uploading: dict[str, Future[None]] = {}
 
-    def _made(self, name: str, layers: Iterable[str]) -> None:
+    def made(self, name: str, layers: Iterable[str]) -> None:
         """New layers made on member ``name`` (a snapshot, a seed): held there only."""
         made = [x for x in layers if x and x != EMPTY_LAYER]
-        with self._lock:
+        with self._members.lock:
             self._fresh.update(made)
-        self._remember_layers(name, made)
+        self.remember(name, made)
         self._upload_soon(name, made)
 
-    def _remember_layers(self, name: str, layers: Iterable[str]) -> None:
-        with self._lock:
+    def remember(self, name: str, layers: Iterable[str]) -> None:
+        with self._members.lock:
             for x in layers:
                 if x and x != EMPTY_LAYER:
-                    self._layers[x].add(name)
+                    self._members.layers[x].add(name)
 
-    def _ensure_layers(self, name: str, layers: Iterable[str]) -> None:
+    def ensure(self, name: str, layers: Iterable[str]) -> None:
         """Every layer on member ``name``: from a live member holding it, else from the
         store; BootFailed naming the layer when neither has it."""
         for layer in dict.fromkeys(x for x in layers if x and x != EMPTY_LAYER):
-            with self._lock:
-                if name in self._layers.get(layer, ()):
+            with self._members.lock:
+                if name in self._members.layers.get(layer, ()):
                     continue
                 moving = self._moving[(name, layer)]
             with moving:  # spares of one fork on one member: one copy, the others wait for it
-                with self._lock:
-                    if name in self._layers.get(layer, ()):
+                with self._members.lock:
+                    if name in self._members.layers.get(layer, ()):
                         continue
                 # A layer this process saw made is known to be only where it was made: no
                 # round trip to ask the member first (write_layer is a no-op if it has it).
                 fresh = layer in self._fresh
-                if fresh or not self._call(name, lambda n, x=layer: n.has_layer(x)):  # type: ignore[misc]
+                if fresh or not self._members.call(name, lambda n, x=layer: n.has_layer(x)):  # type: ignore[misc]
                     self._fetch(name, layer)
-                self._remember_layers(name, [layer])
+                self.remember(name, [layer])
 
     def _fetch(self, name: str, layer: str) -> None:
         started = time.monotonic()
@@ -86,7 +88,7 @@ class Layers(Placement):
             try:
                 # The member takes it from the origin itself, as a stream (node to node:
                 # the control plane never holds the layer's bytes).
-                size = self._call(name, lambda n, o=origin: n.copy_layer(layer, o))  # type: ignore[misc]
+                size = self._members.call(name, lambda n, o=origin: n.copy_layer(layer, o))  # type: ignore[misc]
             except NodeLost as exc:
                 if exc.node != origin:
                     raise  # the member itself is lost
@@ -104,7 +106,7 @@ class Layers(Placement):
         stored = self._stored_digest(layer)
         if stored is not None and self._store_cfg is not None:
             cfg = self._store_cfg
-            self._call(name, lambda n: n.fetch_layer(layer, stored, cfg))
+            self._members.call(name, lambda n: n.fetch_layer(layer, stored, cfg))
             log.info(
                 "cluster: layer %s fetched from object storage to %s (%.0f ms)",
                 layer,
@@ -119,32 +121,36 @@ class Layers(Placement):
         )
 
     def _holders(self, layer: str, exclude: str) -> list[str]:
-        with self._lock:
-            known = [n for n in self._layers.get(layer, ()) if n != exclude and n not in self._dead]
+        with self._members.lock:
+            known = [
+                n
+                for n in self._members.layers.get(layer, ())
+                if n != exclude and n not in self._members.dead
+            ]
         if known:
             return known
         found = []
-        for n in self.live_members():
+        for n in self._members.live():
             if n == exclude:
                 continue
             try:
-                if self._call(n, lambda m: m.has_layer(layer)):
+                if self._members.call(n, lambda m: m.has_layer(layer)):
                     found.append(n)
             except NodeLost:
                 continue
-        with self._lock:
-            self._layers[layer].update(found)
+        with self._members.lock:
+            self._members.layers[layer].update(found)
         return found
 
     def _stored_digest(self, layer: str) -> str | None:
-        with self._lock:
+        with self._members.lock:
             if layer in self._stored:
                 return self._stored[layer]
         if self._store is None:
             return None
         digest = self._store.digest_of(layer)
         if digest is not None:
-            with self._lock:
+            with self._members.lock:
                 self._stored[layer] = digest
         return digest
 
@@ -155,23 +161,23 @@ class Layers(Placement):
         for layer in layers:
             if not layer or layer == EMPTY_LAYER:
                 continue
-            with self._lock:
-                if layer in self._stored or layer in self._uploads or self._stopped:
+            with self._members.lock:
+                if layer in self._stored or layer in self._uploading or self._uploads.stopped:
                     continue
-                self._uploads[layer] = self._pool.submit(self._upload, name, layer, cfg)
+                self._uploading[layer] = self._uploads.submit(self._upload, name, layer, cfg)
 
     def _upload(self, name: str, layer: str, cfg: StoreConfig) -> None:
         started = time.monotonic()
         try:
-            digest = self._call(name, lambda n: n.upload_layer(layer, cfg))
+            digest = self._members.call(name, lambda n: n.upload_layer(layer, cfg))
         except Exception as exc:
             log.warning("cluster: uploading layer %s from %s failed: %s", layer, name, exc)
-            with self._lock:
-                self._uploads.pop(layer, None)
+            with self._members.lock:
+                self._uploading.pop(layer, None)
             return
-        with self._lock:
+        with self._members.lock:
             self._stored[layer] = digest
-            self._uploads.pop(layer, None)
+            self._uploading.pop(layer, None)
         log.info(
             "cluster: layer %s stored (%s, %.0f ms)",
             layer,
@@ -181,10 +187,10 @@ class Layers(Placement):
 
     def layer_nodes(self, layer_ids: list[str]) -> list[str]:
         wanted = [x for x in layer_ids if x and x != EMPTY_LAYER]
-        loads = self._load()
-        with self._lock:
-            near = [n for n in loads if all(n in self._layers.get(x, ()) for x in wanted)]
-        return sorted(near, key=lambda n: (loads[n][0], loads[n][1], n))
+        loads = self._members.loads()
+        with self._members.lock:
+            near = [n for n in loads if all(n in self._members.layers.get(x, ()) for x in wanted)]
+        return sorted(near, key=lambda n: (loads[n].envs, loads[n].memory, n))
 
     def layer_storage(self, layer_ids: list[str]) -> str:
         layers = [x for x in layer_ids if x and x != EMPTY_LAYER]
@@ -202,21 +208,15 @@ class Layers(Placement):
     def _resume_uploads(self, layers: list[str]) -> None:
         """Layers neither stored nor uploading (a restarted control plane): upload them."""
         for layer in layers:
-            with self._lock:
-                if layer in self._uploads:
+            with self._members.lock:
+                if layer in self._uploading:
                     continue
             holders = self._holders(layer, exclude="")
             if holders:
                 self._upload_soon(holders[0], [layer])
 
-    # Node: layers
-    def seed_layer(self, image_id: str, path: str) -> str | None:
-        name = self._least_loaded()
-        layer = self._call(name, lambda n: n.seed_layer(image_id, path))
-        if layer:
-            self._made(name, [layer])
-        return layer
-
+    # the seam: layers (a snapshot and a seed are the cluster node's: they concern an env,
+    # an image)
     def has_layer(self, layer_id: str) -> bool:
         return (
             bool(self._holders(layer_id, exclude="")) or self._stored_digest(layer_id) is not None
@@ -224,12 +224,12 @@ class Layers(Placement):
 
     def layer_ids(self) -> set[str]:
         out: set[str] = set()
-        for name in self.live_members():
+        for name in self._members.live():
             try:
-                ids = self._call(name, lambda n: n.layer_ids())
+                ids = self._members.call(name, lambda n: n.layer_ids())
             except NodeLost:
                 continue
-            self._remember_layers(name, ids)
+            self.remember(name, ids)
             out |= ids
         return out
 
@@ -240,7 +240,7 @@ class Layers(Placement):
             size = 0
             for name in self._holders(layer, exclude=""):
                 try:
-                    size = self._call(name, lambda n: n.layer_sizes([layer]))[0]  # noqa: B023
+                    size = self._members.call(name, lambda n: n.layer_sizes([layer]))[0]  # noqa: B023
                     break
                 except NodeLost:
                     continue
@@ -249,17 +249,17 @@ class Layers(Placement):
 
     def free_disk_bytes(self) -> int:
         free = []
-        for name in self.live_members():
+        for name in self._members.live():
             try:
-                free.append(self._call(name, lambda n: n.free_disk_bytes()))
+                free.append(self._members.call(name, lambda n: n.free_disk_bytes()))
             except NodeLost:
                 continue
         return min(free, default=0)
 
     def delete_layers(self, layer_ids: list[str]) -> None:
-        for name in self.live_members():
+        for name in self._members.live():
             try:
-                self._call(name, lambda n: n.delete_layers(layer_ids))
+                self._members.call(name, lambda n: n.delete_layers(layer_ids))
             except NodeLost:
                 continue
         if self._store is not None and layer_ids:
@@ -269,9 +269,9 @@ class Layers(Placement):
                 log.exception(
                     "cluster: deleting %d layer(s) from object storage failed", len(layer_ids)
                 )
-        with self._lock:
+        with self._members.lock:
             for x in layer_ids:
-                self._layers.pop(x, None)
+                self._members.layers.pop(x, None)
                 self._stored.pop(x, None)
                 self._fresh.discard(x)
             gone = set(layer_ids)
@@ -287,29 +287,29 @@ class Layers(Placement):
         return holders[0]
 
     def layer_digest(self, layer_id: str) -> str:
-        return self._call(self._holder(layer_id), lambda n: n.layer_digest(layer_id))
+        return self._members.call(self._holder(layer_id), lambda n: n.layer_digest(layer_id))
 
     def offer_layer(self, layer_id: str) -> LayerOffer:
-        return self._call(self._holder(layer_id), lambda n: n.offer_layer(layer_id))
+        return self._members.call(self._holder(layer_id), lambda n: n.offer_layer(layer_id))
 
     def copy_layer(self, layer_id: str, origin: str) -> int:
-        name = self._least_loaded()
-        size = self._call(name, lambda n: n.copy_layer(layer_id, origin))
-        self._remember_layers(name, [layer_id])
+        name = self._placement.least_loaded(self._members)
+        size = self._members.call(name, lambda n: n.copy_layer(layer_id, origin))
+        self.remember(name, [layer_id])
         return size
 
     def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
-        return self._call(self._holder(layer_id), lambda n: n.upload_layer(layer_id, store))
+        return self._members.call(self._holder(layer_id), lambda n: n.upload_layer(layer_id, store))
 
     def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
-        name = self._least_loaded()
-        self._call(name, lambda n: n.fetch_layer(layer_id, digest, store))
-        self._remember_layers(name, [layer_id])
+        name = self._placement.least_loaded(self._members)
+        self._members.call(name, lambda n: n.fetch_layer(layer_id, digest, store))
+        self.remember(name, [layer_id])
 
     def drop_partial_layers(self) -> None:
-        for name in self.live_members():
+        for name in self._members.live():
             try:
-                self._call(name, lambda n: n.drop_partial_layers())
+                self._members.call(name, lambda n: n.drop_partial_layers())
             except NodeLost:
                 continue
 
@@ -317,14 +317,14 @@ class Layers(Placement):
         self, base: list[str], layers: list[str], limit: int
     ) -> tuple[list[tuple[str, str, int]], bool]:
         wanted = [x for x in base + layers if x and x != EMPTY_LAYER]
-        with self._lock:
-            members = [n for n in self._members if n not in self._dead]
+        with self._members.lock:
+            members = [n for n in self._members.nodes if n not in self._members.dead]
             best = max(
                 members,
-                key=lambda n: sum(1 for x in wanted if n in self._layers.get(x, ())),
+                key=lambda n: sum(1 for x in wanted if n in self._members.layers.get(x, ())),
                 default=None,
             )
         if best is None:
             raise NodeLost("(none)")
-        self._ensure_layers(best, wanted)
-        return self._call(best, lambda n: n.diff_layers(base, layers, limit))
+        self.ensure(best, wanted)
+        return self._members.call(best, lambda n: n.diff_layers(base, layers, limit))

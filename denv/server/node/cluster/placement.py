@@ -1,8 +1,13 @@
-"""Which member takes an env: the one holding most of its layers, then the least loaded.
+"""Which member takes an env, and how much room the members have: a strategy the cluster node
+is given (``Placement``), and the one it uses unless told otherwise (``LeastLoaded``).
 
-Placement weighs what the members already carry (envs placed there, memory their envs last
-used) against each member's cap, so that a create past every cap is refused (429) before
-anything starts, and a fork lands where its layers are instead of copying them.
+A strategy is handed the cluster's ``Members`` at each call (their loads, what each holds)
+and decides; it keeps no map of its own, so another one (sampling a few members, weighing
+other loads) is a class beside this one, passed to ``ClusterNode(placement=...)``.
+
+``LeastLoaded`` weighs what the members already carry (envs placed there, memory their envs
+last used) against each member's cap, so that a create past every cap is refused (429)
+before anything starts, and a fork lands where its layers are instead of copying them.
 
 Every env on a member counts as one against ``max_envs``, however it runs: a container of
 its own, a live child or a zygote's copy in its group's container, a zygote, a warm spare.
@@ -18,14 +23,13 @@ member full spills (docs/cluster.md).
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from denv.server.node.seam import BootFailed, BootSpec, Node, NodeLost
+from denv.server.node.seam import BootFailed, BootSpec, NodeLost
 from denv.server.volumes.overlay import EMPTY_LAYER
 
-from .membership import Membership
+from .membership import Load, Members
 
 # A live root goes where its member has room for it and this many children (a fork(8)).
 DEFAULT_LIVE_RESERVE = 8
@@ -41,65 +45,91 @@ class NodeCaps:
     live_reserve: int = DEFAULT_LIVE_RESERVE  # room a live root is placed with for its children
 
 
-class Placement(Membership):
-    """Membership plus each member's load and cap."""
+class Placement(Protocol):
+    """How a cluster chooses the member for an env and counts its members' room. Each call
+    is given the cluster's members; none keeps a map of its own."""
 
-    def __init__(
-        self, members: Callable[[], Mapping[str, Node]], caps: NodeCaps | None = None
-    ) -> None:
-        super().__init__(members)
-        self._caps = caps or NodeCaps()
-        self._memory: dict[str, int] = {}  # member -> bytes its envs used, last measured
+    def place(self, members: Members, spec: BootSpec, skip: frozenset[str] = frozenset()) -> str:
+        """The member for ``spec``, never one of ``skip`` (whose engine did not answer);
+        ``BootFailed`` (``start_failed``) when no member has room."""
+        ...
 
-    def _load(self) -> dict[str, tuple[int, int]]:
-        """Member -> (envs placed there, bytes its envs use) of the live members."""
-        with self._lock:
-            envs = Counter(self._env.values())
-            return {
-                n: (envs[n], self._memory.get(n, 0)) for n in self._members if n not in self._dead
-            }
+    def least_loaded(self, members: Members) -> str:
+        """The member for something that is not an env (a seed, a layer handed to the
+        cluster); NodeLost when there is none."""
+        ...
 
-    def _has_room(self, name: str, load: tuple[int, int]) -> bool:
-        return self._room_of(load) > 0
+    def room(self, members: Members) -> int | None:
+        """How many more envs the members accept; None: no cap."""
+        ...
 
-    def _room_of(self, load: tuple[int, int]) -> int:
-        """How many more envs a member with this load takes (``MANY``: no cap on envs)."""
-        envs, memory = load
-        caps = self._caps
-        if caps.max_memory_mb and memory >= caps.max_memory_mb * 2**20:
-            return 0
-        return max(caps.max_envs - envs, 0) if caps.max_envs else MANY
-
-    def room(self) -> int | None:
-        self._refresh()
-        if not self._caps.max_envs and not self._caps.max_memory_mb:
-            return None if self._load() else 0
-        return sum(self._room_of(load) for load in self._load().values())
-
-    def room_beside(self, env_id: str) -> int | None:
+    def room_beside(self, members: Members, env_id: str) -> int | None:
         """How many more envs the member running ``env_id`` takes (its live children go
         there): 0 when it is lost or unknown; None with no cap."""
-        if not self._caps.max_envs and not self._caps.max_memory_mb:
-            return None
-        self._refresh()
-        load = self._load().get(self._env_member(env_id) or "")
-        return 0 if load is None else self._room_of(load)
+        ...
+
+    def refusal(self, members: Members, name: str, count: int) -> str | None:
+        """Why member ``name`` cannot take ``count`` more envs (a live fork's children, which
+        only it can run); None when it can. Called holding ``members.lock``, so that the
+        children are counted there in the same step."""
+        ...
+
+
+class LeastLoaded:
+    """The members' layers first, then the fewest envs, then the least memory, under each
+    member's ``NodeCaps``; a live root where its children will have room."""
+
+    def __init__(self, caps: NodeCaps | None = None) -> None:
+        self.caps = caps or NodeCaps()
+
+    def _capped(self) -> bool:
+        return bool(self.caps.max_envs or self.caps.max_memory_mb)
+
+    def _room_of(self, load: Load) -> int:
+        """How many more envs a member with this load takes (``MANY``: no cap on envs)."""
+        caps = self.caps
+        if caps.max_memory_mb and load.memory >= caps.max_memory_mb * 2**20:
+            return 0
+        return max(caps.max_envs - load.envs, 0) if caps.max_envs else MANY
 
     def _caps_text(self) -> str:
-        caps = self._caps
+        caps = self.caps
         return f"{caps.max_envs or 'no'} envs, {caps.max_memory_mb or 'no'} MiB per node"
 
-    def _least_loaded(self) -> str:
-        """The live member with the fewest envs (a seed, a layer handed to the cluster)."""
-        loads = self._load()
+    def room(self, members: Members) -> int | None:
+        members.refresh()
+        if not self._capped():
+            return None if members.loads() else 0
+        return sum(self._room_of(load) for load in members.loads().values())
+
+    def room_beside(self, members: Members, env_id: str) -> int | None:
+        if not self._capped():
+            return None
+        members.refresh()
+        load = members.loads().get(members.member_of(env_id) or "")
+        return 0 if load is None else self._room_of(load)
+
+    def refusal(self, members: Members, name: str, count: int) -> str | None:
+        load = members.loads().get(name)
+        room = 0 if load is None else self._room_of(load)
+        if self._capped() and room < count:
+            return (
+                f"node {name} has room for {room} more env(s) under its cap "
+                f"({self._caps_text()}) and {count} live children were asked for"
+            )
+        return None
+
+    def least_loaded(self, members: Members) -> str:
+        loads = members.loads()
         if not loads:
             raise NodeLost("(none)", "the cluster has no live node")
-        return min(loads, key=lambda n: (loads[n][0], n))
+        return min(loads, key=lambda n: (loads[n].envs, n))
 
-    def _place(self, spec: BootSpec, skip: frozenset[str] = frozenset()) -> str:
-        """The member for ``spec``, never one of ``skip`` (whose engine did not answer)."""
-        self._refresh()
-        loads = {n: ld for n, ld in self._load().items() if self._has_room(n, ld) and n not in skip}
+    def place(self, members: Members, spec: BootSpec, skip: frozenset[str] = frozenset()) -> str:
+        members.refresh()
+        loads = {
+            n: ld for n, ld in members.loads().items() if self._room_of(ld) > 0 and n not in skip
+        }
         if not loads:
             raise BootFailed(
                 "start_failed",
@@ -107,28 +137,14 @@ class Placement(Membership):
                 f"(caps: {self._caps_text()}); delete envs or add nodes",
             )
         wanted = {x for v in spec.volumes for x in v.layers if x != EMPTY_LAYER}
-        with self._lock:
-            held = {n: sum(1 for x in wanted if n in self._layers.get(x, ())) for n in loads}
-        if spec.live and self._caps.max_envs:
+        held = members.held(wanted, loads)
+        if spec.live and self.caps.max_envs:
             # A live root: its children come to its member. Where there is room for it and
             # its reserve, as any env; else the member with the most room.
-            want = 1 + self._caps.live_reserve
+            want = 1 + self.caps.live_reserve
             roomy = {n: ld for n, ld in loads.items() if self._room_of(ld) >= want}
             if not roomy:
-                return min(loads, key=lambda n: (loads[n][0], -held[n], loads[n][1], n))
+                return min(loads, key=lambda n: (loads[n].envs, -held[n], loads[n].memory, n))
             loads = roomy
         # the most of the version's layers first, then the fewest envs, then the least memory
-        return min(loads, key=lambda n: (-held[n], loads[n][0], loads[n][1], n))
-
-    def _measure_memory(self) -> None:
-        with self._lock:
-            by_member: defaultdict[str, list[str]] = defaultdict(list)
-            for cid, name in self._cid.items():
-                by_member[name].append(cid)
-        for name, cids in by_member.items():
-            try:
-                used = self._call(name, lambda n, c=cids: n.memory_bytes(c))  # type: ignore[misc]
-            except Exception:
-                continue
-            with self._lock:
-                self._memory[name] = used
+        return min(loads, key=lambda n: (-held[n], loads[n].envs, loads[n].memory, n))
