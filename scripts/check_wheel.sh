@@ -35,9 +35,9 @@ cd "$work"
 import importlib.resources
 
 import denv, denv.cli, denv.openenv, denv.openenv.export, denv.server.app, denv_api_client  # noqa: E401,F401
-from denv.server.docker import live
+from denv.server.docker.live import launcher_ctl
 
-assert (live.LAUNCHER_DIR / "launcher.py").is_file(), "the live-fork launcher is missing"
+assert (launcher_ctl.LAUNCHER_DIR / "launcher.py").is_file(), "the live-fork launcher is missing"
 from denv.openenv._connection import _check_can_serve
 
 _check_can_serve()  # the embedded default's packages (fastapi, uvicorn, docker) are there

@@ -59,13 +59,13 @@ import sys
 from pathlib import Path
 
 import denv
-import denv.server.docker.live as live
+from denv.server.docker.live import launcher_ctl
 
 where = Path(denv.__file__).resolve()
 assert "site-packages" in where.parts, f"denv is imported from {where}, not the wheel"
 assert not where.is_relative_to(Path(sys.argv[1]).resolve()), f"denv comes from the checkout: {where}"
 for name in ("launcher.py", "_denv_live.py", "sitecustomize.py"):
-    assert (live.LAUNCHER_DIR / name).is_file(), f"the wheel has no live-fork launcher {name}"
+    assert (launcher_ctl.LAUNCHER_DIR / name).is_file(), f"the wheel has no live-fork launcher {name}"
 print(f"test-installed: denv from {where.parent}")
 PY
 "$work/venv/bin/python" -m pytest -q "${TESTS[@]}"

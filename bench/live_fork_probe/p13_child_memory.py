@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from bench.harness import remove_leftovers, start_server, stop_process  # noqa: E402
 from bench.live_density import container_pid, server_flags, step_once  # noqa: E402
 from denv import Denv  # noqa: E402
-from denv.server.docker import live_apart  # noqa: E402
+from denv.server.docker.live import cgroups as live_apart  # noqa: E402
 
 KB = 1024
 

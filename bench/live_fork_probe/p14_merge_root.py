@@ -37,7 +37,7 @@ from bench.live_density import (  # noqa: E402
     step_once,
 )
 from denv import Denv  # noqa: E402
-from denv.server.docker import live_apart  # noqa: E402
+from denv.server.docker.live import cgroups as live_apart  # noqa: E402
 
 MB = 2**20
 

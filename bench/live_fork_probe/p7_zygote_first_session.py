@@ -21,7 +21,7 @@ from conftest import start_server  # noqa: E402
 from denv.openenv import DenvProvider  # noqa: E402
 from openenv.core import GenericEnvClient  # noqa: E402
 
-from denv.server.docker import live  # noqa: E402
+from denv.server.docker.live import launcher_ctl as live  # noqa: E402
 
 IMAGE = "denv-echo-env:latest"
 

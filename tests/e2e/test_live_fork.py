@@ -55,7 +55,7 @@ def listening_pid(container: str, port: int) -> int:
         fields = line.split()
         if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
             inodes.add(fields[9])
-    # Every process of the container, live servers' own cgroups (docker/live_apart.py) too.
+    # Every process of the container, live servers' own cgroups (docker/live/cgroups.py) too.
     tree = pids_cgroup(info["Id"])
     procs = [p for f in tree.rglob("cgroup.procs") for p in f.read_text().split()]
     for pid in procs:
@@ -212,14 +212,14 @@ def test_live_children_outlive_their_parent(denv_server: LocalDenv, clients: Cli
 
 
 def _root_proc(d: Denv, env: Env) -> Any:
-    from denv.server.docker import live
+    from denv.server.docker.live import launcher_ctl
 
     containers = docker.from_env().containers.list(filters={"label": f"denv.env={env.id}"})
     assert len(containers) == 1, containers
     pid = listening_pid(str(containers[0].id), env.endpoints[0].port)
-    start = live.start_time(pid)
+    start = launcher_ctl.start_time(pid)
     assert start is not None
-    return live.Proc(pid, start)
+    return launcher_ctl.Proc(pid, start)
 
 
 def test_children_keep_the_parents_heap_out_of_collections(
@@ -229,7 +229,7 @@ def test_children_keep_the_parents_heap_out_of_collections(
     frozen there: walking them would copy the whole heap page by page), the parent's own
     collections go on as before, and the parent's heap is backed by huge pages (what makes a
     fork cheap; this kernel has MADV_COLLAPSE)."""
-    from denv.server.docker import live
+    from denv.server.docker.live import launcher_ctl
 
     d = clients(denv_server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
@@ -240,10 +240,10 @@ def test_children_keep_the_parents_heap_out_of_collections(
         child = d.fork(parent.id, 1, kind="live").envs[0]
         assert child.status.value == "healthy", child.error
         kid_pid = live_pid(child.id)
-        kid = live.Proc(kid_pid, live.start_time(kid_pid) or 0)
-        before = live.hello(root)
+        kid = launcher_ctl.Proc(kid_pid, launcher_ctl.start_time(kid_pid) or 0)
+        before = launcher_ctl.hello(root)
         assert before["frozen"] == 0, before
-        assert live.hello(kid)["frozen"] > 10_000
+        assert launcher_ctl.hello(kid)["frozen"] > 10_000
         # Without `denv serve --merge-pages` nothing is marked for same-page merging
         # (with it: tests/e2e/test_live_merge.py).
         for pid in (root.pid, kid_pid):
@@ -267,7 +267,7 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
 ) -> None:
     """The parent clones its children while the node captures /work; when the capture
     fails, the children are ended before their set-up and the parent serves again."""
-    from denv.server.docker import live
+    from denv.server.docker.live import launcher_ctl
 
     d = clients(denv_server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
@@ -275,11 +275,11 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
         assert parent.status.value == "healthy", parent.error
         root = _root_proc(d, parent)
         kids_before = set(Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split())
-        specs = [live.ChildSpec(f"env_probe{i}", 29000 + i, [], "/tmp") for i in range(3)]
+        specs = [launcher_ctl.ChildSpec(f"env_probe{i}", 29000 + i, [], "/tmp") for i in range(3)]
 
         def failing_snapshot() -> None:
             # The children are cloned meanwhile: each binds its bootstrap socket.
-            socks = [Path(live.ctl_path(root.pid, f"{c.env_id}.sock")) for c in specs]
+            socks = [Path(launcher_ctl.ctl_path(root.pid, f"{c.env_id}.sock")) for c in specs]
             end = time.monotonic() + 10
             while not all(s.exists() for s in socks) and time.monotonic() < end:
                 time.sleep(0.001)
@@ -287,14 +287,16 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
             raise OSError("the capture failed (on purpose)")
 
         with pytest.raises(OSError, match="on purpose"):  # not the assert inside
-            live.fork(root, specs, failing_snapshot, 0)
+            launcher_ctl.fork(root, specs, failing_snapshot, 0)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             kids = set(Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split())
             alive = [
                 k
                 for k in kids - kids_before
-                if live.alive(live.Proc(int(k), live.start_time(int(k)) or -1))
+                if launcher_ctl.alive(
+                    launcher_ctl.Proc(int(k), launcher_ctl.start_time(int(k)) or -1)
+                )
             ]
             zombies = [
                 k for k in alive if "Z" in Path(f"/proc/{k}/stat").read_text().split(")")[-1][:3]
@@ -307,7 +309,7 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
         with connect(parent.endpoints[0].url.replace("http", "ws", 1) + "/ws") as ws:
             ws.send(json.dumps({"type": "reset", "data": {}}))
             assert json.loads(ws.recv(timeout=10))["type"] == "observation"
-        assert live.hello(root)["pid"]
+        assert launcher_ctl.hello(root)["pid"]
     finally:
         d.delete_env(parent.id)
     assert_gone(denv_server, [parent.id])

@@ -30,7 +30,7 @@ from provider_helpers import ECHO_IMAGE, container_pid_of, message, state_of
 
 from denv import Denv, Env
 from denv.server.auth import create_api_key
-from denv.server.docker import live_apart
+from denv.server.docker.live import cgroups
 
 pytestmark = pytest.mark.e2e
 
@@ -179,12 +179,12 @@ def test_a_live_start_copies_the_keys_zygote(server: LocalDenv) -> None:
 
 def hello_of(server: LocalDenv, env_id: str) -> dict[str, Any]:
     """What the env's server process's launcher says of it (``hello``)."""
-    from denv.server.docker import live
+    from denv.server.docker.live import launcher_ctl
 
     with sqlite3.connect(server.state_dir / "denv.db") as con:
         (raw,) = con.execute("SELECT runtime FROM envs WHERE id = ?", (env_id,)).fetchone()
     proc = json.loads(raw)["live"]
-    return live.hello(live.Proc(int(proc["pid"]), int(proc["start"])))
+    return launcher_ctl.hello(launcher_ctl.Proc(int(proc["pid"]), int(proc["start"])))
 
 
 def warmed(server: LocalDenv, env_id: str) -> dict[str, Any] | None:
@@ -264,8 +264,8 @@ CHURN_CLIENTS, CHURN_CYCLES = 4, 6
 
 def memory_limits(env_id: str) -> dict[str, int | None]:
     """The v1 memory limits (memory, memory+swap) of the container of ``env_id``."""
-    group = live_apart.group_of(container_pid_of(env_id))
-    return live_apart._values(group.v1["memory"], "memory")
+    group = cgroups.group_of(container_pid_of(env_id))
+    return cgroups._values(group.v1["memory"], "memory")
 
 
 def test_copies_started_and_deleted_at_once_all_copy_the_zygote(server: LocalDenv) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.docker import live_apart
+from denv.server.docker.live import cgroups
 
 
 def cgroup_root() -> Path:
@@ -33,16 +33,16 @@ def test_a_busy_cgroup_is_removed_by_a_later_release() -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         (group / "cgroup.procs").write_text(str(sleeper.pid))
-        live_apart._rmdir(group, deadline=time.monotonic() + 0.05)
-        assert group.exists() and group in live_apart._busy  # busy: kept for later
+        cgroups._rmdir(group, deadline=time.monotonic() + 0.05)
+        assert group.exists() and group in cgroups._busy  # busy: kept for later
         sleeper.kill()
         sleeper.wait()
         deadline = time.monotonic() + 10
         while group.exists() and time.monotonic() < deadline:
-            live_apart._retry_busy()  # what each later release does
+            cgroups._retry_busy()  # what each later release does
             time.sleep(0.05)
         assert not group.exists()
-        assert group not in live_apart._busy
+        assert group not in cgroups._busy
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -76,8 +76,8 @@ def test_concurrent_starts_and_deletes_keep_the_containers_limits_exact() -> Non
         def churn(sign: int) -> None:
             try:
                 for _ in range(300):
-                    live_apart._shift(container, "memory", one, sign)
-                    live_apart._shift(container, "memory", one, -sign)
+                    cgroups._shift(container, "memory", one, sign)
+                    cgroups._shift(container, "memory", one, -sign)
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
@@ -88,7 +88,7 @@ def test_concurrent_starts_and_deletes_keep_the_containers_limits_exact() -> Non
         for t in threads:
             t.join(60)
         assert errors == []
-        assert live_apart._values(container, "memory") == {
+        assert cgroups._values(container, "memory") == {
             "memory.memsw.limit_in_bytes": 3300 * mib,
             "memory.limit_in_bytes": 2200 * mib,
         }

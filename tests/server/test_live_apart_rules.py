@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.docker import live_apart
+from denv.server.docker.live import cgroups
 
 
 @pytest.fixture
-def group() -> Iterator[live_apart.Group]:
+def group() -> Iterator[cgroups.Group]:
     """A process in a network namespace of its own, and a cgroup v2 dir standing for its
     container's."""
-    mount = live_apart.cgroup2_mount()
+    mount = cgroups.cgroup2_mount()
     assert mount is not None, "this host has no cgroup v2 hierarchy"
     proc = subprocess.Popen(["unshare", "--net", "sleep", "300"])
     path = f"/denv-test-{secrets.token_hex(4)}"
@@ -32,7 +32,7 @@ def group() -> Iterator[live_apart.Group]:
         while os.readlink(f"/proc/{proc.pid}/ns/net") == host:
             assert time.monotonic() < deadline, "unshare --net did not make a namespace in 10 s"
             time.sleep(0.005)
-        yield live_apart.Group(proc.pid, path, mount, {})
+        yield cgroups.Group(proc.pid, path, mount, {})
     finally:
         proc.kill()
         proc.wait()
@@ -44,18 +44,18 @@ def group() -> Iterator[live_apart.Group]:
             tree.rmdir()
 
 
-def rules(group: live_apart.Group) -> str:
+def rules(group: cgroups.Group) -> str:
     cmd = ["nsenter", f"--net=/proc/{group.pid}/ns/net", "--", "iptables", "-S", "DENV-LIVE"]
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.replace('"', "")
 
 
-def names(group: live_apart.Group, env_id: str) -> str:
+def names(group: cgroups.Group, env_id: str) -> str:
     """How a rule of ``env_id``'s names its cgroup."""
     return f"--path {group.cgroup(env_id)} -j"
 
 
-def test_a_deleted_servers_rule_goes_with_the_next_fork(group: live_apart.Group) -> None:
-    r = live_apart.Rules()
+def test_a_deleted_servers_rule_goes_with_the_next_fork(group: cgroups.Group) -> None:
+    r = cgroups.Rules()
     r.guard(group, [("root", 8000)], first=True)
     r.guard(group, [("a", 8001), ("b", 8002)], first=False)
 
@@ -71,9 +71,9 @@ def test_a_deleted_servers_rule_goes_with_the_next_fork(group: live_apart.Group)
 
 
 def test_a_port_taken_before_the_delete_loses_its_old_rule_at_once(
-    group: live_apart.Group,
+    group: cgroups.Group,
 ) -> None:
-    r = live_apart.Rules()
+    r = cgroups.Rules()
     r.guard(group, [("root", 8000)], first=True)
     r.guard(group, [("a", 8001)], first=False)
     r.guard(group, [("d", 8001)], first=False)  # a's record went first, its port reused
@@ -84,8 +84,8 @@ def test_a_port_taken_before_the_delete_loses_its_old_rule_at_once(
     assert "--dport 8001 -m cgroup ! " + names(group, "d") in listed
 
 
-def test_a_waiting_rule_already_gone_never_fails_a_fork(group: live_apart.Group) -> None:
-    r = live_apart.Rules()
+def test_a_waiting_rule_already_gone_never_fails_a_fork(group: cgroups.Group) -> None:
+    r = cgroups.Rules()
     r.guard(group, [("root", 8000)], first=True)
     r.guard(group, [("a", 8001)], first=False)
     r.release(group, "a", 8001)

@@ -15,7 +15,7 @@ from typing import Any
 
 from forked_child import in_a_child
 
-from denv.server.docker.launcher import _denv_live as launcher
+from denv.server.docker.live.launcher import _denv_live as launcher
 
 
 def _gate_in_a_child(thread_lives_s: float | None) -> dict[str, Any]:

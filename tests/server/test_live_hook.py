@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.docker.live import LAUNCHER_DIR
+from denv.server.docker.live.launcher_ctl import LAUNCHER_DIR
 
 APP = """
 async def app(scope, receive, send):

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from denv.server.docker import live, live_net
+from denv.server.docker.live import launcher_ctl, netns
 
-LAUNCHER = str(live.LAUNCHER_DIR)
+LAUNCHER = str(launcher_ctl.LAUNCHER_DIR)
 # A child: waits for its network on stdin, sets it up with the launcher's own code, drops
 # nothing (not the point here), answers on :8000 and, for "connect HOST", tries that host.
 CHILD = f"""
@@ -131,7 +131,7 @@ class Child:
 
 
 def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> None:
-    nets = live_net.LiveNet()
+    nets = netns.LiveNet()
     kids: list[Child] = []
     net = nets.ensure("ctr-test", container)
     subnet = str(net.subnet)
@@ -148,10 +148,10 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         assert a.ask("hello") == "child" and b.ask("hello") == "child"  # from the host
         # What a cluster node's relay admits (denv.cluster.relay.with_live_children): a
         # child's address, through its container's; not the bridge's own.
-        assert live_net.routed_via(a.addr) == net.via != ""
-        assert live_net.routed_via(net.gateway) is None
-        assert live_net.routed_via(str(net.subnet.network_address + 1000)) == net.via
-        assert live_net.routed_via(str(net.subnet.broadcast_address)) is None
+        assert netns.routed_via(a.addr) == net.via != ""
+        assert netns.routed_via(net.gateway) is None
+        assert netns.routed_via(str(net.subnet.network_address + 1000)) == net.via
+        assert netns.routed_via(str(net.subnet.broadcast_address)) is None
         assert a.ask(f"connect {b.addr}") != "open"  # the sibling: isolated ports
         # The container itself, where nothing listens: rejected by its rule (no route to
         # host), not refused by its stack (ConnectionRefusedError) as without the rule.
@@ -173,14 +173,14 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         ["ip", "-4", "route", "show", subnet], capture_output=True, text=True, check=True
     ).stdout
     assert left == "", f"the host route to the children was left: {left}"
-    assert live_net.routed_via(a.addr) is None  # its route gone, no longer admitted
+    assert netns.routed_via(a.addr) is None  # its route gone, no longer admitted
 
 
 def test_forget_leaves_another_containers_route_to_the_same_subnet(container: int) -> None:
     """A container's network may go first (taking its route), and another container then
     claims the same subnet: the first one's ``forget`` must not take the second's route.
     (In CI a fork's children became unreachable that way.)"""
-    nets = live_net.LiveNet()
+    nets = netns.LiveNet()
     net = nets.ensure("ctr-test", container)
     subnet = str(net.subnet)
     got = subprocess.run(["ip", "route", "get", net.via], capture_output=True, text=True)
@@ -202,8 +202,8 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
     its own: a route claimed after the prune read the routes is not touched, even when the
     prune's list of running containers (read after) misses that container. (Read the other
     way round, the fresh route looked stale, and the children behind it were cut off.)"""
-    nets = live_net.LiveNet()
-    claimed: list[live_net.ContainerNet] = []
+    nets = netns.LiveNet()
+    claimed: list[netns.ContainerNet] = []
 
     def running() -> set[str]:
         claimed.append(nets.ensure("ctr-late", container))  # claims its route now
@@ -212,7 +212,7 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
         return vias - {claimed[0].via}  # every other route kept: this test prunes nothing
 
     try:
-        live_net.prune_routes(running)
+        netns.prune_routes(running)
         left = subprocess.run(
             ["ip", "-4", "route", "show", str(claimed[0].subnet)],
             capture_output=True,
@@ -233,7 +233,7 @@ def test_deleting_a_child_leaves_its_siblings_gateway_where_it_was(container: in
     """The bridge keeps its own MAC: left to the kernel it takes its lowest port's, so the
     first child's delete changed the gateway's MAC under its sibling, whose cached one then
     led nowhere, and whose connections hung (16% of fork(2)s in a loop, before the fix)."""
-    nets = live_net.LiveNet()
+    nets = netns.LiveNet()
     kids: list[Child] = []
     net = nets.ensure("ctr-test", container)
     try:
@@ -245,9 +245,7 @@ def test_deleting_a_child_leaves_its_siblings_gateway_where_it_was(container: in
         before = _bridge_mac(container)
         a.kill()  # its namespace, and its pair (the bridge's lowest port), go
         deadline = time.monotonic() + 10
-        while any(
-            n.startswith(live_net.PAIR_PREFIX + "2") for n in live_net._link_names(container)
-        ):
+        while any(n.startswith(netns.PAIR_PREFIX + "2") for n in netns._link_names(container)):
             assert time.monotonic() < deadline, "the deleted child's pair stayed"
             time.sleep(0.05)
         assert _bridge_mac(container) == before, "the gateway's MAC changed with a delete"

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from forked_child import in_a_child
 
-from denv.server.docker.launcher import _denv_live as launcher
+from denv.server.docker.live.launcher import _denv_live as launcher
 
 
 def _child_draws(reseed: bool) -> dict[str, Any]:

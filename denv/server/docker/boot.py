@@ -22,9 +22,10 @@ from typing import Any
 import httpx
 
 from denv.server.config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, WARM_CPU_SHARES
-from denv.server.docker import cgroups, live
+from denv.server.docker import cgroups
 from denv.server.docker.engine import Engine
 from denv.server.docker.engine_queue import EngineQueue
+from denv.server.docker.live import launcher_ctl
 from denv.server.locks import NamedLocks
 from denv.server.node.egress import egress_hosts
 from denv.server.node.egress import parse as parse_egress
@@ -161,7 +162,7 @@ def bring_up(
                 command, live_dir, live_env = svc.command, None, {}
                 if agent and spec.live:  # the image's own command, under the launcher
                     argv = engine.image_command(svc.image_digest, svc.command)
-                    command = live.launcher_command(argv)
+                    command = launcher_ctl.launcher_command(argv)
                     live_dir, live_env = str(volumes.live_dir(env_id)), {"DENV_ENV_ID": env_id}
                 with queue.slot(spec.owner):
                     cid = engine.create_container(
@@ -170,7 +171,7 @@ def bring_up(
                         svc.image_digest,
                         command,
                         {
-                            **(live.DEFAULT_ENV if live_dir else {}),
+                            **(launcher_ctl.DEFAULT_ENV if live_dir else {}),
                             **svc.env,
                             **(spec.env if agent else {}),
                             **live_env,
@@ -206,8 +207,8 @@ def _exited(engine: Engine, spec: BootSpec, cid: str, message: str) -> BootFaile
     """The failure of an agent whose container exited: ``live_unsupported`` when the live
     launcher found no Python in the image (its command never ran)."""
     agent = spec.agent_service().name
-    if spec.live and engine.exit_code(cid) == live.NO_PYTHON_EXIT:
-        return BootFailed("live_unsupported", live.NO_PYTHON, agent)
+    if spec.live and engine.exit_code(cid) == launcher_ctl.NO_PYTHON_EXIT:
+        return BootFailed("live_unsupported", launcher_ctl.NO_PYTHON, agent)
     return BootFailed("exited", message, agent)
 
 

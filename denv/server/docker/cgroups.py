@@ -11,7 +11,7 @@ another's: 1/17 of the containers' CPU for the one, half with groups). While a k
 boot its group's weight follows how many (``boot_shares``): a key booting one env outweighs
 the host's threads that serve another key's sixteen (dockerd, containerd, runc: they run
 outside every key's group), and a key booting many gets less than the default. A live env's children
-run in cgroups under their container's (``live_apart``), so within their key's group too.
+run in cgroups under their container's (``live/cgroups.py``), so within their key's group too.
 Docker's cgroupfs driver only: with the systemd driver containers keep Docker's default.
 """
 

@@ -20,7 +20,7 @@ import docker
 import docker.errors
 
 from denv.server.config import MIB
-from denv.server.docker import live
+from denv.server.docker.live import launcher_ctl
 from denv.server.docker.networks import EnvNetworks
 from denv.server.docker.sdk import DockerApi, engine_errors
 from denv.server.net.firewall import Firewall
@@ -169,7 +169,7 @@ class Engine(DockerApi):
         ``cgroups.key_parent``); None: Docker's default.
 
         ``live_dir``: the agent of a ``live`` env: the launcher's mounts, its control tmpfs and
-        the capability its pid 1 drops for good (``live.container_settings``).
+        the capability its pid 1 drops for good (``launcher_ctl.container_settings``).
 
         ``deny``: a container without the host's resolvers (egress deny or an allowlist),
         whose names resolve only within its env and through ``extra_hosts`` (name -> IPv4,
@@ -183,7 +183,7 @@ class Engine(DockerApi):
         caps = list((limits or Limits()).capabilities)
         tmpfs: dict[str, str] | None = None
         if live_dir is not None:
-            extra = live.container_settings(Path(live_dir))
+            extra = launcher_ctl.container_settings(Path(live_dir))
             for source, target, how in extra["binds"]:
                 mounts.append(
                     docker.types.Mount(

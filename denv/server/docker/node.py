@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import Any, cast
 
 from denv.server.config import CPU_SHARES, MIB, StoreConfig
-from denv.server.docker import boot, cgroups, live, live_apart, live_net, logtail
+from denv.server.docker import boot, cgroups, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.images import ImageSource, NodeImages
 from denv.server.docker.layers import LayerTransfer, Peers
-from denv.server.docker.live_root import LiveRoots
+from denv.server.docker.live import cgroups as live_cgroups
+from denv.server.docker.live import launcher_ctl as live
+from denv.server.docker.live import netns as live_net
+from denv.server.docker.live.rootfs import LiveRoots
 from denv.server.net.policy import network_name
 from denv.server.node.live import LiveError
 from denv.server.node.seam import (
@@ -63,7 +66,7 @@ class DockerNode:
         """``peers``: the other nodes of its cluster by name (a node agent's), so that
         ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
         where other nodes reach this one (its layer offers listen there). ``live_netns``: each
-        live child gets a network namespace of its own (``live_net``). ``merge_pages``: live
+        live child gets a network namespace of its own (``live.netns``). ``merge_pages``: live
         roots mark their memory for the kernel's same-page merging before they fork
         (``denv serve --merge-pages``, ``ksm``)."""
         self.engine = engine
@@ -79,7 +82,7 @@ class DockerNode:
         self._boots: Counter[str] = Counter()  # API key -> its envs booting here
         self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
-        self.rules = live_apart.Rules()  # live servers' port rules, per container
+        self.rules = live_cgroups.Rules()  # live servers' port rules, per container
         # A network namespace per live child (``denv serve --live-netns on``), in place of
         # the port rules: the children's networks, per container.
         self.live_netns = live_netns
@@ -304,14 +307,14 @@ class DockerNode:
 
     def usage(self, envs: list[Metered]) -> list[Usage]:
         """Read from cgroup files (no engine call): a container's in its key's group or
-        Docker's, a live server's own (``live_apart.usage``)."""
+        Docker's, a live server's own (``live_cgroups.usage``)."""
         out = []
         for env in envs:
             mem: int | None = None
             cpu: float | None = None
             if env.live is not None:
                 if live.alive(live.Proc(env.live.pid, env.live.start)):
-                    mem, cpu = live_apart.usage(env.live.pid, env.live.group == env.env_id)
+                    mem, cpu = live_cgroups.usage(env.live.pid, env.live.group == env.env_id)
             elif env.containers:
                 mems = [cgroups.cgroup_memory(cid) for cid in env.containers]
                 cpus = [cgroups.cpu_seconds(cid) for cid in env.containers]
@@ -397,14 +400,14 @@ class DockerNode:
         proc = live.root_process(pid)
         live.trial(proc)  # its copies can serve: else it runs without live forks
         try:  # kept off its live children's ports, as they are off its own and each other's
-            group = live_apart.group_of(proc.pid)
+            group = live_cgroups.group_of(proc.pid)
             if self.live_netns:  # children in namespaces of their own, behind a bridge
                 self.net.ensure(container, pid)
             else:
                 self.rules.guard(group, [(env_id, port)], first=True)
-            live_apart.limit(group, None, [env_id])
-            live_apart.enter(group, env_id, proc.pid)
-        except (live_apart.ApartError, live_net.NetError) as exc:
+            live_cgroups.limit(group, None, [env_id])
+            live_cgroups.enter(group, env_id, proc.pid)
+        except (live_cgroups.ApartError, live_net.NetError) as exc:
             raise LiveError("live_fork_failed", str(exc)) from exc
         return LiveProc(
             group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
@@ -499,12 +502,12 @@ class DockerNode:
             try:
                 # Each child's limits (the root's), and the container's raised by as much,
                 # before the clones count there; the forker may hold its clones meanwhile.
-                group = live_apart.group_of(parent.pid)
+                group = live_cgroups.group_of(parent.pid)
                 ids = [env_id for env_id, _ in children]
-                live_apart.limit(group, parent.group, ids)
-                live_apart.lend_pids(group, parent_env, len(ids))
+                live_cgroups.limit(group, parent.group, ids)
+                live_cgroups.lend_pids(group, parent_env, len(ids))
                 net = self._live_net(parent.container) if netns else None
-            except (live_apart.ApartError, live_net.NetError) as exc:
+            except (live_cgroups.ApartError, live_net.NetError) as exc:
                 raise LiveError("live_fork_failed", str(exc)) from exc
             # The port rules, made while the parent gates and clones; each child enters its
             # cgroups before it is set up (before env code runs again).
@@ -513,7 +516,7 @@ class DockerNode:
             def placed(env_id: str, pid: int) -> dict[str, Any] | None:
                 if guarded is not None:
                     guarded.result()
-                live_apart.enter(group, env_id, pid)
+                live_cgroups.enter(group, env_id, pid)
                 if net is None:
                     return None
                 cfg = self.net.attach(net, env_id, pid)
@@ -538,8 +541,8 @@ class DockerNode:
                     rootfs.release(parent.group, env_id)
                 raise
             finally:
-                with contextlib.suppress(live_apart.ApartError):
-                    live_apart.lend_pids(group, parent_env, -len(ids))
+                with contextlib.suppress(live_cgroups.ApartError):
+                    live_cgroups.lend_pids(group, parent_env, -len(ids))
         out: list[LiveProc | str] = []
         for (env_id, port), proc in zip(children, procs, strict=True):
             if isinstance(proc, LiveError):
@@ -573,11 +576,11 @@ class DockerNode:
         return self.net.ensure(container, pid)
 
     def _release_live(
-        self, group: live_apart.Group, container: str, env_id: str, port: int, netns: bool
+        self, group: live_cgroups.Group, container: str, env_id: str, port: int, netns: bool
     ) -> None:
         """What a live server that is gone held: its cgroups, its port rule or address."""
         if netns:
-            live_apart.release_cgroups(group, env_id)
+            live_cgroups.release_cgroups(group, env_id)
             self.net.release(container, env_id)
         else:
             self.rules.release(group, env_id, port)
@@ -585,7 +588,7 @@ class DockerNode:
     def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
         """Which limit of its own a live env whose process ended hit, if one did."""
         group = self._live_group(proc.container)
-        return live_apart.exit_reason(group, env_id) if group else None
+        return live_cgroups.exit_reason(group, env_id) if group else None
 
     def _container_pid(self, container: str) -> int:
         """The host pid of a container's pid 1; 0 when it does not run. The engine is asked
@@ -602,15 +605,15 @@ class DockerNode:
         self._pids[container] = live.Proc(pid, start)
         return pid
 
-    def _live_group(self, container: str) -> live_apart.Group | None:
+    def _live_group(self, container: str) -> live_cgroups.Group | None:
         """The live servers' cgroups of a running container (found from its pid 1, which
         outlives them), or None."""
         pid = self._container_pid(container)
         if not pid:
             return None
         try:
-            return live_apart.group_of(pid)
-        except live_apart.ApartError:
+            return live_cgroups.group_of(pid)
+        except live_cgroups.ApartError:
             return None
 
     def live_alive(self, proc: LiveProc) -> bool:

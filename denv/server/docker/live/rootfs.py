@@ -14,8 +14,8 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from denv.server.docker.engine import Engine
 from denv.server.records import LiveProc, VolumeSlot
 from denv.server.volumes.overlay import Volumes
 
@@ -56,10 +56,17 @@ def _short(lower: str) -> str:
     return str(short) if link and short.is_symlink() else lower
 
 
+class Inspects(Protocol):
+    """The engine's one call a live env's root is found with (``Engine.inspect``): typed
+    here, since the engine imports this package (the launcher's container settings)."""
+
+    def inspect(self, cid: str) -> dict[str, Any] | None: ...
+
+
 class LiveRoots:
     """Where each live env's root filesystem stands (asked of the engine once a container)."""
 
-    def __init__(self, engine: Engine, volumes: Volumes) -> None:
+    def __init__(self, engine: Inspects, volumes: Volumes) -> None:
         self.engine, self.volumes = engine, volumes
         self._images: dict[str, RootSource | None] = {}
         self._lock = threading.Lock()
