@@ -9,13 +9,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from denv.server.config import ServerConfig
+from denv.server.config import MAX_COUNT, ServerConfig
 from denv.server.db import Store
+from denv.server.errors import ApiError
 from denv.server.ingress.routes import IngressTable
+from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.envs import Envs, Start
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.node.errors import EngineUnavailable
 from denv.server.node.seam import (
@@ -174,6 +177,7 @@ class FakeNode:
     def snapshot(
         self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
     ) -> list[list[str]]:
+        self.calls.append(f"snapshot {env_id}")
         return [["lyr_new", *v.layers] for v in volumes]
 
     def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
@@ -260,9 +264,8 @@ def _lifecycle(
 
 
 def _create(envs: Envs, version: VersionRecord) -> str:
-    recs = envs.create(
-        "o", version, 1, egress="deny", env={}, labels={}, ttl_s=60, wait_timeout_s=5
-    )
+    with envs.admit.hold("o", 1) as hold:
+        recs = envs.create(Admitted(hold, 1, "deny"), version, Start({}, 60, 5))
     return recs[0].id
 
 
@@ -352,12 +355,59 @@ def test_a_failed_copy_of_a_zygote_leaves_the_creates_version_id_free(tmp_path: 
     zygote = store.get_env(zygote_id)
     assert zygote is not None
     planned = replace(version, id="ver_planned")
-    made, recs = LiveForks(envs.ctx, Versions(envs.ctx)).from_zygote(
-        "o", zygote, planned, EnvsCreate()
-    )
+    with envs.admit.hold("o", 1) as hold:
+        made, recs = LiveForks(envs.ctx, Versions(envs.ctx)).from_zygote(
+            hold, zygote, planned, EnvsCreate()
+        )
+        assert envs.ctx.holds.held("o") == 0  # handed over as the copy's record was inserted
     assert asked and recs[0].status == EnvStatus.FAILED
     assert made.id != planned.id
     store.insert_version(planned)  # the boot's record of its version: no UNIQUE failure
     assert store.get_version("ver_planned") is not None
+    envs.ctx.pool.shutdown(wait=True)
+    store.close()
+
+
+def test_envs_held_by_a_request_in_flight_count_against_the_keys_quota(tmp_path: Path) -> None:
+    """Admission checks the env quota once and holds what it let through: a second request
+    of the key sees the first one's envs before they are recorded, and the hold goes when
+    the first request ends without recording them."""
+    envs, store, _ = _lifecycle(tmp_path, FakeNode())
+    limit = envs.ctx.config.max_envs_per_key
+    held = [envs.admit.hold("o", min(MAX_COUNT, limit - n)) for n in range(0, limit, MAX_COUNT)]
+    assert envs.ctx.holds.held("o") == limit and store.count_live("o") == 0
+    with pytest.raises(ApiError) as refused:
+        envs.admit.hold("o", 1)
+    assert (refused.value.status, refused.value.code) == (429, "quota_exceeded")
+    envs.admit.hold("other", 1).release()  # another key's quota is its own
+    for hold in held:
+        hold.release()
+    with envs.admit.hold("o", 1):  # the first request ended: its hold went with it
+        assert envs.ctx.holds.held("o") == 1
+    assert envs.ctx.holds.held("o") == 0
+    store.close()
+
+
+def test_a_fork_past_the_clusters_room_is_refused_before_its_version_is_written(
+    tmp_path: Path,
+) -> None:
+    """A cluster's room is checked at admission: the fork's snapshot (its version) is never
+    made for children that cannot be placed."""
+    from denv.server.lifecycle.requests import EnvsCreate
+    from denv.server.lifecycle.service import Service
+
+    node = FakeNode()
+    envs, store, version = _lifecycle(tmp_path, node)
+    env_id = _create(envs, version)
+    assert envs.wait(env_id, READY, 10).status == EnvStatus.HEALTHY
+    node.room = lambda: 1  # type: ignore[method-assign]
+    before = store.count_versions("o")
+    with pytest.raises(ApiError) as refused:
+        Service(envs.ctx).fork("o", env_id, EnvsCreate(count=3, kind="volume"))
+    assert (refused.value.status, refused.value.code) == (429, "rate_limited")
+    assert refused.value.details == {"limit": "cluster", "room": 1, "asked": 3, "retry_after_s": 5}
+    assert store.count_versions("o") == before
+    assert not any(c.startswith("snapshot") for c in node.calls), node.calls
+    assert envs.ctx.holds.held("o") == 0
     envs.ctx.pool.shutdown(wait=True)
     store.close()

@@ -6,27 +6,36 @@ the egress it asked for (parsed once, an allowlist resolved once) and whether th
 guard lets it out, the operator's image allowlist, and whether the image can run live. Only
 then does the lifecycle record a version or an env, so a refused request leaves nothing behind.
 
-Two checks run again when envs are recorded (``Envs.create``), under the quota lock that
-makes "count, then insert" one step: the env quota and the starting cap. They are the same
-functions (:func:`check_quota`, :func:`check_starting`), so both places refuse with one
-message; the second run only catches a concurrent request that took the room meanwhile.
+The env quota and the starting cap are checked once: the envs a request is let through
+for are *held* (``holds``) in the same step, so a concurrent request of the same key counts
+them, and the hold is handed over when they are recorded. What a request resolved to
+(its egress parsed once, how its envs start, its warm pool, the hold) is one value,
+``Admitted``, which the verb carries to where the envs are recorded (``Envs.create``,
+``LiveForks``). Only a cluster's room is looked at again there: it depends on the spares the
+create takes.
 
     admit = Admission(ctx, warm)
-    egress = admit.fork(owner, parent_version, opts)   # or raises the ApiError to answer
+    with admit.fork(owner, rec, parent_version, opts) as admitted:   # or the ApiError
+        version = versions.snapshot(rec, {}, "fork")
+        envs.create(admitted, version, Start.of(opts))
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import TracebackType
 
 from denv.server.config import MAX_COUNT
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.disk import check_disk
 from denv.server.lifecycle.fairness import over_quota, throttled
+from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.images import check_allowed
 from denv.server.lifecycle.limits import check_volume_sizes
 from denv.server.lifecycle.pools.spares import PoolOf, pool_of
 from denv.server.lifecycle.pools.warm import WarmPools
-from denv.server.lifecycle.requests import Egress, LiveStart, SandboxCreate
+from denv.server.lifecycle.requests import Egress, EnvsCreate, LiveStart, SandboxCreate
 from denv.server.node.egress import from_request as egress_from_request
 from denv.server.node.live import unsupported_reason as live_reason
 from denv.server.node.seam import ImageFacts
@@ -34,9 +43,10 @@ from denv.server.records import READY, EnvRecord, EnvStatus, VersionRecord
 
 
 def check_quota(ctx: Context, owner: str, count: int) -> None:
-    """429 ``quota_exceeded`` when ``count`` more envs pass ``--max-envs-per-key``."""
+    """429 ``quota_exceeded`` when ``count`` more envs pass ``--max-envs-per-key`` (the
+    key's envs held by requests in flight count as its own)."""
     limit = ctx.config.max_envs_per_key
-    live = ctx.store.count_live(owner)
+    live = ctx.store.count_live(owner) + ctx.holds.held(owner)
     if live + count > limit:
         raise ApiError(
             429,
@@ -46,13 +56,14 @@ def check_quota(ctx: Context, owner: str, count: int) -> None:
         )
 
 
-def check_starting(ctx: Context, owner: str, count: int) -> None:
-    """429 ``rate_limited`` past ``--max-starting-per-key``.
+def check_starting(ctx: Context, owner: str, count: int, own: int = 0) -> None:
+    """429 ``rate_limited`` past ``--max-starting-per-key``; envs held by other requests of
+    the key count as starting (``own``: those this request holds itself).
 
     A request larger than the starting cap is let through when none of the key's envs is
     starting, so a fork of up to ``MAX_COUNT`` still runs on a quiet key."""
     cap = ctx.config.max_starting_per_key
-    starting = ctx.store.count_starting(owner) if cap else 0
+    starting = ctx.store.count_starting(owner) + ctx.holds.held(owner) - own if cap else 0
     if starting and starting + count > cap:
         raise throttled("starting", starting, cap)
 
@@ -78,6 +89,18 @@ def _egress_name(egress: str) -> str:
     return egress if egress in ("deny", "allow") else "an allowlist"
 
 
+def no_room(room: int, count: int) -> ApiError:
+    """A cluster's nodes, under their caps, have room for fewer envs than asked."""
+    return ApiError(
+        429,
+        "rate_limited",
+        f"the cluster's nodes have room for {room} more env(s) and {count} were "
+        "asked for: retry later, delete envs, or add nodes (denv serve "
+        "--node-max-envs / --node-max-memory set each node's cap)",
+        {"limit": "cluster", "room": room, "asked": count, "retry_after_s": 5},
+    )
+
+
 def refuse_live(reason: str) -> ApiError:
     return ApiError(
         409,
@@ -85,6 +108,36 @@ def refuse_live(reason: str) -> ApiError:
         f"a live fork is not possible: {reason}. Fork with kind: volume instead (its "
         "children boot from a snapshot of /work), or create the env with live: true",
     )
+
+
+@dataclass
+class Admitted:
+    """What a request resolved to once admitted: ``count`` envs held for their key (``hold``),
+    their egress as a record keeps it, how they start (``live``), the spares they ask for
+    (``warm``, of ``pool``) and their process environment. A ``with`` block lets go of
+    whatever is still held when the request ends."""
+
+    hold: Hold
+    count: int
+    egress: str
+    live: LiveStart = False
+    warm: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def owner(self) -> str:
+        return self.hold.owner
+
+    def __enter__(self) -> Admitted:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.hold.release()
 
 
 class Admission:
@@ -96,8 +149,9 @@ class Admission:
         self.warm = warm
 
     # the parts
-    def count(self, owner: str, count: int) -> None:
-        """422 past ``MAX_COUNT`` envs per request; 429 past the key's env quota."""
+    def hold(self, owner: str, count: int) -> Hold:
+        """422 past ``MAX_COUNT`` envs per request; 429 past the key's env quota; else the
+        ``count`` envs held for ``owner`` until they are recorded or the request ends."""
         if count > MAX_COUNT:
             raise ApiError(
                 422,
@@ -106,7 +160,9 @@ class Admission:
                 "make several requests",
                 {"path": "count"},
             )
-        check_quota(self.ctx, owner, count)
+        with self.ctx.quota_lock:
+            check_quota(self.ctx, owner, count)
+            return self.ctx.holds.take(self.ctx.quota_lock, owner, count)
 
     def version(self, owner: str) -> None:
         """429 ``quota_exceeded`` when one more version would pass --max-versions-per-key."""
@@ -139,10 +195,21 @@ class Admission:
         return text
 
     def fair(self, owner: str, pool: PoolOf, count: int, warm: int) -> None:
-        """The key's starting envs and warm spares within their caps (``fairness``), or 429."""
-        check_starting(self.ctx, owner, count)
+        """The key's starting envs and warm spares within their caps (``fairness``), or 429;
+        ``count`` envs held by this request."""
+        check_starting(self.ctx, owner, count, own=count)
         if warm:
             self.warm.check_spares(owner, pool, warm)
+
+    def room(self, count: int, pool: PoolOf | None) -> None:
+        """429 when a cluster's nodes have no room for ``count`` more envs, less the spares
+        of ``pool`` that can take some of them (looked at again when they are recorded)."""
+        room = self.ctx.node.room()  # a cluster's nodes under their caps; None: no cap
+        if room is None:
+            return
+        spares = self.warm.available(pool) if pool is not None else 0
+        if count - spares > room:
+            raise no_room(room, count)
 
     def image(self, image: str, path: str) -> None:
         """422 for an image the operator's ``--allow-image`` list does not admit."""
@@ -159,37 +226,33 @@ class Admission:
                 "live (its forks then boot from a snapshot of /work: kind volume)",
             )
 
-    # the requests
+    # the requests: each takes the hold its verb took first (``hold``) and returns what
+    # the request resolved to; a refusal leaves nothing written (the verb lets go of the hold)
     def fork(
-        self,
-        owner: str,
-        rec: EnvRecord,
-        parent: VersionRecord | None,
-        egress: Egress | None,
-        env: dict[str, str],
-        count: int,
-        warm: int,
-    ) -> str:
-        """A volume fork of ``rec`` into ``count`` children (counts, caps, egress, the sizes of
-        the volumes it snapshots): their egress, once admitted."""
-        self.count(owner, count)
+        self, hold: Hold, rec: EnvRecord, parent: VersionRecord | None, opts: EnvsCreate
+    ) -> Admitted:
+        """A volume fork of ``rec`` into ``opts.count`` children (caps, egress, room, the
+        sizes of the volumes it snapshots)."""
+        owner, count = hold.owner, opts.count
         self.version(owner)
-        resolved = self.egress(egress, rec.egress)
+        resolved = self.egress(opts.egress, rec.egress)
         if parent is not None:  # the children's caps, before the snapshot is made
-            self.fair(owner, pool_of(parent, resolved, env, owner), count, warm)
+            pool = pool_of(parent, resolved, opts.env, owner)
+            self.fair(owner, pool, count, opts.warm)
+            self.room(count, pool)
         check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))
-        return resolved
+        return Admitted(hold, count, resolved, False, opts.warm, dict(opts.env))
 
     def live_fork(
-        self, owner: str, rec: EnvRecord, egress: Egress | None, env: dict[str, str], count: int
-    ) -> VersionRecord:
+        self, hold: Hold, rec: EnvRecord, opts: EnvsCreate
+    ) -> tuple[VersionRecord, Admitted]:
         """A live fork of ``rec``: 409 ``live_unsupported`` naming why it cannot be one, else
         the version its children copy (a live child keeps its parent's network namespace
         and process environment, so it cannot take another egress or env)."""
-        self.count(owner, count)
+        owner = hold.owner
         self.version(owner)
         # Only an egress asked for is checked: the children stay in the parent's namespace.
-        asked = rec.egress if egress is None else self.egress(egress, rec.egress)
+        asked = rec.egress if opts.egress is None else self.egress(opts.egress, rec.egress)
         reason = live_unsupported(rec)
         if reason is not None:
             raise refuse_live(reason)
@@ -201,10 +264,10 @@ class Admission:
                 f"a live child runs in its parent's network namespace, so it keeps the "
                 f"parent's egress ({_egress_name(rec.egress)}), not {_egress_name(asked)}"
             )
-        if env:
+        if opts.env:
             raise refuse_live("a live child keeps its parent's process environment (env)")
         check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))  # what it captures
-        return parent
+        return parent, Admitted(hold, opts.count, rec.egress, True)
 
     def live_start(
         self, what: str, version: VersionRecord, live: LiveStart, warm: int
@@ -219,15 +282,31 @@ class Admission:
         return live
 
     def sandbox(
-        self, owner: str, version: VersionRecord, facts: ImageFacts, body: SandboxCreate
-    ) -> tuple[str, LiveStart]:
-        """``POST /v1/sandboxes`` on its (not yet recorded) implicit version: its egress
-        and how its envs start (``live_start``)."""
+        self, hold: Hold, version: VersionRecord, facts: ImageFacts, body: SandboxCreate
+    ) -> Admitted:
+        """``POST /v1/sandboxes`` on its (not yet recorded) implicit version: its egress,
+        how its envs start (``live_start``), their caps and room."""
         count = body.count or 1
         egress = self.egress(body.egress, "deny")
         live = self.live_start(body.image, version, body.live, body.warm)
-        self.fair(owner, pool_of(version, egress, {}, owner), count, 0 if live else body.warm)
-        return egress, live
+        warm = 0 if live else body.warm
+        pool = pool_of(version, egress, {}, hold.owner)
+        self.fair(hold.owner, pool, count, warm)
+        self.room(count, None if live else pool)
+        return Admitted(hold, count, egress, live, warm)
+
+    def from_version(
+        self, hold: Hold, version: VersionRecord, opts: EnvsCreate, default_egress: str
+    ) -> Admitted:
+        """``POST /v1/versions/{id}/envs``: how its envs start, their egress (the version's
+        env's unless asked), their caps and room."""
+        live = self.live_start(f"version {version.id}", version, opts.live, opts.warm)
+        egress = self.egress(opts.egress, default_egress)
+        warm = 0 if live else opts.warm
+        pool = pool_of(version, egress, opts.env, hold.owner)
+        self.fair(hold.owner, pool, opts.count, warm)
+        self.room(opts.count, None if live else pool)
+        return Admitted(hold, opts.count, egress, live, warm, dict(opts.env))
 
     def snapshot(self, owner: str, rec: EnvRecord) -> None:
         """A snapshot of ``rec``: the versions cap, its volumes' sizes and the disk budget."""

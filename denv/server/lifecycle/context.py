@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from denv.server.config import START_WORKERS, ServerConfig
 from denv.server.db import Store
 from denv.server.lifecycle.fairness import Fairness
+from denv.server.lifecycle.holds import Holds
 from denv.server.lifecycle.pins import Pins
 from denv.server.locks import NamedLocks
 from denv.server.node.seam import Node
@@ -49,6 +50,7 @@ class Context:
     # Derives each env's ingress tokens; the server's is kept in <state_dir>/ingress_key.
     ingress_keys: IngressKeys = field(default_factory=IngressKeys.ephemeral)
     quota_lock: threading.Lock = field(default_factory=threading.Lock)
+    holds: Holds = field(default_factory=Holds)  # envs admitted, not yet recorded (quota)
     _locks: NamedLocks = field(default_factory=NamedLocks)
     fair: Fairness = field(init=False)  # what each API key holds at once
     pins: Pins = field(default_factory=Pins)  # versions requests in flight start envs from

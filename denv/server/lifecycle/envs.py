@@ -13,18 +13,19 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import timedelta
 
 from denv.server import ids
 from denv.server.config import LOG_TAIL_LINES
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
-from denv.server.lifecycle.admission import Admission, check_quota
+from denv.server.lifecycle.admission import Admission, Admitted, no_room
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
 from denv.server.lifecycle.pools.spares import Spare, pool_of
 from denv.server.lifecycle.pools.warm import WarmPools
-from denv.server.lifecycle.requests import LiveStart
+from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.node.errors import Refused
 from denv.server.node.live import LiveError
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
@@ -47,6 +48,24 @@ from denv.server.records import (
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Start:
+    """How recorded envs start, beside what admission resolved (``Admitted``): their labels,
+    lease, lifetime and boot limit; whether they may take spares; why they spilled."""
+
+    labels: dict[str, str]
+    ttl_s: int
+    wait_timeout_s: float
+    lease_id: str | None = None
+    use_spares: bool = True
+    spill: str | None = None
+
+    @classmethod
+    def of(cls, opts: EnvsCreate, spill: str | None = None) -> Start:
+        """A create's or fork's request options (``EnvsCreate``)."""
+        return cls(dict(opts.labels), opts.ttl_s, opts.wait_timeout_s, opts.lease_id, True, spill)
+
+
 class _Aborted(Exception):
     """The env was deleted while it was starting."""
 
@@ -62,31 +81,19 @@ class Envs:
         self.admit = Admission(ctx, self.warm)
 
     # create
-    def create(
-        self,
-        owner: str,
-        version: VersionRecord,
-        count: int,
-        *,
-        egress: str,
-        env: dict[str, str],
-        labels: dict[str, str],
-        ttl_s: int,
-        wait_timeout_s: float,
-        warm: int = 0,
-        use_spares: bool = False,
-        lease_id: str | None = None,
-        live_env: LiveStart = False,
-        spill: str | None = None,
-    ) -> list[EnvRecord]:
-        """Record ``count`` envs of ``version`` and start them on worker threads.
+    def create(self, admitted: Admitted, version: VersionRecord, start: Start) -> list[EnvRecord]:
+        """Record the ``admitted.count`` envs of ``version`` and start them on worker threads.
 
-        With ``use_spares`` (create, fork, create-from-version) envs take booted spares of the
-        version's warm pool while there are some; ``warm`` sets that pool's size. With
-        ``lease_id`` the lease holds them (``leases``); without, they are detached.
-        ``spill``: they are a live fork's children that did not fit on its node (why).
+        With ``start.use_spares`` (create, fork, create-from-version) envs take booted spares
+        of the version's warm pool while there are some; ``admitted.warm`` sets that pool's
+        size. With ``start.lease_id`` the lease holds them (``leases``); without, they are
+        detached. ``start.spill``: they are a live fork's children that did not fit on its
+        node (why). Their quota was held at admission: it is handed over as they are
+        recorded, so nothing is checked again but a cluster's room (spares need none).
         """
         store = self.ctx.store
+        owner, count, egress, env = admitted.owner, admitted.count, admitted.egress, admitted.env
+        live_env, warm, use_spares = admitted.live, admitted.warm, start.use_spares
         if live_env:  # a spare runs the image's command without the live launcher
             use_spares, warm = False, 0
         created = now()
@@ -99,41 +106,32 @@ class Envs:
                 project=version.project,
                 agent_service=version.agent_service,
                 egress=egress,
-                labels=dict(labels),
-                lease_id=lease_id,
+                labels=dict(start.labels),
+                lease_id=start.lease_id,
                 status=EnvStatus.CREATING,
                 start="cold",
                 created_at=iso(created),
-                expires_at=iso(created + timedelta(seconds=ttl_s)),
+                expires_at=iso(created + timedelta(seconds=start.ttl_s)),
                 spec=EnvSpec(
                     env=env,
-                    wait_timeout_s=wait_timeout_s,
+                    wait_timeout_s=start.wait_timeout_s,
                     warm=warm,
                     live=bool(live_env),
                     live_auto=live_env == "auto",
-                    spill=spill,
+                    spill=start.spill,
                 ),
             )
             for _ in range(count)
         ]
         pool = pool_of(version, egress, env, owner)  # the key's warm pool: take from, ask
         with self.ctx.quota_lock:
-            # Admitted before anything was written; checked again under the lock that makes
-            # "count, then insert" one step, against a concurrent request of the same key.
-            check_quota(self.ctx, owner, count)
-            self.admit.fair(owner, pool, count, warm)
+            # Admission held the quota; a cluster's room is looked at again (its nodes may
+            # have filled since), with the spares now taken, in the step that inserts.
             spares = self.warm.take(pool, count) if use_spares else []
             room = self.ctx.node.room()  # a cluster's nodes under their caps; None: no cap
             if room is not None and count - len(spares) > room:
                 self.warm.give_back(pool, spares)
-                raise ApiError(
-                    429,
-                    "rate_limited",
-                    f"the cluster's nodes have room for {room} more env(s) and {count} were "
-                    "asked for: retry later, delete envs, or add nodes (denv serve "
-                    "--node-max-envs / --node-max-memory set each node's cap)",
-                    {"limit": "cluster", "room": room, "asked": count, "retry_after_s": 5},
-                )
+                raise no_room(room, count)
             for i, rec in enumerate(records):
                 rec.id = spares[i][0] if i < len(spares) else ids.new_id("env")
                 rec.start = "warm" if i < len(spares) else "cold"
@@ -142,6 +140,7 @@ class Envs:
             except BaseException:
                 self.warm.give_back(pool, spares)
                 raise
+            admitted.hold.recorded(count)
         self.warm.ask([r.id for r in records], pool, warm, owner)
         for i, rec in enumerate(records):
             if i < len(spares):

@@ -19,16 +19,18 @@ from typing import Any
 from denv.server import ids
 from denv.server.db import iso, now
 from denv.server.errors import ApiError, invalid, not_found
+from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.collect import Collector
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.envs import Envs, Start
 from denv.server.lifecycle.leases import Leases
 from denv.server.lifecycle.live.forks import LiveForks
 from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.live.zygotes import Zygotes
+from denv.server.lifecycle.pools.spares import pool_of
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.render import env_json, version_json, version_layers
-from denv.server.lifecycle.requests import EnvsCreate, LiveStart, SandboxCreate, WaitFor
+from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate, WaitFor
 from denv.server.lifecycle.versions import Versions
 from denv.server.node.errors import Refused, Unavailable
 from denv.server.records import (
@@ -192,47 +194,36 @@ class Service:
         """
         t_in = time.perf_counter()
         count = body.count or 1
-        self.admit.count(owner, count)
-        self.admit.version(owner)
-        self.admit.image(body.image, "image")
-        self.admit.disk(owner)
-        lease_id = self.leases.holding(owner, body.lease_id)
-        t0 = time.perf_counter()
-        planned, facts = self.versions.implicit(owner, body)  # one image look, no record
-        t1 = time.perf_counter()
-        egress, live = self.admit.sandbox(owner, planned, facts, body)
-        with self.ctx.pins.hold(owner):  # the version is needed once its envs are recorded
-            if live:
-                t2 = time.perf_counter()
-                copied = self._from_zygote(owner, planned, egress, body, lease_id)
-                if copied is not None:
-                    log.info(
-                        "sandbox of %s from its zygote: checks %.1f ms, image look %.1f ms, "
-                        "admission %.1f ms, copy %.1f ms",
-                        body.image,
-                        (t0 - t_in) * 1e3,
-                        (t1 - t0) * 1e3,
-                        (t2 - t1) * 1e3,
-                        (time.perf_counter() - t2) * 1e3,
-                    )
-                    return copied
-            version = self.versions.add(planned)
-            recs = self.envs.create(
-                owner,
-                version,
-                count,
-                egress=egress,
-                env={},
-                labels=body.labels,
-                lease_id=lease_id,
-                ttl_s=body.ttl_s,
-                wait_timeout_s=body.wait_timeout_s,
-                warm=body.warm,
-                use_spares=True,
-                live_env=live,
-            )
+        with self.admit.hold(owner, count) as hold:
+            self.admit.version(owner)
+            self.admit.image(body.image, "image")
+            self.admit.disk(owner)
+            lease_id = self.leases.holding(owner, body.lease_id)
+            t0 = time.perf_counter()
+            planned, facts = self.versions.implicit(owner, body)  # one image look, no record
+            t1 = time.perf_counter()
+            admitted = self.admit.sandbox(hold, planned, facts, body)
+            live = admitted.live
+            start = Start(body.labels, body.ttl_s, body.wait_timeout_s, lease_id)
+            with self.ctx.pins.hold(owner):  # the version is needed once its envs are recorded
+                if live:
+                    t2 = time.perf_counter()
+                    copied = self._from_zygote(admitted, planned, body, lease_id)
+                    if copied is not None:
+                        log.info(
+                            "sandbox of %s from its zygote: checks %.1f ms, image look %.1f ms, "
+                            "admission %.1f ms, copy %.1f ms",
+                            body.image,
+                            (t0 - t_in) * 1e3,
+                            (t1 - t0) * 1e3,
+                            (t2 - t1) * 1e3,
+                            (time.perf_counter() - t2) * 1e3,
+                        )
+                        return copied
+                version = self.versions.add(planned)
+                recs = self.envs.create(admitted, version, start)
         if live:  # the first live create of this configuration boots; the next ones copy
-            self.zygotes.leave_behind(owner, version, egress, recs[0].id)
+            self.zygotes.leave_behind(owner, version, admitted.egress, recs[0].id)
         envs = self._wait_all(recs, body.wait, body.wait_timeout_s)
         if live and body.count is None:
             self._refuse_unsupported_live(owner, body.image, envs[0], version.id)
@@ -240,9 +231,8 @@ class Service:
 
     def _from_zygote(
         self,
-        owner: str,
+        admitted: Admitted,
         planned: VersionRecord,
-        egress: str,
         body: SandboxCreate,
         lease_id: str | None,
     ) -> dict[str, Any] | None:
@@ -254,7 +244,7 @@ class Service:
             ttl_s=body.ttl_s,
             wait_timeout_s=body.wait_timeout_s,
         )
-        recs = self.zygotes.copy(owner, planned, egress, opts, single=body.count is None)
+        recs = self.zygotes.copy(admitted, planned, opts, single=body.count is None)
         if recs is None:
             return None
         views = self._copies_view(recs)
@@ -301,12 +291,13 @@ class Service:
         spill: str | None = None  # every child spills: its parent's node has no room
         if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
             try:
-                copied = self.admit.live_fork(owner, rec, opts.egress, opts.env, opts.count)
-                live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
-                if live_n:
-                    with self.ctx.pins.hold(owner):
-                        some = opts.model_copy(update={"count": live_n})
-                        version, children = self.live.fork(owner, rec, copied, some)
+                with self.admit.hold(owner, opts.count) as hold:
+                    copied, admitted = self.admit.live_fork(hold, rec, opts)
+                    live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
+                    if live_n:
+                        with self.ctx.pins.hold(owner):
+                            some = opts.model_copy(update={"count": live_n})
+                            version, children = self.live.fork(hold, rec, copied, some)
             except ApiError as exc:
                 # auto: live where the env allows it. A server running threads of its own
                 # (the gate saw them before any child existed) or a child's own egress or
@@ -325,13 +316,15 @@ class Service:
                     return {"version": self.version_view(version), "envs": views}
                 spill = spill_note(rec, 0, opts.count)
         parent = self.ctx.store.get_version(rec.version_id)
-        egress = self.admit.fork(owner, rec, parent, opts.egress, opts.env, opts.count, opts.warm)
         t0 = time.perf_counter()
-        with self.ctx.pins.hold(owner):  # the fork's version, until its children are recorded
-            version = self.versions.snapshot(rec, {}, "fork")
-            t1 = time.perf_counter()
-            live: LiveStart = "auto" if spill else False  # a spilled child forks live too
-            recs = self._start_from(owner, version, opts, egress, live, spill)
+        with self.admit.hold(owner, opts.count) as hold:
+            admitted = self.admit.fork(hold, rec, parent, opts)
+            with self.ctx.pins.hold(owner):  # the fork's version, until its children are recorded
+                version = self.versions.snapshot(rec, {}, "fork")
+                t1 = time.perf_counter()
+                if spill:  # a spilled child forks live too
+                    admitted.live = "auto"
+                recs = self.envs.create(admitted, version, Start.of(opts, spill))
         t2 = time.perf_counter()
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -361,8 +354,13 @@ class Service:
         rest = opts.model_copy(update={"count": opts.count - live_n})
         note = spill_note(rec, live_n, opts.count)
         try:
-            with self.ctx.pins.hold(owner, version.id):
-                recs = self._start_from(owner, version, rest, rec.egress, "auto", note)
+            with (
+                self.admit.hold(owner, rest.count) as hold,
+                self.ctx.pins.hold(owner, version.id),
+            ):
+                admitted = Admitted(hold, rest.count, rec.egress, "auto", 0)
+                self.admit.fair(owner, pool_of(version, rec.egress, rest.env, owner), rest.count, 0)
+                recs = self.envs.create(admitted, version, Start.of(rest, note))
         except BaseException:
             for child in children:
                 self.envs.delete(child.id)
@@ -375,52 +373,27 @@ class Service:
     def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
         version = self.versions.get_owned(owner, version_id)
         self.leases.holding(owner, opts.lease_id)
-        self.admit.count(owner, opts.count)
-        self.admit.disk(owner)
-        live = self.admit.live_start(f"version {version.id}", version, opts.live, opts.warm)
-        egress = self.admit.egress(opts.egress, self._version_egress(version))
-        with self.ctx.pins.hold(owner, version.id):
-            # Looked up again under the pin: an expired version the collector deleted
-            # meanwhile is 404; once pinned, it stays until the envs are recorded.
-            version = self.versions.get_owned(owner, version.id)
-            if live:  # a version started live before: a copy of its zygote
-                copied = self.zygotes.copy(
-                    owner, version, egress, opts, single=opts.count == 1, of=opts.env
-                )
-                if copied is not None:
-                    return {"envs": self._copies_view(copied)}
-            recs = self._start_from(owner, version, opts, egress, live)
+        with self.admit.hold(owner, opts.count) as hold:
+            self.admit.disk(owner)
+            admitted = self.admit.from_version(hold, version, opts, self._version_egress(version))
+            live = admitted.live
+            with self.ctx.pins.hold(owner, version.id):
+                # Looked up again under the pin: an expired version the collector deleted
+                # meanwhile is 404; once pinned, it stays until the envs are recorded.
+                version = self.versions.get_owned(owner, version.id)
+                if live:  # a version started live before: a copy of its zygote
+                    copied = self.zygotes.copy(
+                        admitted, version, opts, single=opts.count == 1, of=opts.env
+                    )
+                    if copied is not None:
+                        return {"envs": self._copies_view(copied)}
+                recs = self.envs.create(admitted, version, Start.of(opts))
         if live:  # the first live create from this version boots; the next ones copy
-            self.zygotes.leave_behind(owner, version, egress, recs[0].id, of=opts.env)
+            self.zygotes.leave_behind(owner, version, admitted.egress, recs[0].id, of=opts.env)
         envs = self._wait_all(recs, opts.wait, opts.wait_timeout_s)
         if live and len(envs) == 1:
             self._refuse_unsupported_live(owner, f"version {version.id}", envs[0])
         return {"envs": envs}
-
-    def _start_from(
-        self,
-        owner: str,
-        version: VersionRecord,
-        opts: EnvsCreate,
-        egress: str,
-        live: LiveStart = False,
-        spill: str | None = None,
-    ) -> list[EnvRecord]:
-        return self.envs.create(
-            owner,
-            version,
-            opts.count,
-            egress=egress,
-            env=opts.env,
-            labels=opts.labels,
-            lease_id=opts.lease_id,
-            ttl_s=opts.ttl_s,
-            wait_timeout_s=opts.wait_timeout_s,
-            warm=opts.warm,
-            use_spares=True,
-            live_env=live,
-            spill=spill,
-        )
 
     def _version_egress(self, version: VersionRecord) -> str:
         """A version keeps the egress of the env it came from; deny otherwise."""

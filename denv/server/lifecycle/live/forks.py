@@ -27,6 +27,7 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
+from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.versions import Versions
 from denv.server.node import live
@@ -65,11 +66,12 @@ class LiveForks:
         self._ports = [threading.Lock() for _ in range(PORT_LOCKS)]
 
     def fork(
-        self, owner: str, rec: EnvRecord, parent_version: VersionRecord, opts: EnvsCreate
+        self, hold: Hold, rec: EnvRecord, parent_version: VersionRecord, opts: EnvsCreate
     ) -> tuple[VersionRecord, list[EnvRecord]]:
-        """The fork's version and its children's records (admitted by ``Admission.live_fork``)."""
+        """The fork's version and its children's records (admitted by ``Admission.live_fork``,
+        which took ``hold``)."""
         return self._copy(
-            owner,
+            hold,
             rec,
             parent_version,
             opts,
@@ -77,9 +79,9 @@ class LiveForks:
         )
 
     def from_zygote(
-        self, owner: str, zygote: EnvRecord, planned: VersionRecord, opts: EnvsCreate
+        self, hold: Hold, zygote: EnvRecord, planned: VersionRecord, opts: EnvsCreate
     ) -> tuple[VersionRecord, list[EnvRecord]]:
-        """``opts.count`` new envs of ``owner`` copied from a zygote (``zygotes``): fresh
+        """``opts.count`` new envs of ``hold.owner`` copied from a zygote (``zygotes``): fresh
         envs of ``planned`` (the create's implicit version, recorded here with the zygote's
         /work as its volumes' layers, under an id of its own: should the copy fail, the
         create boots and records ``planned`` itself), no parent, ``start: zygote``, fresh
@@ -95,12 +97,12 @@ class LiveForks:
             ]
             return self.versions.add(replace(planned, id=ids.new_id("ver"), volumes=volumes))
 
-        return self._copy(owner, zygote, zversion, opts, record, fresh=True)
+        return self._copy(hold, zygote, zversion, opts, record, fresh=True)
 
     def from_zygote_of_version(
-        self, owner: str, zygote: EnvRecord, version: VersionRecord, opts: EnvsCreate
+        self, hold: Hold, zygote: EnvRecord, version: VersionRecord, opts: EnvsCreate
     ) -> tuple[VersionRecord, list[EnvRecord]]:
-        """``opts.count`` new envs of ``owner`` started from the stored ``version``, copied
+        """``opts.count`` new envs of ``hold.owner`` started from the stored ``version``, copied
         from the zygote that booted on it. Each copy's /work is the version's, copy-on-write:
         their version is ``version`` itself, or, when the zygote's server wrote to /work
         while it booted, a version of their own on top of it (as a boot's own writes)."""
@@ -126,11 +128,11 @@ class LiveForks:
             )
             return self.versions.add(made, version)
 
-        return self._copy(owner, zygote, zversion, opts, record, fresh=True)
+        return self._copy(hold, zygote, zversion, opts, record, fresh=True)
 
     def _copy(
         self,
-        owner: str,
+        hold: Hold,
         rec: EnvRecord,
         parent_version: VersionRecord,
         opts: EnvsCreate,
@@ -154,7 +156,7 @@ class LiveForks:
                 status = 409 if exc.code in ("busy", "fork_unsafe", "env_not_running") else 500
                 raise ApiError(status, exc.code, f"live fork of {rec.id}: {exc.message}") from exc
             version = version_of(forked.stacks)
-            records = self._records(owner, rec, version, opts, children, forked.children, fresh)
+            records = self._records(hold, rec, version, opts, children, forked.children, fresh)
         log.info(
             "live %s %s into %d: %s, total %.1f ms",
             "copy of zygote" if fresh else "fork",
@@ -185,7 +187,7 @@ class LiveForks:
 
     def _records(
         self,
-        owner: str,
+        hold: Hold,
         parent: EnvRecord,
         version: VersionRecord,
         opts: EnvsCreate,
@@ -193,7 +195,9 @@ class LiveForks:
         procs: list[Any],
         fresh: bool,
     ) -> list[EnvRecord]:
-        """The children's records; ``fresh``: new envs copied from a zygote (no parent)."""
+        """The children's records; ``fresh``: new envs copied from a zygote (no parent).
+        They are inserted in the step that hands their quota over from ``hold``."""
+        owner = hold.owner
         ctx = self.ctx
         created = now()
         records: list[EnvRecord] = []
@@ -244,6 +248,7 @@ class LiveForks:
                 routes.append((env_id, route))
         with ctx.quota_lock:
             ctx.store.insert_envs(records)
+            hold.recorded(len(records))
         for env_id, (token, service, port, host_ip) in routes:
             ctx.store.add_ingress(token, env_id, service, port, host_ip)
             ctx.ingress.register(token, host_ip, port, owner)

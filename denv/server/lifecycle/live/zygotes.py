@@ -21,7 +21,7 @@ zygote ends its process only: its copies run in its container, which stays until
 of them is gone.
 
     zygotes = Zygotes(ctx, envs, versions, live_forks)
-    recs = zygotes.copy(owner, planned, egress, opts, single=True)  # or None: boot
+    recs = zygotes.copy(admitted, planned, opts, single=True)  # or None: boot
     zygotes.leave_behind(owner, version, egress, env_id)  # after a create that booted
 """
 
@@ -38,8 +38,9 @@ from denv.server import ids
 from denv.server.config import MIB, WARM_MEMORY_GUESS
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
+from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import Envs
+from denv.server.lifecycle.envs import Envs, Start
 from denv.server.lifecycle.live.forks import LiveForks
 from denv.server.lifecycle.pools.spares import pool_of
 from denv.server.lifecycle.pools.warm import mem_available
@@ -150,18 +151,18 @@ class Zygotes:
 
     def copy(
         self,
-        owner: str,
+        admitted: Admitted,
         version: VersionRecord,
-        egress: str,
         opts: EnvsCreate,
         single: bool,
         of: Of = None,
     ) -> list[EnvRecord] | None:
-        """``opts.count`` new envs copied from ``owner``'s zygote of this configuration, or
-        None: no zygote, or its copy failed (the zygote is then deleted, and the create
-        boots). ``version``: the create's implicit version (recorded here), or with ``of``
-        the stored version the create starts from. ``single``: one env asked for, which
-        boots rather than answer failed."""
+        """``opts.count`` new envs copied from the admitted key's zygote of this
+        configuration, or None: no zygote, or its copy failed (the zygote is then deleted,
+        and the create boots). ``version``: the create's implicit version (recorded here),
+        or with ``of`` the stored version the create starts from. ``single``: one env asked
+        for, which boots rather than answer failed."""
+        owner, egress = admitted.owner, admitted.egress
         zygote = self.take(owner, version, egress, of)
         if zygote is None:
             return None
@@ -175,9 +176,9 @@ class Zygotes:
             return None
         try:
             if of is None:
-                made, recs = self.live.from_zygote(owner, zygote, version, opts)
+                made, recs = self.live.from_zygote(admitted.hold, zygote, version, opts)
             else:
-                made, recs = self.live.from_zygote_of_version(owner, zygote, version, opts)
+                made, recs = self.live.from_zygote_of_version(admitted.hold, zygote, version, opts)
         except (ApiError, Refused) as exc:
             log.warning("zygote: copying %s failed (%s); booting", zygote.id, exc.message)
             self.drop(owner, version, egress, exc.message, of)
@@ -268,20 +269,11 @@ class Zygotes:
         zversion = self.versions.add(
             replace(version, id=ids.new_id("ver"), owner=zowner, labels={}, created_at=iso(now()))
         )
-        [rec] = self.envs.create(
-            zowner,
-            zversion,
-            1,
-            egress=egress,
-            env=dict(of or {}),
-            labels={},
-            lease_id=None,
-            ttl_s=ZYGOTE_TTL_S,
-            wait_timeout_s=ZYGOTE_BOOT_TIMEOUT_S,
-            warm=0,
-            use_spares=False,
-            live_env=True,
-        )
+        with self.envs.admit.hold(zowner, 1) as hold:
+            self.envs.admit.fair(zowner, pool_of(zversion, egress, of or {}, zowner), 1, 0)
+            admitted = Admitted(hold, 1, egress, True, 0, dict(of or {}))
+            start = Start({}, ZYGOTE_TTL_S, ZYGOTE_BOOT_TIMEOUT_S, use_spares=False)
+            [rec] = self.envs.create(admitted, zversion, start)
         zygote = Zygote(rec.id, zversion.id)
         with self._lock:
             self._pending[key] = (rec.id, settled)

@@ -149,6 +149,15 @@ class WarmPools:
                 cap,
             )
 
+    def available(self, of: PoolOf) -> int:
+        """Spares of this configuration that a request could take now (idle or booting and
+        not yet claimed): what admission counts against a cluster's room."""
+        if not of.warm:
+            return 0
+        with self._lock:
+            pool = self._pools.get(of.key)
+            return 0 if pool is None else len(pool.idle) + len(pool.unclaimed())
+
     def take(self, of: PoolOf, count: int) -> list[tuple[str, Future[Spare | None]]]:
         """Spares for up to ``count`` children of ``version``: (env id, its spare when booted).
 
