@@ -26,7 +26,7 @@ from denv.server.db_leases import LeaseTable
 from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
 from denv.server.db_schema import create_and_migrate
 from denv.server.records import (
-    LIVE,
+    EXISTING,
     EnvDeletion,
     EnvError,
     EnvRecord,
@@ -317,7 +317,7 @@ class Store:
         args.append(limit)
         return [env_from_row(r) for r in self._all(sql, tuple(args))]
 
-    def live_envs(self) -> list[EnvRecord]:
+    def existing_envs(self) -> list[EnvRecord]:
         return [env_from_row(r) for r in self._all("SELECT * FROM envs WHERE status!='deleted'")]
 
     def live_group(self, group: str) -> list[EnvRecord]:
@@ -327,7 +327,7 @@ class Store:
         q = "SELECT * FROM envs WHERE status!='deleted' AND json_extract(runtime, '$.live.group')=?"
         return [env_from_row(r) for r in self._all(q, (group,))]
 
-    def count_live(self, owner: str) -> int:
+    def count_existing(self, owner: str) -> int:
         rows = self._all("SELECT COUNT(*) FROM envs WHERE owner=? AND status!='deleted'", (owner,))
         return int(rows[0][0])
 
@@ -348,7 +348,7 @@ class Store:
         env_id: str,
         status: EnvStatus,
         error: EnvError | None = None,
-        only_from: Collection[EnvStatus] = LIVE,
+        only_from: Collection[EnvStatus] = EXISTING,
     ) -> bool:
         """Move an env to ``status`` unless it already left ``only_from``; True when it moved."""
         marks = ",".join("?" * len(only_from))

@@ -6,7 +6,7 @@ nested parts as JSON columns and converts at its edge (``model_dump`` / ``model_
 
 ``EnvStatus`` is the contract's env status; its groups are named sets::
 
-    rec.status in LIVE      # anything but deleted: it counts against the key's quota
+    rec.status in EXISTING  # anything but deleted: it counts against the key's quota
     rec.status in FINAL     # failed or deleted: nothing moves it on but a delete
 """
 
@@ -31,9 +31,9 @@ class EnvStatus(StrEnum):
 
 
 ALL = frozenset(EnvStatus)
-LIVE = ALL - {EnvStatus.DELETED}  # has (or is making) resources; counts against the quota
+EXISTING = ALL - {EnvStatus.DELETED}  # has (or is making) resources; counts against the quota
 FINAL = frozenset({EnvStatus.FAILED, EnvStatus.DELETED})  # only a delete moves it on
-ACTIVE = LIVE - FINAL  # creating .. healthy: may still fail
+ACTIVE = EXISTING - FINAL  # creating .. healthy: may still fail
 BOOTING = frozenset({EnvStatus.CREATING, EnvStatus.STARTING})
 UP = frozenset({EnvStatus.STARTING, EnvStatus.RUNNING, EnvStatus.HEALTHY})  # containers run
 READY = frozenset({EnvStatus.RUNNING, EnvStatus.HEALTHY})  # the agent serves

@@ -44,7 +44,7 @@ def api(cluster: LocalCluster) -> Iterator[httpx.Client]:
         trust_env=False,
     ) as c:
         yield c
-        for env in live_envs(c):
+        for env in existing_envs(c):
             c.delete(f"/v1/envs/{env['id']}")
 
 
@@ -54,7 +54,7 @@ def ok(res: httpx.Response, status: int = 201) -> dict[str, Any]:
     return body
 
 
-def live_envs(c: httpx.Client) -> list[dict[str, Any]]:
+def existing_envs(c: httpx.Client) -> list[dict[str, Any]]:
     page = ok(c.get("/v1/envs", params={"limit": 200}), 200)
     return [e for e in page["items"] if e["status"] != "deleted"]
 
@@ -99,7 +99,7 @@ def test_fresh_envs_spread_over_the_nodes_and_answer_through_one_url(
     assert all(health(api, e) == 200 for e in envs)
     # no env port is published: each is reached through the control plane's ingress
     assert all(ep["via"] == "ingress" for e in envs for ep in e["endpoints"])
-    listed = {e["id"]: e["node"] for e in live_envs(api)}
+    listed = {e["id"]: e["node"] for e in existing_envs(api)}
     assert all(listed[e["id"]] == e["node"] for e in envs)
     print(f"\n  placement: 3 fresh envs on nodes {nodes}; 3/3 healthy through ingress")
 
@@ -137,7 +137,7 @@ def test_past_every_node_cap_a_create_gets_429(api: httpx.Client, cluster: Local
     body = res.json()
     assert body["code"] == "rate_limited" and "node" in body["message"], body
     assert res.headers.get("Retry-After")
-    assert live_envs(api) == []  # refused before anything started
+    assert existing_envs(api) == []  # refused before anything started
     print(
         f"\n  capacity: {total + 1} envs asked of {total} places: 429 ({body['message'][:80]}...)"
     )
@@ -246,7 +246,7 @@ def test_a_control_plane_restart_reconciles_the_whole_cluster(
     version = ok(api.post(f"/v1/envs/{envs[0]['id']}/snapshot", json={}))
     assert wait_storage(api, version["id"], "durable", DURABLE_WAIT_S) == "durable"
     cluster.restart_server()
-    after = {e["id"]: e for e in live_envs(api)}
+    after = {e["id"]: e for e in existing_envs(api)}
     assert {e["id"] for e in envs} <= set(after), after
     for env in envs:
         got = after[env["id"]]

@@ -153,7 +153,7 @@ def assert_nothing_left(
     return line
 
 
-def live_envs(c: httpx.Client) -> list[dict[str, Any]]:
+def existing_envs(c: httpx.Client) -> list[dict[str, Any]]:
     """Every env of the client's key that is not deleted (all pages)."""
     envs: list[dict[str, Any]] = []
     cursor: str | None = None
@@ -167,8 +167,8 @@ def live_envs(c: httpx.Client) -> list[dict[str, Any]]:
 
 
 def delete_all(c: httpx.Client) -> int:
-    """Delete every live env of the client's key; how many there were."""
-    envs = live_envs(c)
+    """Delete every env of the client's key not yet deleted; how many there were."""
+    envs = existing_envs(c)
     for env in envs:
         assert c.delete(f"/v1/envs/{env['id']}").status_code == 204
     return len(envs)

@@ -49,7 +49,7 @@ from reliability_helpers import (
     STANDIN,
     api,
     container_of,
-    live_envs,
+    existing_envs,
     ok,
     report,
     standin,
@@ -183,9 +183,9 @@ def envs(server: LocalDenv) -> Iterator[dict[str, dict[str, Any]]]:
             yield made
         finally:
             with ThreadPoolExecutor(4) as pool:  # one at a time took seconds
-                for env in live_envs(c):
+                for env in existing_envs(c):
                     pool.submit(c.delete, f"/v1/envs/{env['id']}")
-            assert not live_envs(c)
+            assert not existing_envs(c)
 
 
 def test_deny_and_allowlist_envs_resolve_no_outside_name(

@@ -30,7 +30,7 @@ from reliability_helpers import (
     api,
     assert_nothing_left,
     delete_all,
-    live_envs,
+    existing_envs,
     ok,
     report,
     scale,
@@ -136,7 +136,7 @@ def test_killed_clients_leave_nothing(server: LocalDenv, request: pytest.Fixture
     with api(server, key) as c:
         assert ok(c.get("/v1/health"), 200)["status"] == "ok"
         deadline = time.monotonic() + 90  # ttl 4 s, reaper every 5 s
-        while (left := live_envs(c)) and time.monotonic() < deadline:
+        while (left := existing_envs(c)) and time.monotonic() < deadline:
             time.sleep(1)
         assert not left, [(e["id"], e["status"]) for e in left]
     assert_nothing_left(
@@ -244,7 +244,7 @@ def test_kill9_mid_fork_then_restart(tmp_path: Path, request: pytest.FixtureRequ
                     assert "error" in outcome, outcome  # the server died before answering
                 with start_server(state, cleanup=False) as srv:
                     with api(srv) as c:
-                        envs = live_envs(c)
+                        envs = existing_envs(c)
                         children += len(envs) - 1
                         got = ok(c.get(f"/v1/envs/{parent['id']}"), 200)
                         assert got["status"] == "healthy", got  # not left frozen by the snapshot

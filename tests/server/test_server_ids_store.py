@@ -67,10 +67,10 @@ def test_store_envs_versions_and_pages(tmp_path: Path) -> None:
     rest = store.list_envs("o1", 3, page[-1].id, None, None)
     assert [e.id for e in rest] == [made[1].id, made[0].id]
     assert store.list_envs("o2", 10, None, None, None) == []
-    assert store.count_live("o1") == 5 and store.version_in_use(vid)
+    assert store.count_existing("o1") == 5 and store.version_in_use(vid)
     assert store.set_status(made[0].id, EnvStatus.DELETED)
     assert not store.set_status(made[0].id, EnvStatus.FAILED)  # deleted is final
-    assert store.count_live("o1") == 4
+    assert store.count_existing("o1") == 4
     assert store.list_projects("o1", 10, None) == [("p", "2025-01-01T00:00:00Z", vid, 1)]
     store.mark_version_deleted(vid)
     assert store.get_version(vid) is None

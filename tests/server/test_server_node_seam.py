@@ -36,8 +36,8 @@ from denv.server.node.seam import (
 )
 from denv.server.records import (
     ALL,
+    EXISTING,
     FINAL,
-    LIVE,
     READY,
     EnvStatus,
     LiveProc,
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_env_status_is_the_contracts_and_its_groups_are_named() -> None:
     spec = yaml.safe_load((ROOT / "openapi" / "denv.yaml").read_text())
     assert spec["components"]["schemas"]["EnvStatus"]["enum"] == [s.value for s in EnvStatus]
-    assert ALL - {EnvStatus.DELETED} == LIVE
+    assert ALL - {EnvStatus.DELETED} == EXISTING
     assert {EnvStatus.FAILED, EnvStatus.DELETED} == FINAL
     assert {EnvStatus.RUNNING, EnvStatus.HEALTHY} == READY
 
@@ -375,7 +375,7 @@ def test_envs_held_by_a_request_in_flight_count_against_the_keys_quota(tmp_path:
     envs, store, _ = _lifecycle(tmp_path, FakeNode())
     limit = envs.ctx.config.max_envs_per_key
     held = [envs.admit.hold("o", min(MAX_COUNT, limit - n)) for n in range(0, limit, MAX_COUNT)]
-    assert envs.ctx.holds.held("o") == limit and store.count_live("o") == 0
+    assert envs.ctx.holds.held("o") == limit and store.count_existing("o") == 0
     with pytest.raises(ApiError) as refused:
         envs.admit.hold("o", 1)
     assert (refused.value.status, refused.value.code) == (429, "quota_exceeded")

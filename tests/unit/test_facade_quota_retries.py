@@ -2,7 +2,7 @@
 
 A busy key's 429 `rate_limited` (too many requests, starts, waits or ingress connections at
 once) frees on its own: an idempotent call waits Retry-After and goes again. A 429
-`quota_exceeded` (live envs, versions, warm spares) frees only when the caller deletes
+`quota_exceeded` (envs not deleted, versions, warm spares) frees only when the caller deletes
 something, so it is raised at once whatever its Retry-After (the server sends 30 s).
 
 httpx.MockTransport stands in for the server (facade_fakes), as in test_facade_retries.py:

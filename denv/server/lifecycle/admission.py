@@ -46,7 +46,7 @@ def check_quota(ctx: Context, owner: str, count: int) -> None:
     """429 ``quota_exceeded`` when ``count`` more envs pass ``--max-envs-per-key`` (the
     key's envs held by requests in flight count as its own)."""
     limit = ctx.config.max_envs_per_key
-    live = ctx.store.count_live(owner) + ctx.holds.held(owner)
+    live = ctx.store.count_existing(owner) + ctx.holds.held(owner)
     if live + count > limit:
         raise ApiError(
             429,

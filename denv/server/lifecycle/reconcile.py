@@ -2,9 +2,9 @@
 
 Only objects labelled with this server's ``denv.instance`` are touched: several servers may
 share one Docker Engine. Orphans go; envs whose containers or mounts vanished become
-``failed`` with code ``lost``; stored ingress tokens of live envs are registered again.
+``failed`` with code ``lost``; stored ingress tokens of envs not deleted are registered again.
 Warm spares have no stored env until one is taken, so every spare left by a server that
-stopped is such an orphan; the pools that live envs asked for are then refilled afresh.
+stopped is such an orphan; the pools that envs not deleted asked for are then refilled afresh.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ log = logging.getLogger(__name__)
 def reconcile(ctx: Context, envs: Envs) -> None:
     store, node = ctx.store, ctx.node
     node.drop_partial_layers()
-    live = {r.id: r for r in store.live_envs()}
+    existing = {r.id: r for r in store.existing_envs()}
     # A live env's group (whose container it runs in) keeps its container and volumes,
     # even when the group's own env was deleted.
-    needed = set(live) | {r.runtime.live.group for r in live.values() if r.runtime.live}
+    needed = set(existing) | {r.runtime.live.group for r in existing.values() if r.runtime.live}
     owned = node.owned()
     orphans = Owned(
         containers={c: e for c, e in owned.containers.items() if e not in needed},
@@ -47,20 +47,20 @@ def reconcile(ctx: Context, envs: Envs) -> None:
         log.info("reconcile: removing orphan volumes of %s", env_id)
     node.remove_owned(orphans)
     states = node.states()
-    for rec in live.values():
+    for rec in existing.values():
         problem = _problem(ctx, rec.id, states)
         if problem:
             envs.lose(rec.id, problem)
         elif rec.runtime.live is not None and rec.id != rec.runtime.live.group:
             node.live_adopt(rec.id, rec.runtime.live)  # a live child: counted on its node
-    owners = {r.id: r.owner for r in store.live_envs() if r.status != EnvStatus.FAILED}
+    owners = {r.id: r.owner for r in store.existing_envs() if r.status != EnvStatus.FAILED}
     for token, env_id, host, port in store.ingress_routes():
         if env_id in owners:
             ctx.ingress.register(token, host, port, owners[env_id])
     unused = sorted(node.layer_ids() - referenced_layers(store))
     node.delete_layers(unused)
     store.sizes.forget(unused)
-    for rec in store.live_envs():  # warm pools live in memory: ask for them again
+    for rec in store.existing_envs():  # warm pools live in memory: ask for them again
         warm = rec.spec.warm
         failed = rec.status == EnvStatus.FAILED
         version = store.get_version(rec.version_id) if warm and not failed else None

@@ -393,7 +393,7 @@ class Zygotes:
 
     def delete_stored(self) -> None:
         """At start: delete the zygotes a server that stopped left in the store."""
-        for rec in self.ctx.store.live_envs():
+        for rec in self.ctx.store.existing_envs():
             if is_zygote(rec):
                 self._delete(Zygote(rec.id, rec.version_id), "the server restarted")
 
