@@ -214,9 +214,9 @@ def _up(cluster_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _status(cluster_dir: Path, as_json: bool) -> int:
-    from . import local as lc
+    from .local_status import status
 
-    found = lc.status(cluster_dir)
+    found = status(cluster_dir)
     if as_json:
         print(json.dumps(found, indent=2))
         return 0

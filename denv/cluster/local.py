@@ -24,7 +24,8 @@ instance id, in this process) and Ray's temp dirs; ``purge=True`` deletes ``clus
 
 All nodes share this machine's Docker Engine and kernel: what a one-machine cluster does
 not show is in docs/cluster.md. The processes' bookkeeping is in ``processes``, the Ray
-nodes in ``ray_nodes``; this module is the cluster as a whole.
+nodes in ``ray_nodes``, the control plane's process in ``local_server``, ``denv cluster
+status`` in ``local_status``; this module is the cluster as a whole (up, down, restart).
 """
 
 from __future__ import annotations
@@ -37,26 +38,22 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from denv.server.auth import load_or_create_key_file, private_dir
-from denv.server.docker.images import DEFAULT_BUDGET_MB
+from denv.server.auth import private_dir
 
 from . import ray_auth, ray_tls
-from .agent import INSTANCE_FILE, AgentConfig
+from .agent import INSTANCE_FILE
+from .local_server import agent_config, api_key, caps_config, restart_server, start_server
+from .local_status import status
 from .processes import (
     STATE_FILE,
     ClusterError,
-    free_port,
     read_state,
     session_pids,
-    spawn,
     stop_session,
     stop_sessions,
-    tail,
     write_state,
 )
 from .ray_nodes import (
@@ -66,44 +63,26 @@ from .ray_nodes import (
     ray_tmp_dir,
     start_engine,
     start_ray_node,
-    token_file,
     wait_gcs,
     wait_ray_nodes,
 )
 
+# The cluster's other verbs, where callers have always found them.
+__all__ = [
+    "CONTROL_HEAD",
+    "agent_config",
+    "api_key",
+    "down",
+    "remove_node_objects",
+    "restart_head",
+    "restart_server",
+    "status",
+    "up",
+]
+
 log = logging.getLogger(__name__)
 
-SERVER_START_S = 120.0
 CONTROL_HEAD = "head"  # an isolated cluster's Ray head: this machine's, running no envs
-
-
-# the whole cluster
-def agent_config(
-    cluster_dir: Path,
-    max_envs: int = 0,
-    max_memory_mb: int = 0,
-    image_budget_mb: int | None = None,
-    merge_pages: bool = False,
-) -> AgentConfig:
-    """What the agents of a local cluster get: what its ``denv serve`` asks of them too
-    (``serve_argv``), since an agent keeps the settings it was started with."""
-    return AgentConfig(
-        state_root=str(cluster_dir / "nodes"),
-        max_envs=max_envs,
-        max_memory_mb=max_memory_mb,
-        image_budget_mb=DEFAULT_BUDGET_MB if image_budget_mb is None else image_budget_mb,
-        merge_pages=merge_pages,
-    )
-
-
-def _caps_config(cluster_dir: Path, caps: dict[str, Any]) -> AgentConfig:
-    return agent_config(
-        cluster_dir,
-        caps.get("max_envs", 0),
-        caps.get("max_memory_mb", 0),
-        caps.get("image_budget_mb"),
-        bool(caps.get("merge_pages", False)),
-    )
 
 
 def up(
@@ -183,7 +162,7 @@ def up(
             state["caps"]["image_budget_mb"] = image_budget_mb
         if merge_pages:
             state["caps"]["merge_pages"] = True
-        cfg = _caps_config(cluster_dir, state["caps"])
+        cfg = caps_config(cluster_dir, state["caps"])
         agents = ray_cluster.discover(cfg)
         if set(agents) != set(names):
             raise ClusterError(
@@ -200,7 +179,7 @@ def up(
             state["store"] = _start_store(cluster_dir, state.get("isolated", {}).get("gateway"))
             write_state(cluster_dir, state)
         if serve:
-            state["server"] = _start_server(cluster_dir, state, cfg, port)
+            state["server"] = start_server(cluster_dir, state, cfg, port)
             write_state(cluster_dir, state)
     except BaseException:
         down(cluster_dir)
@@ -261,70 +240,6 @@ def _start_store(cluster_dir: Path, host: str | None = None) -> dict[str, Any]:
     }
 
 
-def _start_server(
-    cluster_dir: Path, state: dict[str, Any], cfg: AgentConfig, port: int
-) -> dict[str, Any]:
-    server_dir = cluster_dir / "server"
-    private_dir(server_dir)
-    key, key_path = load_or_create_key_file(server_dir)
-    port = port or free_port()
-    cmd = [sys.executable, "-m", "denv", *serve_argv(state, cfg, server_dir, key_path, port)]
-    log_path = cluster_dir / "logs" / "server.log"
-    env = {"RAY_ADDRESS": state["address"], **ray_auth.process_env(token_file(state))}
-    pid = spawn(cmd, log_path, env)
-    url = f"http://127.0.0.1:{port}"
-    server = {"sid": pid, "url": url, "state_dir": str(server_dir), "log": str(log_path)}
-    state["server"] = server
-    write_state(cluster_dir, state)
-    _wait_server(url, key, pid, log_path)
-    return server
-
-
-def serve_argv(
-    state: dict[str, Any], cfg: AgentConfig, server_dir: Path, key_path: Path, port: int
-) -> list[str]:
-    """``denv serve``'s arguments for the cluster: it asks its agents for ``cfg``, the
-    settings they were started with (an agent keeps those)."""
-    argv = [
-        "serve",
-        f"--cluster={state['address']}",
-        f"--state-dir={server_dir}",
-        "--host=127.0.0.1",
-        f"--port={port}",
-        f"--api-key-file={key_path}",
-        f"--node-state-dir={cfg.state_root}",
-        f"--node-max-envs={cfg.max_envs}",
-        f"--node-max-memory={cfg.max_memory_mb}",
-        f"--node-image-budget={cfg.image_budget_mb}",
-    ]
-    if cfg.merge_pages:
-        argv.append("--merge-pages")
-    if "store" in state:
-        argv += [
-            f"--store-endpoint={state['store']['endpoint']}",
-            f"--store-bucket={state['store']['bucket']}",
-            f"--store-credentials={state['store']['credentials']}",
-        ]
-    return argv
-
-
-def restart_server(cluster_dir: Path) -> dict[str, Any]:
-    """Stop ``denv serve --cluster`` (SIGTERM: as an operator would) and start it again with
-    the same port, state and caps; returns once it answers ``/v1/health``."""
-    cluster_dir = cluster_dir.expanduser().resolve()
-    state = read_state(cluster_dir)
-    if state is None or not state.get("server"):
-        raise ClusterError(f"no denv serve was started from {cluster_dir}")
-    stop_session(int(state["server"]["sid"]), grace_s=30.0)
-    caps = state.get("caps", {})
-    cfg = _caps_config(cluster_dir, caps)
-    port = int(state["server"]["url"].rsplit(":", 1)[1])
-    server = _start_server(cluster_dir, state, cfg, port)
-    state["server"] = server
-    write_state(cluster_dir, state)
-    return server
-
-
 def restart_head(cluster_dir: Path) -> None:
     """The Ray head dies as its machine does (SIGKILL) and comes back on the same address.
 
@@ -354,7 +269,7 @@ def restart_head(cluster_dir: Path) -> None:
     join_nodes(cluster_dir, state, names, one_by_one=bool(state.get("isolated")))
     from . import ray_cluster
 
-    cfg = _caps_config(cluster_dir, state.get("caps", {}))
+    cfg = caps_config(cluster_dir, state.get("caps", {}))
     agents = ray_cluster.discover(cfg)
     expected = {n["name"] for n in state.get("nodes", [])}
     if set(agents) != expected:
@@ -365,26 +280,8 @@ def restart_head(cluster_dir: Path) -> None:
     ray_cluster.disconnect()
     if state.get("server"):
         port = int(state["server"]["url"].rsplit(":", 1)[1])
-        state["server"] = _start_server(cluster_dir, state, cfg, port)
+        state["server"] = start_server(cluster_dir, state, cfg, port)
         write_state(cluster_dir, state)
-
-
-def _wait_server(url: str, key: str, pid: int, log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    request = urllib.request.Request(f"{url}/v1/health", headers={"Authorization": f"Bearer {key}"})
-    while time.monotonic() < deadline:
-        if not session_pids(pid):
-            raise ClusterError(f"denv serve --cluster exited: {tail(log_path)}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=2) as resp:
-            if resp.status == 200:
-                return
-        time.sleep(0.3)
-    raise ClusterError(f"denv serve --cluster did not answer within {SERVER_START_S:.0f} s")
-
-
-def api_key(cluster_dir: Path) -> str:
-    path = cluster_dir / "server" / "api_key"
-    return path.read_text().strip() if path.exists() else ""
 
 
 def down(cluster_dir: Path, purge: bool = False) -> list[str]:
@@ -467,86 +364,3 @@ def remove_node_objects(state_root: Path) -> list[str]:
                 f"{len(owned.networks)} networks, the volumes of {len(owned.volume_envs)} envs"
             )
     return done
-
-
-def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
-    """The cluster's nodes (alive or not, envs, spares), its server and store."""
-    cluster_dir = cluster_dir.expanduser().resolve()
-    state = read_state(cluster_dir)
-    if state is None:
-        return {"dir": str(cluster_dir), "running": False, "nodes": []}
-    alive: set[str] = set()
-    agents: dict[str, Any] = {}
-    head = head_node(state)
-    if head is not None and session_pids(int(head["sid"])):
-        from . import ray_cluster
-
-        ray_cluster.connect(state["address"], token_file(state))
-        alive = ray_cluster.alive()
-        for name in alive:
-            agent = ray_cluster.find_agent(name)
-            if agent is None:
-                continue
-            with contextlib.suppress(Exception):
-                agents[name] = agent.info(timeout_s)
-    in_api = _api_env_ids(state)
-    nodes = []
-    for node in state.get("nodes", []):
-        info = agents.get(node["name"], {})
-        env_ids = list(info.get("env_ids", []))
-        # A spare is an env the API does not list yet (known only when the server answers).
-        spares = [e for e in env_ids if e not in in_api] if in_api is not None else None
-        nodes.append(
-            {
-                "name": node["name"],
-                "head": node["name"] == state.get("head"),
-                "alive": node["name"] in alive,
-                "agent": bool(info),
-                "envs": len(env_ids) - len(spares) if spares is not None else len(env_ids),
-                "spares": len(spares) if spares is not None else len(info.get("warm_env_ids", [])),
-                "memory_mb": int(info.get("memory_bytes", 0)) // (1024 * 1024),
-                "state_dir": info.get("state_dir", str(cluster_dir / "nodes" / node["name"])),
-                "relay": info.get("relay", ""),  # where the ingress reaches its envs
-                "ip": node.get("ip", ""),
-            }
-        )
-    server = state.get("server")
-    return {
-        "dir": str(cluster_dir),
-        "running": True,
-        "address": state.get("address"),
-        "isolated": bool(state.get("isolated")),
-        "nodes": nodes,
-        "server": {
-            "url": server["url"],
-            "running": bool(session_pids(int(server["sid"]))),
-        }
-        if server
-        else None,
-        "store": {"endpoint": state["store"]["endpoint"]} if state.get("store") else None,
-    }
-
-
-def _api_env_ids(state: dict[str, Any]) -> set[str] | None:
-    """Ids of the envs the server lists (live ones), None when it does not answer."""
-    server = state.get("server")
-    key = api_key(Path(state["dir"]))
-    if not server or not key:
-        return None
-    found: set[str] = set()
-    cursor = ""
-    for _ in range(1000):  # 200 a page
-        query = "limit=200" + (f"&cursor={urllib.parse.quote(cursor)}" if cursor else "")
-        request = urllib.request.Request(
-            f"{server['url']}/v1/envs?{query}", headers={"Authorization": f"Bearer {key}"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=5) as resp:
-                body = json.loads(resp.read())
-        except (OSError, ValueError):
-            return None
-        found |= {str(item["id"]) for item in body.get("items", [])}
-        cursor = body.get("next_cursor") or ""
-        if not cursor:
-            break
-    return found

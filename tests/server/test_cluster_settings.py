@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from denv.cluster import local, ray_cluster, serve
+from denv.cluster import local_server, ray_cluster, serve
 from denv.cluster.agent import AgentConfig
 from denv.server.node.cluster import options
 from denv.server.serve_options import add_arguments, config_from_args
@@ -40,10 +40,10 @@ def test_cluster_ups_server_asks_its_agents_for_what_they_were_started_with(
     (tmp_path / "creds").write_text('{"access_key": "a", "secret_key": "s"}')
     (tmp_path / "key").write_text("dak_test\n")
     (tmp_path / "key").chmod(0o600)
-    started = local._caps_config(tmp_path, caps)  # what up() starts the agents with
+    started = local_server.caps_config(tmp_path, caps)  # what up() starts the agents with
     state = {"address": "127.0.0.1:6379", "store": {"endpoint": "http://127.0.0.1:8333",
              "bucket": "denv", "credentials": str(tmp_path / "creds")}}  # fmt: skip
-    argv = local.serve_argv(state, started, tmp_path / "server", tmp_path / "key", 8080)
+    argv = local_server.serve_argv(state, started, tmp_path / "server", tmp_path / "key", 8080)
     assert ("--merge-pages" in argv) is merge_pages
     asked = asked_by_serve(argv)
     assert ray_cluster.settings_differ(started.model_dump(mode="json"), asked) == []
@@ -53,12 +53,12 @@ def test_cluster_ups_server_asks_its_agents_for_what_they_were_started_with(
 def test_a_server_asking_a_running_agent_for_other_settings_says_which(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    running = local.agent_config(tmp_path).model_dump(mode="json")
-    wanted = local.agent_config(tmp_path, merge_pages=True)
+    running = local_server.agent_config(tmp_path).model_dump(mode="json")
+    wanted = local_server.agent_config(tmp_path, merge_pages=True)
     assert ray_cluster.settings_differ(running, wanted) == ["merge_pages=False (asked: True)"]
     with caplog.at_level(logging.WARNING, logger=ray_cluster.log.name):
         ray_cluster.warn_settings("n1", running, wanted)
-        ray_cluster.warn_settings("n2", running, local.agent_config(tmp_path))  # the same
+        ray_cluster.warn_settings("n2", running, local_server.agent_config(tmp_path))  # the same
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     assert "node n1" in message and "merge_pages=False (asked: True)" in message
