@@ -26,8 +26,7 @@ traffic through; ``remove`` deletes it with the bridge. What was made is recorde
 cluster's state (``state["isolated"]``) before it is made, so ``denv cluster down`` removes
 it even after a failed ``up``.
 
-Images reach a node's engine from this machine's engine (``docker save`` once, ``docker
-load`` into each node): only those ``up`` is given.
+A node's Docker Engine and the images copied into it are in ``isolated_engine``.
 """
 
 from __future__ import annotations
@@ -39,17 +38,15 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .processes import ClusterError, session_pids, spawn, stop_session, tail
+from .processes import ClusterError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 FREEZER = CGROUP_ROOT / "freezer"
 NETNS_DIR = Path("/run/netns")
-ENGINE_START_S = 60.0
 KILL_WAIT_S = 10.0
 # Candidate /20 blocks for a cluster's addresses: the host bridge's /24 first, then one /24
 # per node for its engine's docker0. Clear of Docker's defaults (172.17+, 192.168) and of
@@ -72,29 +69,15 @@ def available() -> str:
     return ""
 
 
-def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_cmd(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
     if check and done.returncode != 0:
         raise ClusterError(f"{' '.join(cmd)} failed: {done.stderr.strip() or done.stdout.strip()}")
     return done
 
 
-def check_images(images: list[str]) -> None:
-    """ClusterError naming the images this machine's engine lacks (before anything starts)."""
-    missing = [
-        image
-        for image in images
-        if _run("docker", "image", "inspect", image, check=False).returncode != 0
-    ]
-    if missing:
-        raise ClusterError(
-            f"--image {', '.join(missing)}: not on this machine's Docker Engine, so it cannot "
-            "be copied to the nodes: build or load it first (docker images)"
-        )
-
-
 def _routes() -> list[ipaddress.IPv4Network]:
-    out = _run("ip", "-4", "route", "show", "table", "all").stdout
+    out = run_cmd("ip", "-4", "route", "show", "table", "all").stdout
     found: list[ipaddress.IPv4Network] = []
     for line in out.splitlines():
         first = line.split()[1] if line.split()[0] in ("local", "broadcast") else line.split()[0]
@@ -153,23 +136,23 @@ def make_host_side(iso: dict[str, Any]) -> None:
     """The host bridge, its gateway address, and the FORWARD rule for its own traffic."""
     bridge = iso["bridge"]
     if not Path(f"/sys/class/net/{bridge}").exists():
-        _run("ip", "link", "add", bridge, "type", "bridge")
+        run_cmd("ip", "link", "add", bridge, "type", "bridge")
     prefix = ipaddress.ip_network(iso["subnet"]).prefixlen
-    _run("ip", "addr", "replace", f"{iso['gateway']}/{prefix}", "dev", bridge)
-    _run("ip", "link", "set", bridge, "up")
+    run_cmd("ip", "addr", "replace", f"{iso['gateway']}/{prefix}", "dev", bridge)
+    run_cmd("ip", "link", "set", bridge, "up")
     rule = forward_rule(iso)
-    if _run("iptables", "-C", *rule, check=False).returncode != 0:
-        _run("iptables", "-I", rule[0], "1", *rule[1:])
+    if run_cmd("iptables", "-C", *rule, check=False).returncode != 0:
+        run_cmd("iptables", "-I", rule[0], "1", *rule[1:])
 
 
 def remove_host_side(iso: dict[str, Any]) -> list[str]:
     done = []
     rule = forward_rule(iso)
-    while _run("iptables", "-C", *rule, check=False).returncode == 0:
-        _run("iptables", "-D", *rule)
+    while run_cmd("iptables", "-C", *rule, check=False).returncode == 0:
+        run_cmd("iptables", "-D", *rule)
         done.append(f"removed the iptables rule {' '.join(rule)}")
     if Path(f"/sys/class/net/{iso['bridge']}").exists():
-        _run("ip", "link", "del", iso["bridge"])
+        run_cmd("ip", "link", "del", iso["bridge"])
         done.append(f"removed the bridge {iso['bridge']}")
     return done
 
@@ -191,105 +174,18 @@ def make_netns(iso: dict[str, Any], name: str) -> None:
     node = iso["nodes"][name]
     ns, veth = node["netns"], node["veth"]
     if not (NETNS_DIR / ns).exists():
-        _run("ip", "netns", "add", ns)
+        run_cmd("ip", "netns", "add", ns)
     if not Path(f"/sys/class/net/{veth}").exists():
-        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
-        _run("ip", "link", "set", f"{veth}p", "netns", ns)
-    _run("ip", "link", "set", veth, "master", iso["bridge"], "up")
+        run_cmd("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
+        run_cmd("ip", "link", "set", f"{veth}p", "netns", ns)
+    run_cmd("ip", "link", "set", veth, "master", iso["bridge"], "up")
     inside = ["ip", "netns", "exec", ns]
-    _run(*inside, "ip", "link", "set", f"{veth}p", "name", "eth0", check=False)
+    run_cmd(*inside, "ip", "link", "set", f"{veth}p", "name", "eth0", check=False)
     prefix = ipaddress.ip_network(iso["subnet"]).prefixlen
-    _run(*inside, "ip", "addr", "replace", f"{node['ip']}/{prefix}", "dev", "eth0")
-    _run(*inside, "ip", "link", "set", "eth0", "up")
-    _run(*inside, "ip", "link", "set", "lo", "up")
-    _run(*inside, "ip", "route", "replace", "default", "via", iso["gateway"])
-
-
-def start_engine(node: dict[str, Any], log_path: Path) -> int:
-    """The node's dockerd, in its namespace and cgroup; its session id once it answers.
-    An engine of the node that still answers (its node's Ray died, its engine did not: a cut
-    network) is kept: a second dockerd would take its socket, and the first its containers."""
-    if node.get("engine_sid") and session_pids(int(node["engine_sid"])):
-        if _run("docker", "-H", docker_host(node), "version", check=False).returncode == 0:
-            return int(node["engine_sid"])
-        stop_session(int(node["engine_sid"]), grace_s=10.0)  # hung: restarted, as by systemd
-    root, run = Path(node["root"]), Path(node["run"])
-    root.mkdir(parents=True, exist_ok=True)
-    run.mkdir(mode=0o700, exist_ok=True)
-    for stale in ("dockerd.pid", "docker.sock"):  # a killed engine's (a restarted node)
-        (run / stale).unlink(missing_ok=True)
-    (FREEZER / node["cgroup"]).mkdir(exist_ok=True)
-    cmd = [
-        *node_prefix(node),
-        "dockerd",
-        f"--host={docker_host(node)}",
-        f"--data-root={root / 'data'}",
-        f"--exec-root={run / 'exec'}",
-        f"--pidfile={run / 'dockerd.pid'}",
-        f"--bip={node['bip']}",
-        f"--cgroup-parent=/{node['cgroup']}",
-    ]
-    sid = spawn(cmd, log_path)
-    deadline = time.monotonic() + ENGINE_START_S
-    while True:
-        done = _run("docker", "-H", docker_host(node), "version", check=False)
-        if done.returncode == 0:
-            return sid
-        if not session_pids(sid) or time.monotonic() > deadline:
-            raise ClusterError(
-                f"the Docker Engine of node {node['netns']} did not start: {tail(log_path)}"
-            )
-        time.sleep(0.3)
-
-
-def load_images(iso: dict[str, Any], names: list[str], work_dir: Path) -> None:
-    """Copy ``iso["images"]`` from this machine's engine into the engines of ``names`` (saved
-    once, loaded into the nodes side by side), skipping those a node already has."""
-    images = list(iso["images"])
-    if not images or not names:
-        return
-    missing = [n for n in names if _lacks(iso["nodes"][n], images)]
-    if not missing:
-        return
-    tar = work_dir / "images.tar"
-    done = _run("docker", "save", "-o", str(tar), *images, check=False)
-    if done.returncode != 0:
-        tar.unlink(missing_ok=True)
-        raise ClusterError(
-            f"cannot copy {', '.join(images)} to the nodes: {done.stderr.strip()} "
-            "(build or load them into this machine's Docker Engine first: docker images)"
-        )
-    errors: list[str] = []
-
-    def load(name: str) -> None:
-        out = _run(
-            "docker",
-            "-H",
-            docker_host(iso["nodes"][name]),
-            "load",
-            "-q",
-            "-i",
-            str(tar),
-            check=False,
-        )
-        if out.returncode != 0:
-            errors.append(f"node {name}: {out.stderr.strip()}")
-
-    try:
-        threads = [threading.Thread(target=load, args=(n,)) for n in missing]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        tar.unlink(missing_ok=True)
-    if errors:
-        raise ClusterError(f"loading images into the nodes failed: {'; '.join(errors)}")
-
-
-def _lacks(node: dict[str, Any], images: list[str]) -> bool:
-    done = _run("docker", "-H", docker_host(node), "image", "inspect", *images, check=False)
-    return done.returncode != 0
+    run_cmd(*inside, "ip", "addr", "replace", f"{node['ip']}/{prefix}", "dev", "eth0")
+    run_cmd(*inside, "ip", "link", "set", "eth0", "up")
+    run_cmd(*inside, "ip", "link", "set", "lo", "up")
+    run_cmd(*inside, "ip", "route", "replace", "default", "via", iso["gateway"])
 
 
 def _cgroup_pids(path: Path) -> list[int]:
@@ -332,10 +228,10 @@ def kill_node(iso: dict[str, Any], name: str, state_dir: Path) -> list[str]:
         done.append(f"node {name}: unmounted {unmounted} mounts of its engine and volumes")
     _remove_cgroups(node["cgroup"])
     if (NETNS_DIR / node["netns"]).exists():
-        _run("ip", "netns", "del", node["netns"], check=False)
+        run_cmd("ip", "netns", "del", node["netns"], check=False)
         done.append(f"node {name}: removed its network namespace {node['netns']}")
     if Path(f"/sys/class/net/{node['veth']}").exists():  # gone with the namespace, normally
-        _run("ip", "link", "del", node["veth"], check=False)
+        run_cmd("ip", "link", "del", node["veth"], check=False)
     return done
 
 
@@ -352,8 +248,8 @@ def unmount_under(roots: list[Path]) -> int:
         points = [line.split()[4] for line in info]
     mine = [p for p in points if any(p == r or p.startswith(r + "/") for r in prefixes)]
     for point in sorted(set(mine), key=lambda p: p.count("/"), reverse=True):
-        if _run("umount", point, check=False).returncode != 0:
-            _run("umount", "-l", point, check=False)
+        if run_cmd("umount", point, check=False).returncode != 0:
+            run_cmd("umount", "-l", point, check=False)
     return len(set(mine))
 
 
@@ -392,7 +288,7 @@ def leftovers(iso: dict[str, Any]) -> list[str]:
     left = []
     if Path(f"/sys/class/net/{iso['bridge']}").exists():
         left.append(f"bridge {iso['bridge']}")
-    if _run("iptables", "-C", *forward_rule(iso), check=False).returncode == 0:
+    if run_cmd("iptables", "-C", *forward_rule(iso), check=False).returncode == 0:
         left.append(f"iptables rule {' '.join(forward_rule(iso))}")
     for name, node in iso.get("nodes", {}).items():
         if (NETNS_DIR / node["netns"]).exists():

@@ -110,12 +110,12 @@ def up(
     if images and not isolated:
         raise ClusterError("--image is for --isolated nodes (the others use this machine's engine)")
     if isolated:
-        from . import isolation
+        from . import isolated_engine, isolation
 
         why = isolation.available()
         if why:
             raise ClusterError(f"--isolated: {why}")
-        isolation.check_images(list(images))
+        isolated_engine.check_images(list(images))
     cluster_dir = cluster_dir.expanduser().resolve()
     private_dir(cluster_dir)
     found = read_state(cluster_dir)
@@ -170,10 +170,10 @@ def up(
                 f"their errors are in the Ray logs under {state['ray_tmp']}"
             )
         if isolated:  # not while Ray starts: on 2 cores its nodes then miss their timeouts
-            from . import isolation
+            from . import isolated_engine
 
             log.info("node agents up %.1f s after the start", time.monotonic() - started)
-            isolation.load_images(state["isolated"], names, cluster_dir)
+            isolated_engine.load_images(state["isolated"], names, cluster_dir)
             log.info("images in the nodes %.1f s after the start", time.monotonic() - started)
         if store:
             state["store"] = _start_store(cluster_dir, state.get("isolated", {}).get("gateway"))

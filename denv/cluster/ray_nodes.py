@@ -344,13 +344,14 @@ def restart_node(cluster_dir: Path, name: str) -> None:
 
 
 def start_engine(cluster_dir: Path, state: dict[str, Any], name: str) -> None:
-    """An isolated node's network namespace and Docker Engine (``isolation``), recorded."""
-    from . import isolation
+    """An isolated node's network namespace and Docker Engine (``isolation``,
+    ``isolated_engine``), recorded."""
+    from . import isolated_engine, isolation
 
     iso = state["isolated"]
     isolation.make_netns(iso, name)
     log_path = cluster_dir / "logs" / f"dockerd-{name}.log"
     iso["nodes"][name]["engine_log"] = str(log_path)
     write_state(cluster_dir, state)  # the cgroup and namespace are found by name
-    iso["nodes"][name]["engine_sid"] = isolation.start_engine(iso["nodes"][name], log_path)
+    iso["nodes"][name]["engine_sid"] = isolated_engine.start_engine(iso["nodes"][name], log_path)
     write_state(cluster_dir, state)
