@@ -232,7 +232,7 @@ def test_a_pinned_version_outlives_a_collection(
     collector = Collector(ctx, versions)
     asked = version(versions, "ver_a", [], "fork")
     version(versions, "ver_b", [], "fork")
-    with ctx.pins.hold("o", asked.id):  # a create from ver_a in flight
+    with ctx.pins.pin("o", asked.id):  # a create from ver_a in flight
         # a fork in flight: its version is recorded before its children are
         version(versions, "ver_new", [], "fork", created_at=iso(now()))
         assert collector.collect("o").versions == 1

@@ -114,7 +114,7 @@ def test_zero_is_no_cap(tmp_path: Path) -> None:
     fair = Fairness(config(tmp_path, max_creates_per_key=0))
     for _ in range(1000):
         fair.acquire("a", "creates")
-    assert fair.held("a", "creates") == 1000
+    assert fair.in_use("a", "creates") == 1000
 
 
 def test_a_slot_is_held_until_the_work_ends_not_until_the_caller_leaves(tmp_path: Path) -> None:
@@ -122,20 +122,20 @@ def test_a_slot_is_held_until_the_work_ends_not_until_the_caller_leaves(tmp_path
     release = threading.Event()
 
     async def main() -> None:
-        task = asyncio.create_task(fair.hold("a", "waits", release.wait, 10))
+        task = asyncio.create_task(fair.run("a", "waits", release.wait, 10))
         await asyncio.sleep(0.1)
         task.cancel()  # the HTTP client disconnected: its thread still waits
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert fair.held("a", "waits") == 1
+        assert fair.in_use("a", "waits") == 1
         with pytest.raises(ApiError):
             fair.acquire("a", "waits")
         release.set()
         for _ in range(100):
-            if not fair.held("a", "waits"):
+            if not fair.in_use("a", "waits"):
                 break
             await asyncio.sleep(0.02)
-        assert fair.held("a", "waits") == 0
+        assert fair.in_use("a", "waits") == 0
 
     asyncio.run(main())
 

@@ -68,7 +68,7 @@ async def create_sandbox(
     request: Request, s: Dep, owner: Owner, body: SandboxCreate, idem: IdemKey = None
 ) -> Response:
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.hold(owner, "creates", s.create_sandbox, owner, body)
+        return await s.ctx.fair.run(owner, "creates", s.create_sandbox, owner, body)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -102,7 +102,7 @@ async def delete_env(s: Dep, owner: Owner, env_id: str) -> Response:
 
 @router.post("/v1/envs/{env_id}/wait")
 async def wait_env(s: Dep, owner: Owner, env_id: str, body: WaitRequest) -> dict[str, Any]:
-    return await s.ctx.fair.hold(
+    return await s.ctx.fair.run(
         owner, "waits", s.wait_env, owner, env_id, body.until, body.timeout_s
     )
 
@@ -140,7 +140,7 @@ async def snapshot_env(
     labels = body.labels if body else {}
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.hold(owner, "creates", s.snapshot, owner, env_id, labels)
+        return await s.ctx.fair.run(owner, "creates", s.snapshot, owner, env_id, labels)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -157,7 +157,7 @@ async def fork_env(
     opts = body or EnvsCreate()
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.hold(owner, "creates", s.fork, owner, env_id, opts)
+        return await s.ctx.fair.run(owner, "creates", s.fork, owner, env_id, opts)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -212,7 +212,7 @@ async def create_envs_from_version(
     opts = body or EnvsCreate()
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.hold(
+        return await s.ctx.fair.run(
             owner, "creates", s.create_from_version, owner, version_id, opts
         )
 
@@ -243,7 +243,7 @@ async def deploy_project(
         )
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.hold(
+        return await s.ctx.fair.run(
             owner, "creates", s.deploy, owner, name, body.compose, body.labels
         )
 

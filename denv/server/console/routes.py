@@ -177,13 +177,13 @@ async def delete_subtree(request: Request, s: Dep, owner: Owner, env_id: str) ->
 async def fork(s: Dep, owner: Owner, env_id: str, body: Annotated[Fork, Body()]) -> dict[str, Any]:
     """Fork n: live when the env runs live, else from a snapshot of its volumes."""
     opts = EnvsCreate(count=body.count, kind="auto", wait="running")
-    result = await s.ctx.fair.hold(owner, "creates", s.fork, owner, env_id, opts)
+    result = await s.ctx.fair.run(owner, "creates", s.fork, owner, env_id, opts)
     return {"version": result["version"]["id"], "envs": [e["id"] for e in result["envs"]]}
 
 
 @router.post("/ui/api/envs/{env_id}/snapshot")
 async def snapshot(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
-    version = await s.ctx.fair.hold(owner, "creates", s.snapshot, owner, env_id, {})
+    version = await s.ctx.fair.run(owner, "creates", s.snapshot, owner, env_id, {})
     return {"version": version["id"]}
 
 

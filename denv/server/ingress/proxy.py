@@ -157,7 +157,7 @@ class IngressProxy:
             return
         owner = self.table.owner(split_target(scope)[0])
         if self.fair is not None and owner and not self.fair.try_acquire(owner, "ingress"):
-            await _refuse_busy(scope, receive, send, self.fair.held(owner, "ingress"))
+            await _refuse_busy(scope, receive, send, self.fair.in_use(owner, "ingress"))
             return
         try:
             if scope["type"] == "websocket":

@@ -23,7 +23,7 @@ asks again at once sends a few requests a second, not hundreds, so its refusals 
 server, and the keys it shares it with, next to nothing.
 
     fair = Fairness(config)
-    env = await fair.hold(owner, "creates", service.create_sandbox, owner, body)
+    env = await fair.run(owner, "creates", service.create_sandbox, owner, body)
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def over_quota(kind: str, message: str, cap: int) -> ApiError:
 
 
 class Fairness:
-    """Counts what each key holds; thread-safe, no I/O."""
+    """Counts the slots each key has in use; thread-safe, no I/O."""
 
     def __init__(self, config: ServerConfig) -> None:
         self._caps: dict[str, int] = {
@@ -108,24 +108,24 @@ class Fairness:
         }
         self._server_caps: dict[str, int] = {"waits": config.max_waits}  # all keys together
         self._lock = threading.Lock()
-        self._held: Counter[tuple[str, str]] = Counter()
+        self._in_use: Counter[tuple[str, str]] = Counter()
         self._total: Counter[str] = Counter()
 
-    def held(self, owner: str, kind: Kind) -> int:
+    def in_use(self, owner: str, kind: Kind) -> int:
         with self._lock:
-            return self._held[(kind, owner)]
+            return self._in_use[(kind, owner)]
 
     def acquire(self, owner: str, kind: Kind) -> None:
         """Take one slot of ``kind`` for ``owner``, or raise 429 when its cap is reached."""
         cap = self._caps[kind]
         server_cap = self._server_caps.get(kind, 0)
         with self._lock:
-            held = self._held[(kind, owner)]
+            held = self._in_use[(kind, owner)]
             if cap and held >= cap:
                 raise throttled(kind, held, cap)
             if server_cap and self._total[kind] >= server_cap:
                 raise server_busy(kind, self._total[kind], server_cap)
-            self._held[(kind, owner)] = held + 1
+            self._in_use[(kind, owner)] = held + 1
             self._total[kind] += 1
 
     def try_acquire(self, owner: str, kind: Kind) -> bool:
@@ -137,12 +137,12 @@ class Fairness:
 
     def release(self, owner: str, kind: Kind) -> None:
         with self._lock:
-            self._held[(kind, owner)] -= 1
+            self._in_use[(kind, owner)] -= 1
             self._total[kind] -= 1
-            if self._held[(kind, owner)] <= 0:
-                del self._held[(kind, owner)]
+            if self._in_use[(kind, owner)] <= 0:
+                del self._in_use[(kind, owner)]
 
-    async def hold(self, owner: str, kind: Kind, fn: Callable[..., T], *args: object) -> T:
+    async def run(self, owner: str, kind: Kind, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` on a worker thread holding one slot of ``kind`` while it runs."""
         await self._acquire_soon(owner, kind)
         state = {"started": False, "released": False}

@@ -8,7 +8,7 @@ key records meanwhile is covered), and of the version it starts from, if it name
 collector marks versions deleted under the pins' lock, so a pin taken after a version was
 marked sees it deleted (the request answers 404), and one taken before keeps it.
 
-    with ctx.pins.hold(owner, version_id):
+    with ctx.pins.pin(owner, version_id):
         ...   # look the version up again, record envs from it
 """
 
@@ -35,25 +35,25 @@ class Pins:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._held: list[_Pin] = []
+        self._pins: list[_Pin] = []
 
     @contextmanager
-    def hold(self, owner: str, version_id: str | None = None) -> Iterator[None]:
+    def pin(self, owner: str, version_id: str | None = None) -> Iterator[None]:
         with self.lock:
             pin = _Pin(owner, now(), version_id)
-            self._held.append(pin)
+            self._pins.append(pin)
         try:
             yield
         finally:
             with self.lock:
-                self._held.remove(pin)
+                self._pins.remove(pin)
 
     def protects(self, version_id: str, owner: str, created_at: str) -> bool:
         """Whether a request in flight may still start envs from this version (call with
         ``lock`` held)."""
-        if not self._held:
+        if not self._pins:
             return False
         made = datetime.fromisoformat(created_at)
         return any(
-            p.version_id == version_id or (p.owner == owner and p.since <= made) for p in self._held
+            p.version_id == version_id or (p.owner == owner and p.since <= made) for p in self._pins
         )

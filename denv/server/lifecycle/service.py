@@ -205,7 +205,7 @@ class Service:
             admitted = self.admit.sandbox(hold, planned, facts, body)
             live = admitted.live
             start = Start(body.labels, body.ttl_s, body.wait_timeout_s, lease_id)
-            with self.ctx.pins.hold(owner):  # the version is needed once its envs are recorded
+            with self.ctx.pins.pin(owner):  # the version is needed once its envs are recorded
                 if live:
                     t2 = time.perf_counter()
                     copied = self._from_zygote(admitted, planned, body, lease_id)
@@ -295,7 +295,7 @@ class Service:
                     copied, admitted = self.admit.live_fork(hold, rec, opts)
                     live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
                     if live_n:
-                        with self.ctx.pins.hold(owner):
+                        with self.ctx.pins.pin(owner):
                             some = opts.model_copy(update={"count": live_n})
                             version, children = self.live.fork(hold, rec, copied, some)
             except ApiError as exc:
@@ -319,7 +319,7 @@ class Service:
         t0 = time.perf_counter()
         with self.admit.hold(owner, opts.count) as hold:
             admitted = self.admit.fork(hold, rec, parent, opts)
-            with self.ctx.pins.hold(owner):  # the fork's version, until its children are recorded
+            with self.ctx.pins.pin(owner):  # the fork's version, until its children are recorded
                 version = self.versions.snapshot(rec, {}, "fork")
                 t1 = time.perf_counter()
                 if spill:  # a spilled child forks live too
@@ -356,7 +356,7 @@ class Service:
         try:
             with (
                 self.admit.hold(owner, rest.count) as hold,
-                self.ctx.pins.hold(owner, version.id),
+                self.ctx.pins.pin(owner, version.id),
             ):
                 admitted = Admitted(hold, rest.count, rec.egress, "auto", 0)
                 self.admit.fair(owner, pool_of(version, rec.egress, rest.env, owner), rest.count, 0)
@@ -377,7 +377,7 @@ class Service:
             self.admit.disk(owner)
             admitted = self.admit.from_version(hold, version, opts, self._version_egress(version))
             live = admitted.live
-            with self.ctx.pins.hold(owner, version.id):
+            with self.ctx.pins.pin(owner, version.id):
                 # Looked up again under the pin: an expired version the collector deleted
                 # meanwhile is 404; once pinned, it stays until the envs are recorded.
                 version = self.versions.get_owned(owner, version.id)

@@ -55,7 +55,7 @@ class Pool:
     failures: int = 0
     error: str | None = None  # why the last boot failed
     memory: int = 0  # the largest measured spare of this pool
-    hold_until: float = 0.0  # no refill before (monotonic): the children just taken boot first
+    refill_after: float = 0.0  # no refill before (monotonic): the children just taken boot first
     retry_at: float = 0.0  # after WARM_MAX_FAILURES failures in a row: next try (monotonic)
 
     @property
@@ -181,10 +181,10 @@ class WarmPools:
                 done: Future[Spare | None] = Future()
                 done.set_result(spare)
                 taken.append((spare.env_id, done))
-            if taken and pool.hold_until < time.monotonic():
+            if taken and pool.refill_after < time.monotonic():
                 # Booting replacements at once would take the CPU from the children's
                 # first requests, the moment a fork is meant to be fast.
-                pool.hold_until = time.monotonic() + WARM_REFILL_DELAY_S
+                pool.refill_after = time.monotonic() + WARM_REFILL_DELAY_S
                 timer = threading.Timer(WARM_REFILL_DELAY_S + 0.01, self._refill_now)
                 timer.daemon = True
                 timer.start()
@@ -288,7 +288,7 @@ class WarmPools:
                 state = "stalled"
                 left = pool.retry_at - time.monotonic()
                 error = f"{error} (the pool tries again in {left:.0f} s)"
-            elif booting or pool.hold_until > time.monotonic() or self._fits(pool):
+            elif booting or pool.refill_after > time.monotonic() or self._fits(pool):
                 state = "filling"
             else:
                 state = "stalled"
@@ -334,7 +334,7 @@ class WarmPools:
         if self._closed or self.ctx.stopping.is_set():
             return
         for pool in self._pools.values():
-            if pool.hold_until > time.monotonic():
+            if pool.refill_after > time.monotonic():
                 continue
             while len(pool.idle) + len(pool.unclaimed()) < pool.target:
                 backing_off = (

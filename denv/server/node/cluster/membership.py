@@ -164,7 +164,7 @@ class Members:
                 n: Load(envs[n], self.memory.get(n, 0)) for n in self.nodes if n not in self.dead
             }
 
-    def held(self, layers: Iterable[str], names: Iterable[str]) -> dict[str, int]:
+    def layer_counts(self, layers: Iterable[str], names: Iterable[str]) -> dict[str, int]:
         """How many of ``layers`` each of the members ``names`` is known to hold."""
         wanted = set(layers)
         with self.lock:

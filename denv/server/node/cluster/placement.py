@@ -137,14 +137,14 @@ class LeastLoaded:
                 f"(caps: {self._caps_text()}); delete envs or add nodes",
             )
         wanted = {x for v in spec.volumes for x in v.layers if x != EMPTY_LAYER}
-        held = members.held(wanted, loads)
+        has = members.layer_counts(wanted, loads)
         if spec.live and self.caps.max_envs:
             # A live root: its children come to its member. Where there is room for it and
             # its reserve, as any env; else the member with the most room.
             want = 1 + self.caps.live_reserve
             roomy = {n: ld for n, ld in loads.items() if self._room_of(ld) >= want}
             if not roomy:
-                return min(loads, key=lambda n: (loads[n].envs, -held[n], loads[n].memory, n))
+                return min(loads, key=lambda n: (loads[n].envs, -has[n], loads[n].memory, n))
             loads = roomy
         # the most of the version's layers first, then the fewest envs, then the least memory
-        return min(loads, key=lambda n: (-held[n], loads[n].envs, loads[n].memory, n))
+        return min(loads, key=lambda n: (-has[n], loads[n].envs, loads[n].memory, n))
