@@ -111,7 +111,7 @@ def world(tmp_path: Path) -> Iterator[tuple[Context, Versions, SizedNode]]:
         config=config, store=store, node=seam, ingress=IngressTable(), host_guard=HostGuardWatch()
     )
     yield ctx, Versions(ctx), node
-    ctx.pool.shutdown(wait=True)
+    ctx.workers.shutdown(wait=True)
     store.close()
 
 

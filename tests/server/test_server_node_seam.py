@@ -241,7 +241,7 @@ def _lifecycle(
         node=seam,
         ingress=IngressTable(),
         host_guard=HostGuardWatch(),
-        pool=pool,
+        workers=pool,
     )
     version = VersionRecord(
         id="ver_1",
@@ -285,7 +285,7 @@ def test_a_cold_start_and_delete_go_through_the_seam(tmp_path: Path) -> None:
     assert env_id in node.cancelled and node.calls[-1] == f"teardown {env_id}"
     got = store.get_env(env_id)
     assert got is not None and got.status == EnvStatus.DELETED
-    envs.ctx.pool.shutdown(wait=True)
+    envs.ctx.workers.shutdown(wait=True)
     store.close()
 
 
@@ -305,7 +305,7 @@ def test_a_failed_boot_keeps_its_code_and_log_tail(tmp_path: Path) -> None:
         agent_ip="10.1.0.2",
         node="local",  # the node it was placed on (Booted.node)
     )
-    envs.ctx.pool.shutdown(wait=True)
+    envs.ctx.workers.shutdown(wait=True)
     store.close()
 
 
@@ -313,11 +313,11 @@ def test_a_delete_before_the_boot_cancels_it(tmp_path: Path) -> None:
     node = FakeNode()
     envs, store, version = _lifecycle(tmp_path, node, workers=1)
     gate = threading.Event()
-    envs.ctx.pool.submit(gate.wait)  # the one worker starts the env after the delete
+    envs.ctx.workers.submit(gate.wait)  # the one worker starts the env after the delete
     env_id = _create(envs, version)
     envs.delete(env_id)
     gate.set()
-    envs.ctx.pool.shutdown(wait=True)
+    envs.ctx.workers.shutdown(wait=True)
     assert not any(c.startswith("wait_healthy") for c in node.calls)
     got = store.get_env(env_id)
     assert got is not None and got.status == EnvStatus.DELETED
@@ -364,7 +364,7 @@ def test_a_failed_copy_of_a_zygote_leaves_the_creates_version_id_free(tmp_path: 
     assert made.id != planned.id
     store.insert_version(planned)  # the boot's record of its version: no UNIQUE failure
     assert store.get_version("ver_planned") is not None
-    envs.ctx.pool.shutdown(wait=True)
+    envs.ctx.workers.shutdown(wait=True)
     store.close()
 
 
@@ -409,5 +409,5 @@ def test_a_fork_past_the_clusters_room_is_refused_before_its_version_is_written(
     assert store.count_versions("o") == before
     assert not any(c.startswith("snapshot") for c in node.calls), node.calls
     assert envs.ctx.holds.held("o") == 0
-    envs.ctx.pool.shutdown(wait=True)
+    envs.ctx.workers.shutdown(wait=True)
     store.close()

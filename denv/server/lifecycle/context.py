@@ -42,7 +42,7 @@ class Context:
     node: Node
     ingress: IngressRoutes
     host_guard: HostGuard
-    pool: ThreadPoolExecutor = field(
+    workers: ThreadPoolExecutor = field(  # env starts, adopts and destroys run here
         default_factory=lambda: ThreadPoolExecutor(START_WORKERS, thread_name_prefix="denv-env")
     )
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -52,7 +52,7 @@ class Context:
     quota_lock: threading.Lock = field(default_factory=threading.Lock)
     holds: Holds = field(default_factory=Holds)  # envs admitted, not yet recorded (quota)
     _locks: NamedLocks = field(default_factory=NamedLocks)
-    fair: Fairness = field(init=False)  # what each API key holds at once
+    fair: Fairness = field(init=False)  # the slots each API key has in use
     pins: Pins = field(default_factory=Pins)  # versions requests in flight start envs from
 
     def __post_init__(self) -> None:

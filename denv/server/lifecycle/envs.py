@@ -144,9 +144,9 @@ class Envs:
         self.warm.ask([r.id for r in records], pool, warm, owner)
         for i, rec in enumerate(records):
             if i < len(spares):
-                self.ctx.pool.submit(self._adopt, rec.id, version, spares[i][1])
+                self.ctx.workers.submit(self._adopt, rec.id, version, spares[i][1])
             else:
-                self.ctx.pool.submit(self._start, rec.id)
+                self.ctx.workers.submit(self._start, rec.id)
         return records
 
     def wait(self, env_id: str, until: frozenset[EnvStatus], timeout_s: float) -> EnvRecord:

@@ -151,7 +151,7 @@ class Leases:
             log.info("lease %s closed by its client", lease.id)
         # A server that is stopping refuses the work: its next start's pass does it.
         with contextlib.suppress(RuntimeError):
-            self.ctx.pool.submit(self._end_due_logged)
+            self.ctx.workers.submit(self._end_due_logged)
 
     def _end_due_logged(self) -> None:
         try:

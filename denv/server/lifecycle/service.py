@@ -82,7 +82,7 @@ class Service:
         self.ctx.stopping.set()
         self.zygotes.shutdown()  # their processes first: their containers may hold envs
         self.ctx.node.stop()
-        self.ctx.pool.shutdown(wait=False, cancel_futures=True)
+        self.ctx.workers.shutdown(wait=False, cancel_futures=True)
         self.envs.warm.shutdown()
 
     def engine_version(self) -> str:

@@ -390,7 +390,7 @@ class WarmPools:
     def _destroy_later(self, env_ids: list[str]) -> None:
         for env_id in env_ids:
             try:
-                self.ctx.pool.submit(self.destroy, env_id)
+                self.ctx.workers.submit(self.destroy, env_id)
             except RuntimeError:  # the server is stopping: remove it now
                 self.destroy(env_id)
 
