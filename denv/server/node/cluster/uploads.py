@@ -22,11 +22,11 @@ class Uploads:
     def __init__(self, lock: threading.RLock) -> None:
         self._lock = lock
         self.stopped = False
-        self._pool = ThreadPoolExecutor(UPLOAD_WORKERS, thread_name_prefix="denv-upload")
+        self._workers = ThreadPoolExecutor(UPLOAD_WORKERS, thread_name_prefix="denv-upload")
 
     def submit(self, fn: Callable[..., None], *args: Any) -> Future[None]:
         """``fn(*args)`` in the background; the caller checked ``stopped`` under the lock."""
-        return self._pool.submit(fn, *args)
+        return self._workers.submit(fn, *args)
 
     def stop(self) -> None:
         """No upload starts after this (those queued are cancelled by ``shutdown``)."""
@@ -34,4 +34,4 @@ class Uploads:
             self.stopped = True
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown(wait=False, cancel_futures=True)
