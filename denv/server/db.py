@@ -2,29 +2,26 @@
 records. The leases table's queries are ``db_leases``'s (``store.leases``), the layer sizes'
 ``db_disk``'s (``store.sizes``).
 
-One connection shared by all threads behind a lock held only for the SQL itself, never across a
-Docker call. Records are those of ``records``; their rows are converted in ``db_rows`` and
+``Store`` is the queries; the file, its one connection shared by all threads behind a lock,
+transactions and the watchers woken by writes are ``db_connection``'s. Records are those of
+``records``; their rows are converted in ``db_rows`` and
 the tables are made (and older databases upgraded) by ``db_schema``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sqlite3
-import threading
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from denv.server import ids
+from denv.server.db_connection import Database
 from denv.server.db_disk import LayerSizes
 from denv.server.db_leases import LeaseTable
 from denv.server.db_rows import env_from_row, env_row, version_from_row, version_row
-from denv.server.db_schema import create_and_migrate
 from denv.server.records import (
     EXISTING,
     EnvDeletion,
@@ -35,8 +32,6 @@ from denv.server.records import (
     VersionRecord,
 )
 from denv.server.tokens import ref
-
-log = logging.getLogger(__name__)
 
 __all__ = ["EnvRecord", "Store", "VersionRecord", "iso", "now"]
 
@@ -61,81 +56,15 @@ def iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-class Store:
+class Store(Database):
     """The server's database. Safe to call from any thread."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Owner only, before SQLite writes a byte (it gives its -wal and -shm files the
-        # database's mode); an older database is tightened too.
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        for suffix in ("", "-wal", "-shm"):
-            with suppress(FileNotFoundError):
-                os.chmod(f"{path}{suffix}", 0o600)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._lock = threading.RLock()
-        self._watchers: list[Callable[[], None]] = []
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            create_and_migrate(self._db)
+        super().__init__(path)
         # Lease writes change no env or version: they wake no watcher (a renewal comes from
         # every client every few seconds); the deletes they cause do.
         self.leases = LeaseTable(self._all, self._run_quietly)
         self.sizes = LayerSizes(self._all, self._run_quietly)  # the disk budget's
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Several statements as one; keep Docker calls out of it."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        self._changed()
-
-    def watch(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (on the writing thread; keep it short) after every write: the
-        console's tree is pushed when something changes, not polled."""
-        with self._lock:
-            self._watchers.append(callback)
-
-    def unwatch(self, callback: Callable[[], None]) -> None:
-        with self._lock, suppress(ValueError):
-            self._watchers.remove(callback)
-
-    def _changed(self) -> None:
-        with self._lock:
-            watchers = list(self._watchers)
-        for callback in watchers:
-            try:
-                callback()
-            except Exception:  # a watcher whose loop has closed must not fail a write
-                log.debug("a store watcher failed", exc_info=True)
-
-    def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
-
-    def _run(self, sql: str, args: tuple[Any, ...] = ()) -> int:
-        with self._lock:
-            count = self._db.execute(sql, args).rowcount
-        if count:
-            self._changed()
-        return count
-
-    def _run_quietly(self, sql: str, args: tuple[Any, ...] = ()) -> int:
-        with self._lock:
-            return int(self._db.execute(sql, args).rowcount)
 
     # meta and keys
     def instance_id(self) -> str:
