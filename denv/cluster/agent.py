@@ -125,12 +125,12 @@ class NodeAgent:
         private_dir(self.state_dir)
         self.instance_id = instance_id(self.state_dir)
         # Fail fast, as denv serve does: without the guard, deny envs could reach the host.
-        self.guard = HostGuardWatch()
-        self.guard.check()
+        self.host_guard = HostGuardWatch()
+        self.host_guard.check()
         self.engine = Engine(
             self.instance_id,
             SubnetPool(cfg.subnet_pool, cfg.subnet_prefix),
-            firewall=self.guard.firewall,
+            firewall=self.host_guard.firewall,
             allow_private_egress=cfg.allow_private_egress,
         )
         self.engine.pull_credentials = cfg.pull_credentials
@@ -215,7 +215,7 @@ class NodeAgent:
                 self._collect_images()
                 collected = time.monotonic()
             try:
-                self.guard.check()
+                self.host_guard.check()
             except HostGuardError:
                 pass  # logged by check, reported by info()
             except Exception:
@@ -318,8 +318,8 @@ class NodeAgent:
             "memory_bytes": node.memory_bytes([str(c["Id"]) for c in containers]),
             "max_envs": self.cfg.max_envs,
             "max_memory_mb": self.cfg.max_memory_mb,
-            "host_guard": self.guard.status(),
-            "egress_unsafe": self.guard.egress_unsafe(),
+            "host_guard": self.host_guard.status(),
+            "egress_unsafe": self.host_guard.egress_unsafe(),
             "relay": self.relay_address,
             "time": time.time(),
         }

@@ -23,10 +23,10 @@ class NamedLocks:
         self._locks: weakref.WeakValueDictionary[str, threading.Lock] = (
             weakref.WeakValueDictionary()
         )
-        self._guard = threading.Lock()
+        self._mutex = threading.Lock()
 
     def __call__(self, name: str) -> threading.Lock:
-        with self._guard:
+        with self._mutex:
             lock = self._locks.get(name)
             if lock is None:
                 lock = threading.Lock()
