@@ -1,7 +1,7 @@
 """Per-env and per-layer locks last while in use, not for the server's life.
 
 Found by the long soak (bench/soak_long.py): the server kept one lock per env it ever ran in
-three maps (the lifecycle's, the Docker node's boot guard, the layer transfers'), about
+three maps (the lifecycle's, the Docker node's BootControl, the layer transfers'), about
 190 bytes each, so a server running for weeks of training grew by them without end.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from denv.server.docker.boot import Guard
+from denv.server.docker.boot import BootControl
 from denv.server.locks import NamedLocks
 
 
@@ -19,11 +19,11 @@ def test_a_name_s_lock_goes_once_no_one_holds_it() -> None:
         with locks(f"env_{i:026d}"):
             assert len(locks) == 1
     assert len(locks) == 0
-    guard = Guard()  # the Docker node's: each env's boot and teardown take it
+    control = BootControl()  # the Docker node's: each env's boot and teardown take it
     for i in range(1000):
-        with guard.lock(f"env_{i:026d}"):
+        with control.lock(f"env_{i:026d}"):
             pass
-    assert len(guard._locks) == 0
+    assert len(control._locks) == 0
 
 
 def test_callers_of_a_name_in_use_share_its_lock() -> None:

@@ -47,7 +47,7 @@ POLL_SPREAD_MAX = 8  # a key's starting envs poll at most this many times less o
 CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
 
 
-class Guard:
+class BootControl:
     """The Docker node's lock per env, the boots it cancelled and the envs it put first.
 
     A boot makes each thing under its env's lock (``step``) and checks, between waits, that it
@@ -122,7 +122,7 @@ class Guard:
 def bring_up(
     engine: Engine,
     volumes: Volumes,
-    guard: Guard,
+    control: BootControl,
     limits: Limits,
     spec: BootSpec,
     queue: EngineQueue,
@@ -140,7 +140,7 @@ def bring_up(
     made: dict[str, str] = {}
     policy = parse_egress(spec.egress)
     try:
-        with guard.step(env_id):
+        with control.step(env_id):
             with queue.slot(spec.owner):
                 network = engine.networks.create(env_id, spec.egress)
             binds: dict[str, list[tuple[str, str]]] = {}
@@ -156,8 +156,8 @@ def bring_up(
             for dep in svc.depends_on:
                 test = by_name[dep].healthcheck
                 if test and dep in svc.wait_healthy:
-                    _wait_exec(engine, guard, spec, dep, made[dep], test, deadline)
-            with guard.step(env_id):
+                    _wait_exec(engine, control, spec, dep, made[dep], test, deadline)
+            with control.step(env_id):
                 agent = svc.name == spec.agent
                 command, live_dir, live_env = svc.command, None, {}
                 if agent and spec.live:  # the image's own command, under the launcher
@@ -181,7 +181,7 @@ def bring_up(
                         network,
                         publish=agent and spec.egress == "allow",
                         extra_labels={WARM_LABEL: spec.warm_pool} if spec.warm_pool else None,
-                        cpu_shares=guard.cpu_shares(spec),
+                        cpu_shares=control.cpu_shares(spec),
                         limits=limits.of(svc.limits),
                         deny=not policy.resolver,
                         extra_hosts=egress_hosts(policy),
@@ -191,7 +191,7 @@ def bring_up(
                 made[svc.name] = cid
                 with queue.slot(spec.owner):
                     engine.start(cid)
-        with guard.step(env_id):
+        with control.step(env_id):
             ip, host_ports = _address(engine, spec, network, made[spec.agent])
     except BootFailed as exc:
         exc.network, exc.containers = network, made
@@ -234,7 +234,7 @@ def _address(engine: Engine, spec: BootSpec, network: str, cid: str) -> tuple[st
 
 def _wait_exec(
     engine: Engine,
-    guard: Guard,
+    control: BootControl,
     spec: BootSpec,
     service: str,
     cid: str,
@@ -243,7 +243,7 @@ def _wait_exec(
 ) -> None:
     """Until a dependency's healthcheck (an exec in its container) passes."""
     while not engine.exec_ok(cid, test):
-        guard.check(spec.env_id)
+        control.check(spec.env_id)
         if engine.state(cid) in ("exited", "missing"):
             raise BootFailed(
                 "exited", f"service '{service}' exited before its healthcheck passed", service
@@ -258,7 +258,7 @@ def _wait_exec(
 
 
 def wait_healthy(
-    engine: Engine, guard: Guard, spec: BootSpec, booted: Booted, timeout_s: float
+    engine: Engine, control: BootControl, spec: BootSpec, booted: Booted, timeout_s: float
 ) -> None:
     """Until the agent answers 200 on its health path (a spare then primes its sessions)."""
     agent = spec.agent_service()
@@ -267,14 +267,14 @@ def wait_healthy(
     port = agent.ports[0]
     cid = booted.containers[agent.name]
     deadline = time.monotonic() + timeout_s
-    _poll_health(engine, guard, spec, agent, cid, f"http://{booted.agent_ip}:{port}", deadline)
+    _poll_health(engine, control, spec, agent, cid, f"http://{booted.agent_ip}:{port}", deadline)
     if spec.warm_pool:
         _prime(f"ws://{booted.agent_ip}:{port}/ws")
 
 
 def _poll_health(
     engine: Engine,
-    guard: Guard,
+    control: BootControl,
     spec: BootSpec,
     agent: ServiceSpec,
     cid: str,
@@ -283,16 +283,18 @@ def _poll_health(
 ) -> None:
     if spec.warm_pool:  # a spare polls less often anyway, and an env may wait for it
         _poll_until_healthy(
-            engine, guard, spec, agent, cid, base, deadline, SPARE_POLL_S, lambda: 1
+            engine, control, spec, agent, cid, base, deadline, SPARE_POLL_S, lambda: 1
         )
         return
-    with guard.polling(spec.owner) as polling:
-        _poll_until_healthy(engine, guard, spec, agent, cid, base, deadline, HEALTH_POLL_S, polling)
+    with control.polling(spec.owner) as polling:
+        _poll_until_healthy(
+            engine, control, spec, agent, cid, base, deadline, HEALTH_POLL_S, polling
+        )
 
 
 def _poll_until_healthy(
     engine: Engine,
-    guard: Guard,
+    control: BootControl,
     spec: BootSpec,
     agent: ServiceSpec,
     cid: str,
@@ -325,7 +327,7 @@ def _poll_until_healthy(
             except httpx.HTTPError:
                 pass
             polls += 1
-            guard.check(spec.env_id)
+            control.check(spec.env_id)
             if (suspect or polls % EXIT_CHECK_EVERY == 0) and engine.state(cid) in (
                 "exited",
                 "missing",

@@ -3,7 +3,7 @@
 Containers through ``Engine`` and networks through its ``networks``, volumes through
 ``Volumes`` (overlayfs on the host), cgroup files through ``cgroups``, the boot sequence in
 ``boot``, layer transfer to other nodes and object storage in ``layers``. A lock per env
-(``boot.Guard``, which the boot holds too) serialises what a boot makes with what a teardown
+(``boot.BootControl``, which the boot holds too) serialises what a boot makes with what a teardown
 removes, and a cancelled boot makes nothing more: so ``cancel`` then ``teardown`` leaves
 nothing behind, whatever a boot in flight was doing.
 """
@@ -73,7 +73,7 @@ class DockerNode:
         self._peers, self._address = peers, address
         self.volumes = volumes
         self._limits = limits or Limits()
-        self.guard = boot.Guard()  # the env locks boots share with teardown and snapshots
+        self.control = boot.BootControl()  # the env locks boots share with teardown and snapshots
         self.layers = LayerTransfer(volumes)
         self.images = NodeImages(engine, volumes.layers_dir.parent)
         self.queue = EngineQueue()  # Docker calls that make or remove: the quietest key first
@@ -161,7 +161,7 @@ class DockerNode:
         self.images.used(s.image_digest for s in spec.services)
         with self._booting(spec.owner, parent), self.queue.active(spec.owner):
             return boot.bring_up(
-                self.engine, self.volumes, self.guard, self._limits, spec, self.queue, parent
+                self.engine, self.volumes, self.control, self._limits, spec, self.queue, parent
             )
 
     @contextlib.contextmanager
@@ -210,16 +210,16 @@ class DockerNode:
 
     def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
         with self._booting(spec.owner, self._key_parent(spec.owner)):
-            boot.wait_healthy(self.engine, self.guard, spec, booted, timeout_s)
+            boot.wait_healthy(self.engine, self.control, spec, booted, timeout_s)
 
     def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
-        with self.guard.step(env_id):
+        with self.control.step(env_id):
             for slot in volumes:
                 self.volumes.attach(env_id, slot.service, slot.n, slot.layers)
 
     def prioritize(self, env_id: str, containers: list[str]) -> None:
-        with self.guard.lock(env_id):
-            self.guard.foreground(env_id, True)
+        with self.control.lock(env_id):
+            self.control.foreground(env_id, True)
             for cid in containers or list(self.engine.states(env_id)):
                 cgroups.set_cpu_shares(self.engine, cid, CPU_SHARES)
 
@@ -227,7 +227,7 @@ class DockerNode:
         self, env_id: str, containers: list[str], volumes: list[VolumeSlot]
     ) -> list[list[str]]:
         new_layers: list[str | None] = []
-        with self.guard.lock(env_id):
+        with self.control.lock(env_id):
             frozen: list[tuple[str, str]] = []
             try:
                 for cid in containers:  # no inspect first: freezing what does not run is a no-op
@@ -260,10 +260,10 @@ class DockerNode:
         return [(c.path, c.change, c.size) for c in changes], truncated
 
     def cancel(self, env_id: str) -> None:
-        self.guard.cancel(env_id)
+        self.control.cancel(env_id)
 
     def teardown(self, env_id: str, containers: list[str]) -> None:
-        with self.guard.lock(env_id):
+        with self.control.lock(env_id):
             owner = self._owners.get(env_id, "")
             for cid in containers:  # a live group's: the host route to its children
                 self.net.forget(cid)
@@ -276,11 +276,11 @@ class DockerNode:
                 self.engine.networks.remove(network_name(env_id))
             with self.queue.slot(owner):
                 self.volumes.remove_env(env_id)
-            self.guard.foreground(env_id, False)
+            self.control.foreground(env_id, False)
             self._forget_owner(env_id)
 
     def stop(self) -> None:
-        self.guard.stop()
+        self.control.stop()
         cgroups.remove_key_parents(self.engine.instance_id)
         if self.volumes.fs is not None:
             self.volumes.fs.drain()  # pooled volume filesystems: nothing of them outlives us
@@ -496,7 +496,7 @@ class DockerNode:
         ]
         addrs: dict[str, str] = {}
         with (
-            self.guard.lock(parent_env),
+            self.control.lock(parent_env),
             ThreadPoolExecutor(1, "denv-live-apart") as apart,
         ):
             try:
@@ -633,7 +633,7 @@ class DockerNode:
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
         """End one live env: its process, its volume slots; the container with the last."""
-        with self.guard.lock(env_id):
+        with self.control.lock(env_id):
             group = None if last else self._live_group(proc.container)
             live.kill(live.Proc(proc.pid, proc.start))
             netns = bool(proc.addr) or (
