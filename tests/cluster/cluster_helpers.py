@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.volumes.overlay import Volumes
 
 Entry = tuple[str, int, int, int, int, str, tuple[tuple[str, bytes], ...]]
@@ -98,7 +98,7 @@ class LocalCluster:
     head: str  # "n0": never killed (the cluster ends with it)
     ray_token: Path  # the file holding the token every Ray process of it joins with
     max_envs: int  # the per-node cap the server got (--node-max-envs)
-    store: StoreConfig | None
+    store: ObjectStoreConfig | None
     up_stdout: str = ""  # what `denv cluster up` printed (the export lines)
     isolated: dict[str, Any] | None = None  # `up --isolated`: its topology (``isolation``)
 

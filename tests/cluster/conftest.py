@@ -1,7 +1,7 @@
 """Fixtures of the cluster tests (issue 18).
 
 ``seaweed`` (session scope): a real SeaweedFS (``denv.cluster.seaweed``, from the ``cluster``
-extra) on 127.0.0.1 with a bucket, started once for the whole run; yields its ``StoreConfig``.
+extra) on 127.0.0.1 with a bucket, started once for the whole run; yields its ``ObjectStoreConfig``.
 It is stopped and its data deleted at the end.
 
 ``cluster`` (session scope): ONE 3-node local Ray cluster (``denv cluster up``: Ray nodes n0,
@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 
 _ROOT_HELPERS = (
     "LocalDenv",
@@ -60,7 +60,7 @@ globals().update(_root_helpers())
 
 
 @pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreConfig]:
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStoreConfig]:
     """A running SeaweedFS's S3 store (endpoint, bucket, credentials), shared by the session."""
     from denv.cluster import seaweed as sw
 

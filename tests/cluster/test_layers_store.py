@@ -23,13 +23,13 @@ import pytest
 from cluster_helpers import snapshot_layers, tree_manifest
 
 from denv.cluster import seaweed as sw
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
 from denv.server.node.seam import LayerOffer, NodeLost
 from denv.server.volumes.layerpack import LayerDigestMismatch, file_digest
 from denv.server.volumes.mounts import mount_points_under
-from denv.server.volumes.object_store import LayerNotStored, LayerStore, StoreError
+from denv.server.volumes.object_store import LayerNotInObjectStore, LayerStore, ObjectStoreError
 from denv.server.volumes.overlay import Volumes
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +68,7 @@ def leftovers(node: DockerNode) -> list[str]:
     return found
 
 
-def s3(store: StoreConfig) -> Any:
+def s3(store: ObjectStoreConfig) -> Any:
     return boto3.client(
         "s3",
         endpoint_url=store.endpoint,
@@ -79,7 +79,7 @@ def s3(store: StoreConfig) -> Any:
 
 
 def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
-    tmp_path: Path, seaweed: StoreConfig
+    tmp_path: Path, seaweed: ObjectStoreConfig
 ) -> None:
     nodes: dict[str, Any] = {}
     origin, other, peer = (make_node(tmp_path, n, nodes) for n in ("origin", "other", "peer"))
@@ -132,13 +132,13 @@ def test_a_layer_uploaded_by_one_node_is_fetched_identical_by_another(
     assert not (origin.packed_dir / f"{top}.tar").exists()
     layers.delete([base, top, "lyr_neverstored"])
     assert layers.digest_of(top) is None
-    with pytest.raises(LayerNotStored, match=top):
+    with pytest.raises(LayerNotInObjectStore, match=top):
         make_node(tmp_path, "late").fetch_layer(top, digests[top], seaweed)
     assert mount_points_under(tmp_path) == []
 
 
 def test_a_tampered_object_is_refused_with_both_digests(
-    tmp_path: Path, seaweed: StoreConfig
+    tmp_path: Path, seaweed: ObjectStoreConfig
 ) -> None:
     origin, other = make_node(tmp_path, "origin"), make_node(tmp_path, "other")
     _, top = snapshot_layers(origin.volumes, big_bytes=1 << 20)
@@ -238,7 +238,7 @@ def _peak_growth(move: Any) -> int:
 
 
 def test_a_layer_far_bigger_than_any_buffer_moves_in_bounded_memory(
-    tmp_path: Path, seaweed: StoreConfig
+    tmp_path: Path, seaweed: ObjectStoreConfig
 ) -> None:
     """Node to node (offer, TCP stream, check, unpack), node to store and store to node,
     each both ends in this one process: its peak memory grows by far less than the layer."""
@@ -281,23 +281,23 @@ def _closed_port() -> int:
 
 
 def test_a_store_that_cannot_serve_says_which_and_what_to_do(
-    tmp_path: Path, seaweed: StoreConfig
+    tmp_path: Path, seaweed: ObjectStoreConfig
 ) -> None:
     node = make_node(tmp_path, "n")
     _, top = snapshot_layers(node.volumes, big_bytes=1 << 10)
     down = seaweed.model_copy(update={"endpoint": f"http://127.0.0.1:{_closed_port()}"})
-    with pytest.raises(StoreError, match="does not answer") as err:
+    with pytest.raises(ObjectStoreError, match="does not answer") as err:
         node.upload_layer(top, down)
     assert down.endpoint in str(err.value) and "denv cluster up" in str(err.value)
 
     wrong_key = seaweed.model_copy(update={"secret_key": "not-the-secret"})
-    with pytest.raises(StoreError, match="refused the credentials") as err:
+    with pytest.raises(ObjectStoreError, match="refused the credentials") as err:
         node.upload_layer(top, wrong_key)
     assert seaweed.endpoint in str(err.value) and "not-the-secret" not in str(err.value)
     assert "not-the-secret" not in repr(wrong_key)
 
     no_bucket = seaweed.model_copy(update={"bucket": "denv-no-such-bucket"})
-    with pytest.raises(StoreError, match="has no such bucket") as err:
+    with pytest.raises(ObjectStoreError, match="has no such bucket") as err:
         LayerStore(no_bucket).put(top, node.packed_dir / f"{top}.tar", node.layer_digest(top))
     assert "denv-no-such-bucket" in str(err.value) and "ensure_bucket" in str(err.value)
     LayerStore(no_bucket).ensure_bucket()  # creates it; twice is fine

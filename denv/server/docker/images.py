@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import docker.errors
 
-from denv.server.config import MIB, StoreConfig
+from denv.server.config import MIB, ObjectStoreConfig
 from denv.server.docker import layer_stream
 from denv.server.docker.sdk import DockerApi, engine_errors
 from denv.server.node.seam import LayerOffer
@@ -123,7 +123,7 @@ class NodeImages:
             )
             return out.size
 
-    def upload(self, image_id: str, store: StoreConfig) -> str:
+    def upload(self, image_id: str, store: ObjectStoreConfig) -> str:
         """The image saved into the store (once: kept when it is there); the saved tar's
         digest."""
         images = ImageStore(store)
@@ -137,7 +137,7 @@ class NodeImages:
             path.unlink(missing_ok=True)
         return digest
 
-    def fetch(self, image_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch(self, image_id: str, digest: str, store: ObjectStoreConfig) -> None:
         """The image from the store (``digest``: of its saved tar), checked and loaded."""
         with self._moving_lock(image_id):
             if self.has(image_id):

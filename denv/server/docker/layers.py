@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.docker import layer_stream
 from denv.server.locks import NamedLocks
 from denv.server.node.seam import LayerOffer
@@ -58,7 +58,7 @@ class LayerTransfer:
         self.packed_dir = volumes.layers_dir.parent / "packed"
         self._locks = NamedLocks()
         self._guard = threading.Lock()  # over the dicts, never across a transfer
-        self._stores: dict[StoreConfig, LayerStore] = {}
+        self._stores: dict[ObjectStoreConfig, LayerStore] = {}
 
     def _lock(self, layer_id: str) -> threading.Lock:
         return self._locks(layer_id)
@@ -143,7 +143,7 @@ class LayerTransfer:
             )
             return out.size
 
-    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+    def upload_layer(self, layer_id: str, store: ObjectStoreConfig) -> str:
         with self._lock(layer_id):
             digest, tar = self._pack(layer_id)
             layers = self._store(store)
@@ -151,7 +151,7 @@ class LayerTransfer:
                 layers.put(layer_id, tar, digest)
             return digest
 
-    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch_layer(self, layer_id: str, digest: str, store: ObjectStoreConfig) -> None:
         with self._lock(layer_id):
             tar, _ = self._packed(layer_id)  # checks it is a layer id, first
             if self._has(layer_id):
@@ -183,7 +183,7 @@ class LayerTransfer:
         os.replace(part, tar)
         _write_atomic(digest_file, digest)
 
-    def _store(self, cfg: StoreConfig) -> LayerStore:
+    def _store(self, cfg: ObjectStoreConfig) -> LayerStore:
         with self._guard:
             found = self._stores.get(cfg)
         if found is None:  # made outside the guard: a boto3 client takes ~0.1 s to make

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
-from denv.server.config import CPU_SHARES, MIB, StoreConfig
+from denv.server.config import CPU_SHARES, MIB, ObjectStoreConfig
 from denv.server.docker import boot, cgroups, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
@@ -663,10 +663,10 @@ class DockerNode:
             raise NodeLost(origin, "this node is in no cluster: it reaches no other node")
         return self.layers.copy_from(layer_id, origin, self._peers(origin))
 
-    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+    def upload_layer(self, layer_id: str, store: ObjectStoreConfig) -> str:
         return self.layers.upload_layer(layer_id, store)
 
-    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch_layer(self, layer_id: str, digest: str, store: ObjectStoreConfig) -> None:
         self.layers.fetch_layer(layer_id, digest, store)
 
     # images moved between nodes (``ImageNode``; ``images``)
@@ -681,10 +681,10 @@ class DockerNode:
             raise NodeLost(origin, "this node is in no cluster: it reaches no other node")
         return self.images.copy_from(image_id, origin, cast(ImageSource, self._peers(origin)))
 
-    def upload_image(self, image_id: str, store: StoreConfig) -> str:
+    def upload_image(self, image_id: str, store: ObjectStoreConfig) -> str:
         return self.images.upload(image_id, store)
 
-    def fetch_image(self, image_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch_image(self, image_id: str, digest: str, store: ObjectStoreConfig) -> None:
         self.images.fetch(image_id, digest, store)
 
     def pull_image(self, ref: str, image_id: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from denv.server.volumes.object_store import (
     _MISSING_KEY_CODES,
-    LayerNotStored,
+    LayerNotInObjectStore,
     LayerStore,
     _code,
 )
@@ -48,8 +48,8 @@ class ImageStore(LayerStore):
         """Download the saved image ``layer_id`` (its id) into ``dest``: ``LayerStore.get``."""
         try:
             return super().get(layer_id, dest)
-        except LayerNotStored:
-            raise LayerNotStored(
+        except LayerNotInObjectStore:
+            raise LayerNotInObjectStore(
                 f"image {layer_id} is not in the object store {self.cfg.endpoint}, bucket "
                 f"{self.cfg.bucket!r}: it was never saved there or was deleted"
             ) from None

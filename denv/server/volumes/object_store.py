@@ -7,11 +7,11 @@ a store on the same network: big parts, several in flight, no per-request checks
 layer's own digest (which covers every byte end to end).
 
 boto3 comes with the ``cluster`` extra; it is imported when a :class:`LayerStore` is made, so
-:class:`StoreConfig` (a plain record crossing the node seam) needs nothing installed.
+:class:`ObjectStoreConfig` (a plain record crossing the node seam) needs nothing installed.
 
-Errors are :class:`StoreError`, naming the endpoint and bucket and what to do: the store does
+Errors are :class:`ObjectStoreError`, naming the endpoint and bucket and what to do: the store does
 not answer, refuses the credentials, lacks the bucket, or lacks the layer
-(:class:`LayerNotStored`).
+(:class:`LayerNotInObjectStore`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.volumes.layerpack import check_digest
 
 if TYPE_CHECKING:
@@ -52,24 +52,24 @@ _MISSING_BUCKET_CODES = {"NoSuchBucket"}
 _MISSING_KEY_CODES = {"NoSuchKey", "404", "NotFound"}
 
 
-class StoreError(Exception):
+class ObjectStoreError(Exception):
     """The object store cannot do what was asked; the message says why and what to do."""
 
 
-class LayerNotStored(StoreError):
+class LayerNotInObjectStore(ObjectStoreError):
     """The store holds no object for this layer."""
 
 
 class LayerStore:
     """Packed layers in one bucket. Thread-safe (one boto3 client, shared)."""
 
-    def __init__(self, cfg: StoreConfig) -> None:
+    def __init__(self, cfg: ObjectStoreConfig) -> None:
         try:
             import boto3
             from boto3.s3.transfer import TransferConfig
             from botocore.config import Config
         except ImportError as e:  # pragma: no cover - the extra is installed in dev and CI
-            raise StoreError("storing layers needs boto3: pip install 'denv[cluster]'") from e
+            raise ObjectStoreError("storing layers needs boto3: pip install 'denv[cluster]'") from e
         self.cfg = cfg
         self._where = f"object store {cfg.endpoint}, bucket {cfg.bucket!r}"
         config = Config(
@@ -154,12 +154,12 @@ class LayerStore:
     def get(self, layer_id: str, dest: Path) -> str:
         """Download a layer into ``dest`` and check it has its stored digest; the digest.
 
-        LayerNotStored when the store lacks it; LayerDigestMismatch (and no ``dest``) when
+        LayerNotInObjectStore when the store lacks it; LayerDigestMismatch (and no ``dest``) when
         the bytes are not what the digest says.
         """
         digest = self.digest_of(layer_id)
         if digest is None:
-            raise LayerNotStored(
+            raise LayerNotInObjectStore(
                 f"layer {layer_id} is not in the {self._where}: it was never uploaded or was "
                 "deleted; fetch it from its origin node instead"
             )
@@ -189,28 +189,28 @@ class LayerStore:
                 raise self._error(e, "deleting layers") from e
             failed = [f"{x.get('Key')}: {x.get('Message')}" for x in res.get("Errors", [])]
             if failed:
-                raise StoreError(f"{self._where} did not delete {', '.join(failed)}")
+                raise ObjectStoreError(f"{self._where} did not delete {', '.join(failed)}")
 
-    def _error(self, e: BaseException, doing: str) -> StoreError:
+    def _error(self, e: BaseException, doing: str) -> ObjectStoreError:
         """The error to raise for ``e``, naming the store and the fix."""
         code = _code(e)
         if _unreachable(e):
-            return StoreError(
+            return ObjectStoreError(
                 f"{doing}: the {self._where} does not answer ({e}); start it (denv cluster "
                 "up starts SeaweedFS) or fix the endpoint"
             )
         if code in _CREDENTIAL_CODES:
-            return StoreError(
+            return ObjectStoreError(
                 f"{doing}: the {self._where} refused the credentials (access key "
                 f"{self.cfg.access_key!r}, {code}); use the access and secret key the store "
                 "was set up with"
             )
         if code in _MISSING_BUCKET_CODES:
-            return StoreError(
+            return ObjectStoreError(
                 f"{doing}: the {self._where} has no such bucket; create it "
                 "(LayerStore.ensure_bucket, or the store's own tools)"
             )
-        return StoreError(f"{doing}: the {self._where} failed: {e}")
+        return ObjectStoreError(f"{doing}: the {self._where} failed: {e}")
 
 
 def _causes(e: BaseException) -> Iterable[BaseException]:

@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from typing import cast
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.node.errors import ImageNotFound, Refused
 from denv.server.node.seam import BootFailed, ImageFacts, ImageNode, Node, NodeLost
 from denv.server.records import ServiceSpec
@@ -45,7 +45,7 @@ class Images:
     """The images of the members: where each is, bringing it, storing it; the seam's image
     calls (``ImageCalls``) for the cluster as a whole."""
 
-    def __init__(self, members: Members, store: StoreConfig | None, uploads: Uploads) -> None:
+    def __init__(self, members: Members, store: ObjectStoreConfig | None, uploads: Uploads) -> None:
         self._members = members
         self._uploads = uploads
         self._store_cfg = store
@@ -123,7 +123,7 @@ class Images:
             self._image_uploads.add(facts.id)
         self._uploads.submit(self._upload_image, name, ref, facts, cfg)
 
-    def _upload_image(self, name: str, ref: str, facts: ImageFacts, cfg: StoreConfig) -> None:
+    def _upload_image(self, name: str, ref: str, facts: ImageFacts, cfg: ObjectStoreConfig) -> None:
         started = time.monotonic()
         for attempt in range(1, UPLOAD_ATTEMPTS + 1):
             try:
@@ -211,7 +211,7 @@ class Images:
                 self._members.call(name, lambda n: _images(n).fetch_image(image_id, digest, cfg))
             except NodeLost:
                 raise
-            except Exception as exc:  # StoreError, a digest or load that failed
+            except Exception as exc:  # ObjectStoreError, a digest or load that failed
                 tried.append(f"fetching it from object storage failed: {exc}")
             else:
                 log.info(

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import Future
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.node.seam import BootFailed, LayerOffer, NodeLost
 from denv.server.volumes.object_store import LayerStore
 from denv.server.volumes.overlay import EMPTY_LAYER
@@ -36,7 +36,7 @@ class Layers:
         self,
         members: Members,
         placement: Placement,
-        store: StoreConfig | None,
+        store: ObjectStoreConfig | None,
         uploads: Uploads,
     ) -> None:
         self._members = members
@@ -166,7 +166,7 @@ class Layers:
                     continue
                 self._uploading[layer] = self._uploads.submit(self._upload, name, layer, cfg)
 
-    def _upload(self, name: str, layer: str, cfg: StoreConfig) -> None:
+    def _upload(self, name: str, layer: str, cfg: ObjectStoreConfig) -> None:
         started = time.monotonic()
         try:
             digest = self._members.call(name, lambda n: n.upload_layer(layer, cfg))
@@ -298,10 +298,10 @@ class Layers:
         self.remember(name, [layer_id])
         return size
 
-    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+    def upload_layer(self, layer_id: str, store: ObjectStoreConfig) -> str:
         return self._members.call(self._holder(layer_id), lambda n: n.upload_layer(layer_id, store))
 
-    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch_layer(self, layer_id: str, digest: str, store: ObjectStoreConfig) -> None:
         name = self._placement.least_loaded(self._members)
         self._members.call(name, lambda n: n.fetch_layer(layer_id, digest, store))
         self.remember(name, [layer_id])

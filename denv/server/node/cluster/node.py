@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.node import live
 from denv.server.node.errors import Unavailable
 from denv.server.node.seam import (
@@ -58,7 +58,7 @@ class ClusterNode:
     def __init__(
         self,
         members: Callable[[], Mapping[str, Node]],
-        store: StoreConfig | None = None,
+        store: ObjectStoreConfig | None = None,
         caps: NodeCaps | None = None,
         *,
         placement: Placement | None = None,

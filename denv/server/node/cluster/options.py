@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported when a cluster is asked for: `denv serve` alone needs neither
-    from denv.server.config import StoreConfig
+    from denv.server.config import ObjectStoreConfig
     from denv.server.node.cluster.placement import NodeCaps
 
 DEFAULT_BUCKET = "denv-layers"
@@ -29,7 +29,7 @@ class ClusterSettings:
     """Where the cluster is and what each of its nodes gets."""
 
     address: str  # a Ray address, or "auto"
-    store: StoreConfig | None
+    store: ObjectStoreConfig | None
     caps: NodeCaps
     node_state_dir: str = ""  # each node agent's state dir on its machine ("": its default)
     relay_port: int = 0  # each node's ingress relay port (0: a free one, kept across restarts)
@@ -127,7 +127,7 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
             if given:
                 raise ValueError(f"{flag} is an option of a cluster: add --cluster ADDRESS")
         return None
-    from denv.server.config import StoreConfig
+    from denv.server.config import ObjectStoreConfig
     from denv.server.node.cluster.placement import DEFAULT_LIVE_RESERVE, NodeCaps
 
     if args.node_max_envs < 0 or args.node_max_memory < 0:
@@ -154,7 +154,7 @@ def settings(args: argparse.Namespace) -> ClusterSettings | None:
                 f"--store-credentials {args.store_credentials}: cannot read access_key and "
                 f'secret_key from it ({exc}); write {{"access_key": ..., "secret_key": ...}}'
             ) from exc
-        store = StoreConfig(
+        store = ObjectStoreConfig(
             endpoint=args.store_endpoint,
             bucket=args.store_bucket,
             access_key=access,

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from pydantic import Field
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.records import Record
 
 from .layers import LayerOffer
@@ -50,11 +50,11 @@ class ImageNode(Protocol):
         it is here). NodeLost naming ``origin`` when its stream fails."""
         ...
 
-    def upload_image(self, image_id: str, store: StoreConfig) -> str:
+    def upload_image(self, image_id: str, store: ObjectStoreConfig) -> str:
         """The image saved into object storage (once); the saved tar's digest."""
         ...
 
-    def fetch_image(self, image_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch_image(self, image_id: str, digest: str, store: ObjectStoreConfig) -> None:
         """The image from object storage, its saved tar checked against ``digest``, loaded."""
         ...
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from pydantic import Field
 
-from denv.server.config import StoreConfig
+from denv.server.config import ObjectStoreConfig
 from denv.server.records import Record, VolumeSlot
 
 
@@ -91,11 +91,12 @@ class TransferCalls(Protocol):
         LayerDigestMismatch when the digest differs; either way no partial layer is left."""
         ...
 
-    def upload_layer(self, layer_id: str, store: StoreConfig) -> str:
+    def upload_layer(self, layer_id: str, store: ObjectStoreConfig) -> str:
         """Store the packed layer in object storage unless stored already; its digest."""
         ...
 
-    def fetch_layer(self, layer_id: str, digest: str, store: StoreConfig) -> None:
+    def fetch_layer(self, layer_id: str, digest: str, store: ObjectStoreConfig) -> None:
         """Download the layer from object storage, check ``digest``, unpack and publish it
-        (a no-op when the node has it); StoreError, LayerNotStored, LayerDigestMismatch."""
+        (a no-op when the node has it); ObjectStoreError, LayerNotInObjectStore,
+        LayerDigestMismatch."""
         ...
