@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from . import _config
 from . import _operations as ops
-from ._base import AsyncClientBase
+from ._async_base import AsyncClientBase
 from ._client import Denv
 from ._lineage import lineage as lineage_plan
 from ._requests import EgressArg, StatusArg, UntilArg, WaitArg

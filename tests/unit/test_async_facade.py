@@ -139,7 +139,7 @@ def test_the_constructor_does_no_io_and_the_server_is_found_off_the_loop(
         threads.append(threading.current_thread())
         return "http://127.0.0.1:1", CASSETTE_KEY
 
-    monkeypatch.setattr("denv._base.resolve_server", resolve)
+    monkeypatch.setattr("denv._async_base.resolve_server", resolve)
     monkeypatch.setattr(denv.local, "resolve_server", resolve)
     client = AsyncDenv()
     assert not threads and repr(client) == "AsyncDenv(server=None)"
