@@ -19,7 +19,7 @@ from denv.redaction import RedactSecrets
 # it) provides `add_arguments(parser)` and `main(args) -> int`.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("denv._cli_run:RUN", "create an env from an image; print its id and address"),
-    "envs": ("denv._cli_envs:ENVS", "list envs (live ones; --all adds deleted ones)"),
+    "envs": ("denv._cli_envs:ENVS", "list envs (those not deleted; --all adds deleted ones)"),
     "versions": ("denv._cli_versions:VERSIONS", "list versions (snapshots and deploys)"),
     "logs": ("denv._cli_envs:LOGS", "print an env's last log lines"),
     "rm": ("denv._cli_envs:RM", "delete envs: by id, every one (--all), or by --label"),
@@ -35,14 +35,14 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "denv._cli_versions:GC",
         "delete expired versions (made by sandboxes and forks, no longer needed) now",
     ),
-    "serve": ("denv.server.cli", "run the local denv server on this machine's Docker Engine"),
+    "serve": ("denv.server.serve_cli", "run the local denv server on this machine's Docker Engine"),
     "stop": (
         "denv._stop_cli",
         "stop the local server (its envs keep running until deleted); with a remote "
         "server (--server or DENV_SERVER), delete this key's envs on it",
     ),
     "cluster": (
-        "denv.cluster.cli",
+        "denv.cluster.cluster_cli",
         "a Ray cluster of N nodes on this machine: up, status, down (see docs/cluster.md)",
     ),
     "conformance": (

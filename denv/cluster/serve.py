@@ -1,7 +1,7 @@
 """``denv serve --cluster``: the control plane of a Ray cluster.
 
 ``denv/cli.py`` routes ``denv serve`` here when ``--cluster`` is given: the same server
-(``denv.server.cli``), whose envs run on the node agents of the Ray cluster at that address
+(``denv.server.serve_cli``), whose envs run on the node agents of the Ray cluster at that address
 (``ray_cluster``) behind one ``ClusterNode``, with versions' layers in the object store.
 """
 
@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from denv.server import cli as server_cli
+from denv.server import serve_cli
 from denv.server.config import ServerConfig
 from denv.server.docker.images import DEFAULT_BUDGET_MB
 from denv.server.node.cluster.node import ClusterNode
@@ -24,7 +24,7 @@ from .agent import AgentConfig
 
 log = logging.getLogger(__name__)
 
-add_arguments = server_cli.add_arguments
+add_arguments = serve_cli.add_arguments
 
 
 def default_state_root() -> str:
@@ -90,4 +90,4 @@ def check_ray_auth() -> None:
 def main(args: argparse.Namespace) -> int:
     # The ingress reaches the envs of each node through the node's relay, proving itself
     # with the key both derive from the cluster's Ray token (``relay``).
-    return server_cli.main(args, make_node=make_node, relay_key=ray_auth.relay_key())
+    return serve_cli.main(args, make_node=make_node, relay_key=ray_auth.relay_key())

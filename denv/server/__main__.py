@@ -2,6 +2,6 @@
 
 import sys
 
-from denv.server.cli import run
+from denv.server.serve_cli import run
 
 sys.exit(run())

@@ -125,7 +125,7 @@ class ServerConfig:
     version_grace_s: float = DEFAULT_VERSION_GRACE_S
     gc_interval_s: float = DEFAULT_GC_INTERVAL_S  # 0: only on demand (POST /v1/gc)
     limits: Limits = DEFAULT_LIMITS  # every container of every env (spares too)
-    allow_images: tuple[str, ...] = ()  # --allow-image patterns (images.py); (): every image
+    allow_images: tuple[str, ...] = ()  # --allow-image patterns (image_allowlist.py); (): all
     pull_credentials: bool = False  # pull with the operator's registry credentials
     max_starting_per_key: int = DEFAULT_MAX_STARTING_PER_KEY
     max_creates_per_key: int = DEFAULT_MAX_CREATES_PER_KEY

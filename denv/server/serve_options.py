@@ -2,8 +2,8 @@
 
 Everything about the command line that can be checked before the server touches its state
 dir: each bad option, or combination, is a ``UsageError`` carrying the message that names
-it and the fix; ``cli.main`` prints it and exits 2, and does the rest (the state dir, the
-API key file, the socket). Kept apart from ``cli`` so the checks can be called, and tested,
+it and the fix; ``serve_cli.main`` prints it and exits 2, and does the rest (the state dir, the
+API key file, the socket). Kept apart from ``serve_cli`` so the checks can be called, and tested,
 without running a server.
 """
 
@@ -88,7 +88,7 @@ LINUX_CAPABILITIES = frozenset(
 
 class UsageError(ValueError):
     """Options of ``denv serve`` that cannot run a server; ``message`` names the option and
-    the fix. ``cli.main`` prints it after ``denv serve: `` and exits 2 (argparse's code for a
+    the fix. ``serve_cli.main`` prints it after ``denv serve: `` and exits 2 (argparse's code for a
     usage error)."""
 
     def __init__(self, message: str) -> None:
@@ -292,7 +292,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
 
     ``cluster_package``: whether the caller can run ``--cluster`` (``denv.cluster.serve``).
     ``api_key`` is the given one (``--api-key-file``, else ``$DENV_API_KEY``), "" when there
-    is none, and ``port`` is ``--port`` as given: ``cli.main`` fills both in once the state
+    is none, and ``port`` is ``--port`` as given: ``serve_cli.main`` fills both in once the state
     dir's key file is read and the socket bound.
 
         config_from_args(parser.parse_args(["--env-memory", "-1"]))

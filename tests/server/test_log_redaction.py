@@ -35,11 +35,11 @@ from websockets.sync.client import connect as ws_connect
 
 from denv.ingress_host import host_label
 from denv.redaction import RedactSecrets, redact
-from denv.server.cli import setup_logging
 from denv.server.errors import install_error_handlers
 from denv.server.ingress.hosts import HostIngress
 from denv.server.ingress.proxy import mount_ingress, new_token
 from denv.server.ingress.routes import IngressTable
+from denv.server.serve_cli import setup_logging
 
 KEY = "dak_" + secrets.token_urlsafe(32)
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")

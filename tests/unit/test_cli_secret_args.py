@@ -22,7 +22,7 @@ import pytest
 
 from denv.cli import _SUBCOMMANDS, _load, _subparser, build_parser, main
 from denv.cli_parser import KEY_ADVICE, CommandParser, is_secret_option, unrecognized_message
-from denv.server.cli import run as run_server
+from denv.server.serve_cli import run as run_server
 
 KEY = "dak_" + secrets.token_urlsafe(32)
 PASSWORD = "correct-horse-battery-staple"

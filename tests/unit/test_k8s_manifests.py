@@ -28,7 +28,7 @@ import yaml
 from ray._common.usage import usage_lib
 
 from denv.cluster import ray_cluster, ray_nodes
-from denv.server import cli as serve_cli
+from denv.server import serve_cli
 from denv.server.config import DEFAULT_LIMITS
 from denv.server.net.egress_rules import PRIVATE_RANGES
 from denv.server.net.policy import DENY_DNS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from denv.server import cli
+from denv.server import serve_cli
 from denv.server.serve_options import UsageError, add_arguments, config_from_args
 
 TLS_HALF = "--tls-cert and --tls-key go together: give both, or neither"
@@ -32,7 +32,7 @@ def test_main_prints_the_usage_error_and_exits_2_before_writing(
 ) -> None:
     state = tmp_path / "s"
     args = _args("--tls-cert", str(tmp_path / "cert.pem"), "--state-dir", str(state))
-    assert cli.main(args) == 2
+    assert serve_cli.main(args) == 2
     assert capsys.readouterr().err == f"denv serve: {TLS_HALF}\n"
     assert not state.exists()
 

@@ -202,7 +202,7 @@ def install_log_redaction() -> None:
     """Redact ingress tokens from uvicorn's access and WebSocket log lines (idempotent).
 
     For any server that mounts the proxy, whatever handlers it logs to; ``denv serve`` also
-    redacts every record its own handlers write (``denv.server.cli``)."""
+    redacts every record its own handlers write (``denv.server.serve_cli``)."""
     for name in ("uvicorn.access", "uvicorn.error"):
         logger = logging.getLogger(name)
         if REDACT not in logger.filters:

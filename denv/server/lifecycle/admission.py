@@ -31,7 +31,7 @@ from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.disk import check_disk
 from denv.server.lifecycle.fairness import over_quota, throttled
 from denv.server.lifecycle.holds import Hold
-from denv.server.lifecycle.images import check_allowed
+from denv.server.lifecycle.image_allowlist import check_allowed
 from denv.server.lifecycle.limits import check_volume_sizes
 from denv.server.lifecycle.pools.spares import PoolOf, pool_of
 from denv.server.lifecycle.pools.warm import WarmPools

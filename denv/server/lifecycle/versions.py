@@ -16,7 +16,7 @@ from denv.server.db import Store, iso, now
 from denv.server.errors import ApiError, not_found
 from denv.server.lifecycle.compose import ComposeSpec, parse_compose
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.images import check_allowed
+from denv.server.lifecycle.image_allowlist import check_allowed
 from denv.server.lifecycle.limits import service_limits
 from denv.server.lifecycle.render import version_layers
 from denv.server.lifecycle.requests import SandboxCreate
