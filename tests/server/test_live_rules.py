@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from denv.server.lifecycle.pools.warm import retry_delay
+from denv.server.lifecycle.pools.pool import retry_delay
 from denv.server.node import live
 
 

@@ -42,8 +42,8 @@ from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs, Start
 from denv.server.lifecycle.live.forks import LiveForks
+from denv.server.lifecycle.pools.pool import mem_available
 from denv.server.lifecycle.pools.spares import pool_of
-from denv.server.lifecycle.pools.warm import mem_available
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.versions import Versions
 from denv.server.node.errors import Refused

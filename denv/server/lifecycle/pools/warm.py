@@ -11,7 +11,8 @@ record of it is stored, so reconcile removes the spares a stopped server left be
 orphans. Pools are keyed by everything that shapes a booted container (image digests,
 commands, env vars, ports and volume paths of every service, egress), refill on their own
 worker threads, stay within a count and a memory bound, and are reaped when idle or when
-every env that asked for one is gone.
+every env that asked for one is gone. One pool's record, its back-off and the room for one
+more spare are ``pool``'s; this module is every pool of a server and their upkeep.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from denv.server import ids
@@ -29,74 +28,22 @@ from denv.server.config import (
     MIB,
     WARM_BOOT_WORKERS,
     WARM_MAX_FAILURES,
-    WARM_MEMORY_GUESS,
     WARM_REFILL_DELAY_S,
-    WARM_RETRY_BASE_S,
-    WARM_RETRY_MAX_S,
 )
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.fairness import over_quota
+from denv.server.lifecycle.pools.pool import (
+    Pool,
+    fits,
+    pool_status,
+    pop_nearest,
+    retry_delay,
+    spare_memory,
+)
 from denv.server.lifecycle.pools.spares import PoolOf, Spare, boot_spare
-from denv.server.node.seam import BootSpec, Cancelled
+from denv.server.node.seam import Cancelled
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Pool:
-    key: str
-    blueprint: BootSpec
-    owners: dict[str, int] = field(default_factory=dict)  # env id -> spares it asked for
-    keys: dict[str, str] = field(default_factory=dict)  # env id -> its API key (owner id)
-    idle: deque[Spare] = field(default_factory=deque)
-    booting: dict[str, float] = field(default_factory=dict)  # env id -> start, oldest first
-    claims: dict[str, Future[Spare | None]] = field(default_factory=dict)  # booting, promised
-    last_used: float = field(default_factory=time.monotonic)
-    failures: int = 0
-    error: str | None = None  # why the last boot failed
-    memory: int = 0  # the largest measured spare of this pool
-    refill_after: float = 0.0  # no refill before (monotonic): the children just taken boot first
-    retry_at: float = 0.0  # after WARM_MAX_FAILURES failures in a row: next try (monotonic)
-
-    @property
-    def target(self) -> int:
-        return max(self.owners.values(), default=0)
-
-    def unclaimed(self) -> list[str]:
-        return [x for x in self.booting if x not in self.claims]
-
-
-def retry_delay(failures: int) -> float:
-    """Seconds before the next boot of a pool whose last ``failures`` boots failed: doubling
-    from WARM_RETRY_BASE_S, at most WARM_RETRY_MAX_S. A pool is never given up for good:
-    what failed (a loaded host, a full disk) may pass."""
-    return float(min(WARM_RETRY_MAX_S, WARM_RETRY_BASE_S * 2 ** (failures - WARM_MAX_FAILURES)))
-
-
-def mem_available() -> int:
-    """``MemAvailable`` of /proc/meminfo in bytes (0 when unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _pool_status(
-    env_id: str, state: str, target: int, ready: int, booting: int, failures: int, error: str | None
-) -> dict[str, Any]:
-    return {
-        "env_id": env_id,
-        "state": state,
-        "target": target,
-        "ready": ready,
-        "booting": booting,
-        "failures": failures,
-        "error": error,
-    }
 
 
 class WarmPools:
@@ -177,7 +124,7 @@ class WarmPools:
                 return []
             pool.last_used = time.monotonic()
             while pool.idle and len(taken) < count:
-                spare = _pop_nearest(pool.idle, near)
+                spare = pop_nearest(pool.idle, near)
                 done: Future[Spare | None] = Future()
                 done.set_result(spare)
                 taken.append((spare.env_id, done))
@@ -237,7 +184,7 @@ class WarmPools:
         zygotes count beside them against the same limits."""
         with self._lock:
             count = sum(len(p.idle) + len(p.unclaimed()) for p in self._pools.values())
-            return count, self._spare_memory()
+            return count, spare_memory(self._pools.values())
 
     # background upkeep
     def reap(self) -> None:
@@ -280,7 +227,7 @@ class WarmPools:
         with self._lock:
             pool = next((p for p in self._pools.values() if env_id in p.owners), None)
             if pool is None:
-                return _pool_status(env_id, "none", 0, 0, 0, 0, None)
+                return pool_status(env_id, "none", 0, 0, 0, 0, None)
             ready, booting, error = len(pool.idle), len(pool.unclaimed()), pool.error
             if ready >= pool.target:
                 state = "ready"
@@ -296,7 +243,7 @@ class WarmPools:
                     "no room for another spare: the server's warm limits (--warm-max-spares, "
                     "--warm-max-memory, --warm-min-free-memory) or the host's free memory"
                 )
-            return _pool_status(env_id, state, pool.target, ready, booting, pool.failures, error)
+            return pool_status(env_id, state, pool.target, ready, booting, pool.failures, error)
 
     # internals (the _locked ones run under self._lock)
     def _drop(self, key: str) -> list[str]:
@@ -307,24 +254,8 @@ class WarmPools:
             self.ctx.node.cancel(env_id)
         return [s.env_id for s in pool.idle]  # booting ones see the pool gone and remove theirs
 
-    def _spare_memory(self) -> int:
-        return sum(
-            sum(s.memory for s in p.idle) + len(p.unclaimed()) * (p.memory or WARM_MEMORY_GUESS)
-            for p in self._pools.values()
-        )
-
     def _fits(self, pool: Pool) -> bool:
-        cfg = self.ctx.config
-        count = sum(len(p.idle) + len(p.unclaimed()) for p in self._pools.values())
-        if count >= cfg.warm_max_spares:
-            return False
-        need = pool.memory or WARM_MEMORY_GUESS
-        if cfg.warm_max_memory_mb and self._spare_memory() + need > cfg.warm_max_memory_mb * MIB:
-            return False
-        pending = sum(
-            len(p.booting) * (p.memory or WARM_MEMORY_GUESS) for p in self._pools.values()
-        )
-        return mem_available() - pending - need >= cfg.warm_min_free_mb * MIB
+        return fits(self._pools.values(), pool, self.ctx.config)
 
     def _refill_now(self) -> None:
         with self._lock:
@@ -402,12 +333,3 @@ class WarmPools:
             log.exception(
                 "warm: removing spare %s failed (reconcile removes it at restart)", env_id
             )
-
-
-def _pop_nearest(idle: deque[Spare], near: set[str]) -> Spare:
-    """The first idle spare on one of the ``near`` nodes, else the first one."""
-    for i, spare in enumerate(idle):
-        if spare.booted.node in near:
-            del idle[i]
-            return spare
-    return idle.popleft()
