@@ -18,7 +18,7 @@ copies is deleted: the create boots where there is room, and leaves the next one
 It is reaped after ``--warm-idle-minutes`` without a copy, and deleted at server exit and
 at start (a zygote left by a server that stopped is deleted by the next one). Deleting a
 zygote ends its process only: its copies run in its container, which stays until the last
-of them is gone.
+of them is gone. What a zygote imports before its first copy is ``preload``'s.
 
     zygotes = Zygotes(ctx, envs, versions, live_forks)
     recs = zygotes.copy(admitted, planned, opts, single=True)  # or None: boot
@@ -42,12 +42,12 @@ from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs, Start
 from denv.server.lifecycle.live.forks import LiveForks
+from denv.server.lifecycle.live.preload import preload
 from denv.server.lifecycle.pools.pool import mem_available
 from denv.server.lifecycle.pools.spares import pool_of
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.versions import Versions
 from denv.server.node.errors import Refused
-from denv.server.node.live import LiveError
 from denv.server.records import (
     FINAL,
     READY,
@@ -291,7 +291,7 @@ class Zygotes:
             log.warning("zygote: %s of %s did not come up live: %s", env_id, key[1], why)
             self._delete(zygote, "its boot failed")
             return
-        if key not in self._no_preload and not self._preload(done, first):
+        if key not in self._no_preload and not preload(self.ctx, done, first):
             with self._lock:
                 self._no_preload.add(key)
             self._delete(zygote, "a module it preloaded started a thread (the next boots bare)")
@@ -306,39 +306,6 @@ class Zygotes:
             self._delete(zygote, "the server is stopping")
             return
         log.info("zygote: %s ready for %s (%d MiB)", env_id, key[1], zygote.memory // MIB)
-
-    def _preload(self, zygote: EnvRecord, first: EnvRecord) -> bool:
-        """Import in the zygote what ``first`` (the env of its configuration that booted
-        before it, and has served its client since) imported once it served: the modules a
-        server imports in its first session, which each copy would otherwise import in its
-        own (no session is opened on the zygote); and warm it with one session-less request
-        (the launcher's ``warm``), even when ``first`` is gone already. False when the
-        zygote now runs a thread of its own (it can no longer be copied); a failure to ask
-        is only logged."""
-        node = self.ctx.node
-        if zygote.runtime.live is None:
-            return True
-        rec = self.ctx.store.get_env(first.id)
-        try:
-            missing: list[str] = []
-            if rec is not None and rec.runtime.live is not None and rec.status in READY:
-                learnt = set(node.live_modules(rec.runtime.live))
-                missing = sorted(learnt - set(node.live_modules(zygote.runtime.live)))
-            out = node.live_preload(zygote.runtime.live, missing)
-        except Exception as exc:  # LiveError, or a cluster node's error: no preload
-            why = exc.message if isinstance(exc, LiveError) else repr(exc)
-            log.info("zygote: preloading %s failed: %s", zygote.id, why)
-            return True
-        log.info(
-            "zygote: %s preloaded %s of %d modules %s served with (%.1f ms), warmed: %s",
-            zygote.id,
-            out.get("imported", 0),
-            len(missing),
-            first.id,
-            float(out.get("ms", 0.0)),
-            out.get("warm"),
-        )
-        return not out.get("unknown_threads")
 
     def _fits(self) -> bool:
         """Within the warm pools' limits, zygotes counted beside spares."""
