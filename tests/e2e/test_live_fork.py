@@ -267,7 +267,7 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
 ) -> None:
     """The parent clones its children while the node captures /work; when the capture
     fails, the children are ended before their set-up and the parent serves again."""
-    from denv.server.docker.live import launcher_ctl
+    from denv.server.docker.live import launcher_ctl, launcher_fork
 
     d = clients(denv_server)
     parent = d.create_sandbox(ECHO_IMAGE, live=True)
@@ -275,7 +275,7 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
         assert parent.status.value == "healthy", parent.error
         root = _root_proc(d, parent)
         kids_before = set(Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split())
-        specs = [launcher_ctl.ChildSpec(f"env_probe{i}", 29000 + i, [], "/tmp") for i in range(3)]
+        specs = [launcher_fork.ChildSpec(f"env_probe{i}", 29000 + i, [], "/tmp") for i in range(3)]
 
         def failing_snapshot() -> None:
             # The children are cloned meanwhile: each binds its bootstrap socket.
@@ -287,7 +287,7 @@ def test_a_fork_whose_snapshot_fails_leaves_no_child_and_reopens_the_gate(
             raise OSError("the capture failed (on purpose)")
 
         with pytest.raises(OSError, match="on purpose"):  # not the assert inside
-            launcher_ctl.fork(root, specs, failing_snapshot, 0)
+            launcher_fork.fork(root, specs, failing_snapshot, 0)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             kids = set(Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split())

@@ -33,13 +33,13 @@ def test_a_busy_cgroup_is_removed_by_a_later_release() -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         (group / "cgroup.procs").write_text(str(sleeper.pid))
-        cgroups._rmdir(group, deadline=time.monotonic() + 0.05)
+        cgroups.rmdir(group, deadline=time.monotonic() + 0.05)
         assert group.exists() and group in cgroups._busy  # busy: kept for later
         sleeper.kill()
         sleeper.wait()
         deadline = time.monotonic() + 10
         while group.exists() and time.monotonic() < deadline:
-            cgroups._retry_busy()  # what each later release does
+            cgroups.retry_busy()  # what each later release does
             time.sleep(0.05)
         assert not group.exists()
         assert group not in cgroups._busy

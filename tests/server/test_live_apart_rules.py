@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.docker.live import cgroups
+from denv.server.docker.live import cgroups, port_rules
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def names(group: cgroups.Group, env_id: str) -> str:
 
 
 def test_a_deleted_servers_rule_goes_with_the_next_fork(group: cgroups.Group) -> None:
-    r = cgroups.Rules()
+    r = port_rules.Rules()
     r.guard(group, [("root", 8000)], first=True)
     r.guard(group, [("a", 8001), ("b", 8002)], first=False)
 
@@ -73,7 +73,7 @@ def test_a_deleted_servers_rule_goes_with_the_next_fork(group: cgroups.Group) ->
 def test_a_port_taken_before_the_delete_loses_its_old_rule_at_once(
     group: cgroups.Group,
 ) -> None:
-    r = cgroups.Rules()
+    r = port_rules.Rules()
     r.guard(group, [("root", 8000)], first=True)
     r.guard(group, [("a", 8001)], first=False)
     r.guard(group, [("d", 8001)], first=False)  # a's record went first, its port reused
@@ -85,7 +85,7 @@ def test_a_port_taken_before_the_delete_loses_its_old_rule_at_once(
 
 
 def test_a_waiting_rule_already_gone_never_fails_a_fork(group: cgroups.Group) -> None:
-    r = cgroups.Rules()
+    r = port_rules.Rules()
     r.guard(group, [("root", 8000)], first=True)
     r.guard(group, [("a", 8001)], first=False)
     r.release(group, "a", 8001)

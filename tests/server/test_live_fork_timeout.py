@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from denv.server.docker.live import launcher_ctl
+from denv.server.docker.live import launcher_ctl, launcher_fork
 from denv.server.node.live import LiveError
 
 
@@ -26,7 +26,9 @@ from denv.server.node.live import LiveError
 def silent_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """A control socket that opens the gate and then answers nothing; the ops it got."""
     path = tmp_path / "ctl.sock"
-    monkeypatch.setattr(launcher_ctl, "ctl_path", lambda pid, name="ctl.sock": str(tmp_path / name))
+    monkeypatch.setattr(
+        launcher_fork, "ctl_path", lambda pid, name="ctl.sock": str(tmp_path / name)
+    )
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen(1)
@@ -51,11 +53,11 @@ def test_a_fork_the_launcher_never_answers_is_a_live_error_naming_the_wait(
     silent_launcher: list[str],
 ) -> None:
     me = launcher_ctl.Proc(os.getpid(), launcher_ctl.start_time(os.getpid()) or 0)
-    child = launcher_ctl.ChildSpec(env_id="env_x", port=20001, work=[], kids="/k")
+    child = launcher_fork.ChildSpec(env_id="env_x", port=20001, work=[], kids="/k")
     with pytest.raises(LiveError) as caught:
-        launcher_ctl.fork(me, [child], lambda: None, 0, timeout_s=0.1)
+        launcher_fork.fork(me, [child], lambda: None, 0, timeout_s=0.1)
     assert caught.value.code == "live_fork_failed"
     # the wait was the base plus one child's share, and the message says what to do
-    assert f"within {0.1 + launcher_ctl.CHILD_TIMEOUT_S:.0f} s" in caught.value.message
+    assert f"within {0.1 + launcher_fork.CHILD_TIMEOUT_S:.0f} s" in caught.value.message
     assert "retry, or fork fewer children" in caught.value.message
     assert silent_launcher[:2] == ["gate", "fork"]

@@ -29,6 +29,7 @@ from denv.server.docker.images import ImageSource, NodeImages
 from denv.server.docker.layers import LayerTransfer, Peers
 from denv.server.docker.live import cgroups as live_cgroups
 from denv.server.docker.live import launcher_ctl as live
+from denv.server.docker.live import launcher_fork, port_rules
 from denv.server.docker.live import netns as live_net
 from denv.server.docker.live.rootfs import LiveRoots
 from denv.server.net.policy import network_name
@@ -82,7 +83,7 @@ class DockerNode:
         self._boots: Counter[str] = Counter()  # API key -> its envs booting here
         self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
-        self.rules = live_cgroups.Rules()  # live servers' port rules, per container
+        self.rules = port_rules.Rules()  # live servers' port rules, per container
         # A network namespace per live child (``denv serve --live-netns on``), in place of
         # the port rules: the children's networks, per container.
         self.live_netns = live_netns
@@ -483,7 +484,7 @@ class DockerNode:
         if netns:  # each child serves the env's own port at an address of its own
             children = [(env_id, parent.port) for env_id, _ in children]
         specs = [
-            live.ChildSpec(
+            launcher_fork.ChildSpec(
                 env_id,
                 port,
                 [(f"{live.WORK_DIR}/{env_id}/work-{s.n}", s.path) for s in volumes],
@@ -524,7 +525,7 @@ class DockerNode:
                 return cfg
 
             try:
-                procs, timings = live.fork(
+                procs, timings = launcher_fork.fork(
                     live.forker(live.Proc(parent.pid, parent.start)),
                     specs,
                     capture,

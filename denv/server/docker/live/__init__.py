@@ -1,10 +1,12 @@
 """Live forks on the Docker node: a live env's server process copied into children.
 
 - ``launcher_ctl``: the launcher's container settings, and what the node asks of it from
-  the host (find the server, trial copy, fork, modules, preload), by pid and start time;
-- ``cgroups``: each live server's cgroups and limits, and its port rules (``--live-netns
-  off``);
-- ``netns``: a network namespace per child (``--live-netns on``);
+  the host (find the server, its trial copy, modules, preload), by pid and start time;
+- ``launcher_fork``: a fork's exchange with the launcher (gate, fork, plumb each child);
+- ``cgroups``: each live server's cgroups and limits;
+- ``port_rules``: live servers kept off each other's ports (``--live-netns off``);
+- ``netns``: a network namespace per child (``--live-netns on``), its requests in
+  ``netlink``;
 - ``rootfs``: what each child's root filesystem overlay stands on;
 - ``launcher/``: not imported by the server: mounted read-only into env containers
   (``/.denv/bin``), where it runs under the image's own Python (standard library only).

@@ -1,17 +1,17 @@
-"""Live forks, the node's side: a running server process copied, memory included.
+"""A live env's launcher, the node's side: its container's settings, and what is asked of it.
 
 An env created with ``live: true`` runs the image's own command under denv's launcher
 (``launcher/launcher.py``, mounted read-only at ``/.denv/bin``). The launcher serves the app
 and a control socket; a fork copies the server process at a quiescent point into children
 that run in the same container, each in user, mount and pid namespaces of its own (see
 docs/live-forks.md for what separates them). This module is what the node does from the
-host, as root:
+host, as root (a fork itself: ``launcher_fork``):
 
 - the launcher's container settings (:func:`container_settings`);
 - find the server process of a booted env (:func:`root_process`), and have it make one
   throw-away copy of itself that must serve (:func:`trial`);
-- gate, fork, and plumb each child: its uid/gid maps (which the child cannot write itself),
-  then ``setup``, after which it serves (:func:`fork`);
+- which process a fork is made from (:func:`forker`), the modules a server imported, and
+  their preload (:func:`modules`, :func:`preload`);
 - whether a live process still runs, and kill it (:func:`alive`, :func:`kill`).
 
 Every process is named by its host pid and its start time (``/proc/PID/stat`` field 22), so
@@ -28,11 +28,8 @@ import re
 import signal
 import socket
 import struct
-import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +44,6 @@ BIN = "/.denv/bin"
 CTL_DIR = "/.denv/ctl"
 WORK_DIR = "/.denv/work"
 CTL_TIMEOUT_S = 10.0
-# A fork's wait grows by this much per child: the parent clones them one after another and
-# each sets up on CPU the machine shares, so fork(32) on a loaded machine outlasts 10 s.
-CHILD_TIMEOUT_S = 0.5
 # pid 1: the launcher under the image's Python (any will do: it needs the standard library);
 # the image's own command follows as arguments and runs unchanged. Without a Python the
 # container exits at once with NO_PYTHON_EXIT (its command never ran, with or without the
@@ -120,7 +114,7 @@ def ctl_path(pid: int, name: str = "ctl.sock") -> str:
 
 
 @contextmanager
-def _connect(path: str, timeout_s: float = CTL_TIMEOUT_S) -> Iterator[socket.socket]:
+def connect(path: str, timeout_s: float = CTL_TIMEOUT_S) -> Iterator[socket.socket]:
     """Connect to a launcher's socket; refused at first while its owner is between bind()
     and listen(), so retried until ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -144,13 +138,13 @@ def _connect(path: str, timeout_s: float = CTL_TIMEOUT_S) -> Iterator[socket.soc
         sock.close()
 
 
-def _peer_pid(sock: socket.socket) -> int:
+def peer_pid(sock: socket.socket) -> int:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, _, _ = struct.unpack("3i", raw)
     return int(pid)
 
 
-def _ask(sock: socket.socket, req: dict[str, Any], reader: Any) -> dict[str, Any]:
+def ask(sock: socket.socket, req: dict[str, Any], reader: Any) -> dict[str, Any]:
     sock.sendall(json.dumps(req).encode() + b"\n")
     line = reader.readline()
     if not line:
@@ -182,8 +176,8 @@ def root_process(container_pid: int, deadline_s: float = ROOT_WAIT_S) -> Proc:
         if why:
             raise LiveError("live_unsupported", f"its server cannot be copied: {why}")
         if os.path.exists(f"{root}/ctl.sock"):
-            with _connect(f"{root}/ctl.sock") as sock:
-                pid = _peer_pid(sock)
+            with connect(f"{root}/ctl.sock") as sock:
+                pid = peer_pid(sock)
             st = start_time(pid)
             if st is not None:
                 return Proc(pid, st)
@@ -195,255 +189,6 @@ def root_process(container_pid: int, deadline_s: float = ROOT_WAIT_S) -> Proc:
                 "PYTHONPATH)",
             )
         time.sleep(0.02)
-
-
-# Called for each child before its set-up: (env, host pid) -> the child's network, or None.
-Placed = Callable[[str, int], "dict[str, Any] | None"]
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    env_id: str
-    port: int
-    work: list[tuple[str, str]]  # (slot inside the container, the volume's path)
-    kids: str  # where its own children's slots appear: bound on /.denv/work in the child
-    reseed: bool = True  # fresh entropy for random and NumPy's global generator
-    net: bool = False  # a network namespace of its own (the node connects it: ``placed``)
-    # its root filesystem's overlay inside the container, which it makes its root; "": it
-    # keeps its container's (``live_root``)
-    root: str = ""
-
-
-def fork(
-    parent: Proc,
-    children: list[ChildSpec],
-    snapshot: Any,
-    depth: int,
-    placed: Placed | None = None,
-    timeout_s: float = CTL_TIMEOUT_S,
-    merge: bool = False,
-) -> tuple[list[Proc | LiveError], dict[str, float]]:
-    """Gate ``parent``, fork the children, call ``snapshot()`` (the node captures /work and
-    mounts each child's slot) while the parent clones them, reopen the gate, plumb each
-    child as it shows up: a Proc, or the LiveError of that child. ``placed(env, pid)`` runs
-    for each child before it is set up (before it runs env code again); what it returns
-    (its network, for a child with a namespace of its own) goes into the child's ``setup``.
-
-    The parent's gate stays closed from the gate to the end of ``snapshot()`` (so /work is
-    captured as the children see it); a launcher without ``hold`` (started by an older
-    denv) is asked in the old order: snapshot, then fork. Each wait is ``timeout_s`` plus
-    ``CHILD_TIMEOUT_S`` per child; one that runs out is a ``LiveError`` saying so.
-    ``merge``: the parent marks its memory for same-page merging first (``--merge-pages``).
-    """
-    timeout_s += CHILD_TIMEOUT_S * len(children)
-    try:
-        return _fork(parent, children, snapshot, depth, placed, timeout_s, merge)
-    except TimeoutError as exc:  # a socket's read or the answer's wait: not an internal error
-        raise LiveError(
-            "live_fork_failed",
-            f"the env's launcher did not answer within {timeout_s:.0f} s ({exc or 'timed out'}): "
-            "the machine may be short of CPU; retry, or fork fewer children at once",
-        ) from exc
-
-
-def _fork(
-    parent: Proc,
-    children: list[ChildSpec],
-    snapshot: Any,
-    depth: int,
-    placed: Placed | None,
-    timeout_s: float,
-    merge: bool,
-) -> tuple[list[Proc | LiveError], dict[str, float]]:
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    if not alive(parent):
-        raise LiveError("env_not_running", "the env's server process has ended")
-    specs = [
-        {
-            "env": c.env_id,
-            "port": c.port,
-            "work": c.work,
-            "kids": c.kids,
-            "reseed": c.reseed,
-            "net": c.net,
-            **({"root": c.root} if c.root else {}),
-        }
-        for c in children
-    ]
-    with (
-        _connect(ctl_path(parent.pid, parent.ctl), timeout_s) as sock,
-        ThreadPoolExecutor(max(1, min(len(children), 8)) + 1, "denv-live-plumb") as pool,
-    ):
-        reader = sock.makefile("rb")
-        out = _ask(sock, {"op": "gate", "timeout_s": timeout_s}, reader)
-        if "error" in out:
-            raise LiveError(str(out["error"]), str(out.get("message", "")))
-        t1 = time.perf_counter()
-        timings["gate_ms"] = (t1 - t0) * 1e3
-        held = bool(out.get("hold"))
-        captured = threading.Event()
-
-        def forked() -> dict[str, str]:
-            """The fork's answer (children never forked, and why); with hold, the gate is
-            reopened here once the snapshot is done."""
-            answer = _read(reader, "fork")
-            timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
-            if held:
-                captured.wait()
-                _ask(sock, {"op": "ungate"}, reader)
-            if "error" in answer:
-                raise LiveError("live_fork_failed", str(answer.get("message", answer["error"])))
-            return dict(answer.get("failed") or {})
-
-        if not held:
-            _snapshot_or_ungate(snapshot, sock, reader)
-        ask = {"op": "fork", "children": specs, "hold": held, **({"merge": True} if merge else {})}
-        sock.sendall(json.dumps(ask).encode() + b"\n")
-        answer = pool.submit(forked)
-        if held:
-            try:
-                snapshot()
-            except BaseException:
-                captured.set()  # the answer's thread reopens the gate
-                _discard(parent, children, answer, timeout_s)
-                raise
-            captured.set()
-        t2 = time.perf_counter()
-        timings["snapshot_ms"] = (t2 - t1) * 1e3
-        results = _plumb_all(parent, children, answer, pool, depth, placed, timeout_s)
-        timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
-    return results, timings
-
-
-def _snapshot_or_ungate(snapshot: Any, sock: socket.socket, reader: Any) -> None:
-    try:
-        snapshot()
-    except BaseException:
-        _ask(sock, {"op": "ungate"}, reader)
-        raise
-
-
-def _read(reader: Any, what: str) -> dict[str, Any]:
-    line = reader.readline()
-    if not line:
-        raise LiveError("live_fork_failed", f"the env's launcher closed the connection on {what}")
-    out: dict[str, Any] = json.loads(line)
-    return out
-
-
-def _plumb_all(
-    parent: Proc,
-    children: list[ChildSpec],
-    answer: Future[dict[str, str]],
-    pool: ThreadPoolExecutor,
-    depth: int,
-    placed: Placed | None,
-    timeout_s: float,
-) -> list[Proc | LiveError]:
-    """Set each child up as soon as its bootstrap socket shows up (the parent may still be
-    cloning the others); the fork's answer names those that were never forked."""
-    pending = {c.env_id: c for c in children}
-    found: dict[str, Future[Proc | LiveError]] = {}
-    not_forked: dict[str, str] = {}
-    deadline = time.monotonic() + timeout_s
-    while pending and time.monotonic() < deadline:
-        if answer.done() and not not_forked and answer.exception() is None:
-            not_forked = answer.result()
-            for env_id in not_forked:
-                pending.pop(env_id, None)
-        for env_id in list(pending):
-            path = ctl_path(parent.pid, f"{env_id}.sock")
-            if os.path.exists(path):
-                del pending[env_id]
-                found[env_id] = pool.submit(_plumb, parent, env_id, path, depth, placed, timeout_s)
-        if answer.done() and answer.exception() is not None:
-            break
-        if pending:
-            time.sleep(0.0005)
-    error = answer.exception(timeout=timeout_s)
-    results: list[Proc | LiveError] = []
-    for c in children:
-        if c.env_id in found:
-            results.append(found[c.env_id].result())
-        elif c.env_id in not_forked:
-            why = not_forked[c.env_id]
-            results.append(LiveError("live_fork_failed", f"the fork failed: {why}"))
-        else:
-            results.append(LiveError("live_fork_failed", "the child did not come up"))
-    if error is not None:  # the fork failed as a whole: end whatever was set up meanwhile
-        for r in results:
-            if isinstance(r, Proc):
-                kill(r)
-        raise error
-    return results
-
-
-def _discard(
-    parent: Proc, children: list[ChildSpec], answer: Future[dict[str, str]], timeout_s: float
-) -> None:
-    """End the children of a fork whose snapshot failed: each waits for its set-up on its
-    bootstrap socket, and a connection closed without one ends it."""
-    with contextlib.suppress(Exception):
-        not_forked = answer.result(timeout=timeout_s)
-        deadline = time.monotonic() + min(timeout_s, 2.0)
-        left = [c.env_id for c in children if c.env_id not in not_forked]
-        while left and time.monotonic() < deadline:
-            for env_id in list(left):
-                path = ctl_path(parent.pid, f"{env_id}.sock")
-                if os.path.exists(path):
-                    left.remove(env_id)
-                    with contextlib.suppress(OSError), _connect(path, 1.0):
-                        pass
-            time.sleep(0.001)
-
-
-def _plumb(
-    parent: Proc,
-    env_id: str,
-    path: str,
-    depth: int,
-    placed: Placed | None,
-    timeout_s: float,
-) -> Proc | LiveError:
-    try:
-        with _connect(path, timeout_s) as sock:
-            pid = _peer_pid(sock)
-            st = start_time(pid)
-            if st is None:
-                return LiveError("live_fork_failed", "the child ended before its set-up")
-            write_id_maps(pid, parent.pid if depth > 0 else None)
-            net = placed(env_id, pid) if placed is not None else None
-            req: dict[str, Any] = {"op": "setup", **({"net": net} if net else {})}
-            out = _ask(sock, req, sock.makefile("rb"))
-            if "error" in out:
-                return LiveError("live_fork_failed", str(out.get("message")))
-            return Proc(pid, st)
-    except (OSError, ValueError) as exc:
-        return LiveError("live_fork_failed", f"setting up the child failed: {exc}")
-
-
-def write_id_maps(pid: int, forker: int | None) -> None:
-    """``0 0 1`` for the child's uid and gid maps: root in its namespace is its forker's root.
-
-    Only a process in the parent user namespace with CAP_SETFCAP there may map uid 0, so a
-    child of a live child (whose forker is in a user namespace of its own) is mapped from
-    inside the forker's namespace (``nsenter``).
-    """
-    if forker is None:
-        for name in ("uid_map", "gid_map"):
-            with open(f"/proc/{pid}/{name}", "w") as f:
-                f.write("0 0 1\n")
-        return
-    script = f"echo '0 0 1' > /proc/{pid}/uid_map && echo '0 0 1' > /proc/{pid}/gid_map"
-    proc = subprocess.run(
-        ["nsenter", f"--user=/proc/{forker}/ns/user", "--", "/bin/sh", "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise OSError(f"writing the uid/gid maps of {pid} failed: {proc.stderr.strip()}")
 
 
 def forker(proc: Proc) -> Proc:
@@ -476,14 +221,14 @@ WORKER_SOCKET = re.compile(r"ctl\.\d+\.sock")
 
 def _activity(path: str) -> tuple[int, float]:
     """(host pid, when its last OpenEnv session was active) of the launcher at ``path``."""
-    with _connect(path, CTL_TIMEOUT_S) as sock:
-        out = _ask(sock, {"op": "activity"}, sock.makefile("rb"))
-        return _peer_pid(sock), float(out.get("last_active") or 0.0)
+    with connect(path, CTL_TIMEOUT_S) as sock:
+        out = ask(sock, {"op": "activity"}, sock.makefile("rb"))
+        return peer_pid(sock), float(out.get("last_active") or 0.0)
 
 
 def hello(proc: Proc) -> dict[str, Any]:
-    with _connect(ctl_path(proc.pid)) as sock:
-        return _ask(sock, {"op": "hello"}, sock.makefile("rb"))
+    with connect(ctl_path(proc.pid)) as sock:
+        return ask(sock, {"op": "hello"}, sock.makefile("rb"))
 
 
 # How long the trial copy of a server that just booted may take to serve: the launcher's bound,
@@ -498,8 +243,8 @@ def trial(proc: Proc) -> float | None:
     refused one by one as before). 409 ``live_unsupported`` when the copy could not serve,
     with why: such a server runs without live forks (``live: auto``) instead of failing
     every fork and every copy of its zygote."""
-    with _connect(ctl_path(proc.pid), TRIAL_TIMEOUT_S + CTL_TIMEOUT_S) as sock:
-        out = _ask(sock, {"op": "trial", "timeout_s": TRIAL_TIMEOUT_S}, sock.makefile("rb"))
+    with connect(ctl_path(proc.pid), TRIAL_TIMEOUT_S + CTL_TIMEOUT_S) as sock:
+        out = ask(sock, {"op": "trial", "timeout_s": TRIAL_TIMEOUT_S}, sock.makefile("rb"))
     if out.get("error") == "trial_failed":
         raise LiveError(
             "live_unsupported",
@@ -522,6 +267,6 @@ def modules(proc: Proc) -> list[str]:
 def preload(proc: Proc, names: list[str], timeout_s: float = 60.0) -> dict[str, Any]:
     """Have a live server process import ``names`` and serve one session-less warm-up
     request in-process (see the launcher's ``preload``)."""
-    with _connect(ctl_path(proc.pid), timeout_s) as sock:
+    with connect(ctl_path(proc.pid), timeout_s) as sock:
         req = {"op": "preload", "modules": names, "warm": True}
-        return _ask(sock, req, sock.makefile("rb"))
+        return ask(sock, req, sock.makefile("rb"))
