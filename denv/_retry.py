@@ -4,7 +4,7 @@ What is retried cannot repeat work the server already did: a connection that was
 (any call), and 429/5xx answers or a connection that broke mid-call only for idempotent calls
 (GET, DELETE, calls marked idempotent, and POSTs that carry an Idempotency-Key, which the
 facade adds to every create). Backoff is exponential with jitter and honors Retry-After.
-A 429 `quota_exceeded` (too many live envs, versions or warm spares) is never retried: it
+A 429 `quota_exceeded` (too many envs, versions or warm spares) is never retried: it
 frees only when the caller deletes something, however long it waits. A 429 `rate_limited`
 (too much of a key's work in flight) is waited out: retried after its Retry-After up to
 `RATE_LIMITED_MAX_RETRIES` times, so a burst of creates queues instead of failing.

@@ -153,7 +153,7 @@ class LeaseExpired(Conflict):
 
 
 class RateLimited(APIStatusError):
-    """429: too many requests or live envs; `retry_after_s` says when to try again, if known."""
+    """429: too many requests or envs; `retry_after_s` says when to try again, if known."""
 
     def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)

@@ -74,7 +74,7 @@ def status(cluster_dir: Path, timeout_s: float = 10.0) -> dict[str, Any]:
 
 
 def _api_env_ids(state: dict[str, Any]) -> set[str] | None:
-    """Ids of the envs the server lists (live ones), None when it does not answer."""
+    """Ids of the envs the server lists (those not deleted), None when it does not answer."""
     server = state.get("server")
     key = api_key(Path(state["dir"]))
     if not server or not key:

@@ -51,7 +51,7 @@ def check_quota(ctx: Context, owner: str, count: int) -> None:
         raise ApiError(
             429,
             "quota_exceeded",
-            f"this API key has {live} live env(s); {count} more would pass the "
+            f"this API key has {live} env(s); {count} more would pass the "
             f"limit of {limit}: delete envs you no longer need",
         )
 
