@@ -1,0 +1,124 @@
+"""The fork verb: ``POST /v1/envs/{id}/fork``. Live (the env's server process copied into
+each child) where the env and the request allow it, else (``kind: auto``) or when asked, a
+volume fork (a snapshot of the env's volumes, children booted or taken from warm spares
+from it); live children that do not fit on their parent's node spill to a volume fork of
+their version on other nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from denv.server.errors import ApiError, invalid
+from denv.server.lifecycle.admission import Admitted
+from denv.server.lifecycle.envs import Start
+from denv.server.lifecycle.live.spill import live_share, spill_note
+from denv.server.lifecycle.parts import Verb
+from denv.server.lifecycle.pools.spares import pool_of
+from denv.server.lifecycle.requests import EnvsCreate
+from denv.server.node.errors import Refused
+from denv.server.records import EnvRecord, VersionRecord
+
+log = logging.getLogger(__name__)
+
+# A fork of kind auto that cannot be live (the env's server runs threads of its own, or the
+# children ask for an egress or env of their own) is a volume fork instead.
+AUTO_VOLUME_CODES = frozenset({"fork_unsafe", "live_unsupported"})
+
+
+class Forks(Verb):
+    """Forks of one server; each call blocks (routes run it in a thread)."""
+
+    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
+        """One snapshot of the env, ``opts.count`` children started from it."""
+        rec = self.views.owned_env(owner, env_id)
+        if opts.live is not False:
+            raise invalid(
+                "live is for creating envs from a version; a fork's kind says how it forks "
+                "(volume, live or auto)",
+                "live",
+            )
+        opts = opts.model_copy(update={"lease_id": self.leases.holding(owner, opts.lease_id)})
+        spill: str | None = None  # every child spills: its parent's node has no room
+        if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
+            try:
+                with self.admit.hold(owner, opts.count) as hold:
+                    copied, admitted = self.admit.live_fork(hold, rec, opts)
+                    live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
+                    if live_n:
+                        with self.ctx.pins.pin(owner):
+                            some = opts.model_copy(update={"count": live_n})
+                            version, children = self.live.fork(hold, rec, copied, some)
+            except ApiError as exc:
+                # auto: live where the env allows it. A server running threads of its own
+                # (the gate saw them before any child existed) or a child's own egress or
+                # env (which a copy cannot take) gets a volume fork instead.
+                if opts.kind != "auto" or exc.code not in AUTO_VOLUME_CODES:
+                    raise
+                log.info("fork of %s (auto): %s; a volume fork instead", env_id, exc.message)
+            else:
+                if live_n:
+                    # The children run in the parent's container, which ran their fork a
+                    # moment ago: no round trip to the engine to say so.
+                    states = {cid: "running" for cid in rec.runtime.containers.values()}
+                    views = [self.views.env(r, states) for r in children]
+                    if live_n < opts.count:
+                        views += self._spill(owner, rec, version, children, opts, live_n)
+                    return {"version": self.views.version(version), "envs": views}
+                spill = spill_note(rec, 0, opts.count)
+        parent = self.ctx.store.get_version(rec.version_id)
+        t0 = time.perf_counter()
+        with self.admit.hold(owner, opts.count) as hold:
+            admitted = self.admit.fork(hold, rec, parent, opts)
+            with self.ctx.pins.pin(owner):  # the fork's version, until its children are recorded
+                version = self.versions.snapshot(rec, {}, "fork")
+                t1 = time.perf_counter()
+                if spill:  # a spilled child forks live too
+                    admitted.live = "auto"
+                recs = self.envs.create(admitted, version, Start.of(opts, spill))
+        t2 = time.perf_counter()
+        envs = self.views.wait_all(recs, opts.wait, opts.wait_timeout_s)
+        log.info(
+            "fork env %s into %d (%d warm): snapshot %.1f ms, create %.1f ms, wait %.1f ms",
+            rec.id,
+            len(recs),
+            sum(r.start == "warm" for r in recs),
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+            (time.perf_counter() - t2) * 1000,
+        )
+        return {"version": self.views.version(version), "envs": envs}
+
+    def _spill(
+        self,
+        owner: str,
+        rec: EnvRecord,
+        version: VersionRecord,
+        children: list[EnvRecord],
+        opts: EnvsCreate,
+        live_n: int,
+    ) -> list[dict[str, Any]]:
+        """The children of a live fork that did not fit on its parent's node: a volume fork
+        of the live children's version, placed on other nodes (``spill``), each booted live
+        (``auto``) so that it forks live in turn. When they cannot be started, nothing of the
+        fork is left: its live children and version go too."""
+        rest = opts.model_copy(update={"count": opts.count - live_n})
+        note = spill_note(rec, live_n, opts.count)
+        try:
+            with (
+                self.admit.hold(owner, rest.count) as hold,
+                self.ctx.pins.pin(owner, version.id),
+            ):
+                admitted = Admitted(hold, rest.count, rec.egress, "auto", 0)
+                self.admit.fair(owner, pool_of(version, rec.egress, rest.env, owner), rest.count, 0)
+                recs = self.envs.create(admitted, version, Start.of(rest, note))
+        except BaseException:
+            for child in children:
+                self.envs.delete(child.id)
+            with contextlib.suppress(ApiError, Refused):
+                self.versions.delete(owner, version.id)
+            raise
+        log.info("fork of %s: %d live, %d spilled to a volume fork", rec.id, live_n, len(recs))
+        return self.views.wait_all(recs, rest.wait, rest.wait_timeout_s)
