@@ -1,9 +1,12 @@
-"""python -m bench [--quick] [--only start,fork,...]: run the benchmarks, write results and plots.
+"""python -m bench [--quick | --smoke] [--only start,...]: run the benchmarks, write results, plots.
 
 Starts a private denv server (state dir --state-dir, default /tmp/denv-bench-<uid>),
-runs each benchmark, writes bench/results/<name>.json as each finishes, then
-bench/results/SUMMARY.md and the PNG plots. Everything the run started is deleted at the
-end, also on Ctrl-C or SIGTERM. Benchmarks report; they never assert on time.
+runs each benchmark, writes <out>/<name>.json as each finishes, then <out>/SUMMARY.md and
+the PNG plots. The full run's <out> is bench/results (the committed results); --quick and
+--smoke write elsewhere (.cache/bench-quick, .cache/bench-smoke) and refuse bench/results.
+Everything the run started is deleted at the end, also on Ctrl-C or SIGTERM. Benchmarks
+report; they never assert on time. --smoke is CI's check that every benchmark still runs
+(tests/e2e/test_bench_smoke.py): one row of each, numbers that mean nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ MB = 1024 * 1024
 @dataclass(frozen=True)
 class Profile:
     """How much each benchmark measures. `full` takes ~35 min on 2 quiet cores (the tree
-    search ~10 of them)."""
+    search ~10 of them); `quick` 10-15 on 2 busy cores; `smoke` 5-10 there, the least that
+    still makes a row of every benchmark."""
 
     name: str
     start_runs: int
@@ -74,6 +78,15 @@ class Profile:
     live_tree_compare: bool = True  # also the tree by warm volume forks and by replay
     live_sustained_s: int = 60  # seconds of live fork(8) after fork(8)
     live_density_n: int = 1000  # live envs at once (bench/live_density.py)
+    # the same again with --merge-pages; it pauses and paces the host's ksmd meanwhile
+    live_density_merged: bool = True
+    live_seed_forks: int = 8  # single provider.fork() calls of the seed's usage (bench_live)
+    live_netns_rounds: int = 10  # fork(8) rounds per mode (bench_live_netns)
+    upload_mb: int = 256  # each layer's size (bench_upload)
+    upload_reps: int = 3
+    zygote_rounds: tuple[int, ...] = (30, 10, 5)  # starts from a zygote, a spare, a boot
+    shapes_rounds: int = 4  # rounds per server shape (bench_shapes)
+    shapes_first: int = 0  # only the first n shapes (0: every shape)
 
 
 FULL = Profile(
@@ -123,7 +136,57 @@ QUICK = Profile(
     live_tree=(2, 3),
     live_sustained_s=10,
     live_density_n=16,
+    live_netns_rounds=8,
+    upload_mb=64,
+    upload_reps=1,
+    zygote_rounds=(10, 5, 2),
+    shapes_rounds=2,
 )
+
+#: One row of every benchmark, its numbers meaningless: that each still runs (CI). The merged
+#: live density is left out: it pauses the host's ksmd, which tests beside it may be using.
+SMOKE = Profile(
+    name="smoke",
+    start_runs=1,
+    fork8_n=1,
+    fork8_cold_runs=1,
+    fork8_warm_runs=1,
+    fork_ks=(2,),
+    fork_ns=(1,),
+    fork_reps=1,
+    fork_warm=False,
+    snapshot_sizes_mb=(1,),
+    snapshot_changes=(1024,),
+    snapshot_reps=1,
+    latency_steps=20,
+    density_cap=1,
+    trainer_envs=1,
+    trainer_rounds=1,
+    trainer_gets=4,
+    trainer_get_rounds=1,
+    diff_files=2,
+    diff_reps=1,
+    live_tree=(2, 2),  # the root and its 2 children: depth counts the root's level
+    live_tree_compare=False,
+    live_sustained_s=1,
+    live_density_n=2,
+    live_density_merged=False,
+    live_seed_forks=1,
+    live_netns_rounds=1,
+    upload_mb=4,
+    upload_reps=1,
+    zygote_rounds=(1, 1, 1),
+    shapes_rounds=1,
+    shapes_first=1,
+)
+PROFILES = {p.name: p for p in (FULL, QUICK, SMOKE)}
+#: Where each profile writes unless told (--out); only the full run writes bench/results.
+RESULTS = ROOT / "bench" / "results"
+OUT = {
+    "full": RESULTS,
+    "quick": ROOT / ".cache" / "bench-quick",
+    "smoke": ROOT / ".cache" / "bench-smoke",
+}
 
 Runner = Callable[[Bench], dict[str, dict[str, Any]]]
 BENCHMARKS: dict[str, Runner] = {
@@ -177,7 +240,11 @@ def _check_image(image: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the small profile (< 3 min)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="the small profile (10-15 min)")
+    size.add_argument(
+        "--smoke", action="store_true", help="one row of every benchmark, to check they run"
+    )
     parser.add_argument("--only", default="", help=f"comma list of {', '.join(BENCHMARKS)}")
     parser.add_argument("--image", default=IMAGE)
     parser.add_argument(
@@ -193,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(f"/tmp/denv-bench-{os.getuid()}"),
         help="the private server's state dir (removed at the end; default %(default)s)",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where results go (default: bench/results for the full run, "
+        ".cache/bench-quick or .cache/bench-smoke for the others)",
+    )
     parser.add_argument("--report-only", action="store_true", help="only rewrite SUMMARY/plots")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -204,14 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("httpx", "denv", "websockets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    profile_name = "quick" if args.quick else "smoke" if args.smoke else "full"
+    out: Path = args.out or OUT[profile_name]
     if args.report_only:
-        report.write(args.out)
+        report.write(out)
         return 0
+    if profile_name != "full" and out.resolve() == RESULTS.resolve():
+        parser.error(
+            f"--out {out}: bench/results holds the committed full run; a --{profile_name} "
+            f"run writes elsewhere (default {OUT[profile_name].relative_to(ROOT)})"
+        )
     names = [n for n in args.only.split(",") if n] or list(BENCHMARKS)
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
-    profile = _override(QUICK if args.quick else FULL, args.set)
+    profile = _override(PROFILES[profile_name], args.set)
     _check_image(args.image)
     signal.signal(signal.SIGTERM, _interrupt)
 
@@ -236,9 +315,10 @@ def main(argv: list[str] | None = None) -> int:
                 results = {name: {"error": f"{type(exc).__name__}: {exc}"}}
             for result_name, payload in results.items():
                 write_json(
-                    args.out / f"{result_name}.json",
+                    out / f"{result_name}.json",
                     {
                         "benchmark": result_name,
+                        "runner": name,  # the benchmark (--only) that wrote it
                         "profile": profile.name,
                         "profile_params": asdict(profile),
                         "image": args.image,
@@ -259,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("cleaning up (Ctrl-C is ignored until done)")
         bench.cleanup()
         log.info("cleaned up; the run took %.0fs", time.monotonic() - started)
-    report.write(args.out)
+    report.write(out)
     return 1 if failed else 0
 
 

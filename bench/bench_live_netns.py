@@ -130,7 +130,7 @@ class Side:
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
-    rounds = max(8, int(b.profile.fork8_warm_runs))
+    rounds = int(b.profile.live_netns_rounds)
     sides: dict[str, Side] = {}
     rows: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     try:

@@ -135,13 +135,15 @@ def _fork4(server: Server, image: str) -> dict[str, Any]:
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
-    rounds = 2 if b.profile.name == "quick" else 4
+    rounds = int(b.profile.shapes_rounds)
+    first = int(b.profile.shapes_first)
+    shapes = list(SHAPES.items())[:first] if first else list(SHAPES.items())
     state = Path(f"{b.server.state_dir}-shapes")
     server = start_server(state, ("--zygotes",))
     images: dict[str, str] = {}
     rows: dict[str, dict[str, Any]] = {}
     try:
-        for shape, lines in SHAPES.items():
+        for shape, lines in shapes:
             images[shape] = _build(shape, lines)
         for shape, image in images.items():
             denv_s: list[float] = []

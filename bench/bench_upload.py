@@ -158,9 +158,8 @@ def measure(total_mb: int, reps: int, work_root: Path | None = None) -> dict[str
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
-    """``python -m bench --only upload``: 256 MB layers, 3 reps (quick: 64 MB, 1 rep)."""
-    quick = getattr(b.profile, "name", "") == "quick"
-    return {"upload": measure(64 if quick else 256, 1 if quick else 3)}
+    """``python -m bench --only upload``: the profile's layer size and reps (full: 256 MB, 3)."""
+    return {"upload": measure(int(b.profile.upload_mb), int(b.profile.upload_reps))}
 
 
 def table(result: dict[str, Any]) -> str:

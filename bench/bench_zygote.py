@@ -127,8 +127,7 @@ def _zygote_warnings(state: Path) -> list[str]:
 
 
 def run(b: Bench) -> dict[str, dict[str, Any]]:
-    quick = b.profile.name == "quick"
-    rounds = {"zygote": 10 if quick else 30, "warm": 5 if quick else 10, "boot": 2 if quick else 5}
+    rounds = dict(zip(("zygote", "warm", "boot"), map(int, b.profile.zygote_rounds), strict=True))
     warm_n = 2
     state = Path(f"{b.server.state_dir}-zygote")
     server = start_server(state, ("--zygotes",))

@@ -95,8 +95,8 @@ def timed(fn: Callable[[], T]) -> tuple[float, T]:
 
 def parallel(fns: Sequence[Callable[[], T]]) -> list[T]:
     """Run the calls at once in threads; their results in order; the first error re-raised."""
-    if len(fns) == 1:
-        return [fns[0]()]
+    if len(fns) <= 1:
+        return [fn() for fn in fns]
     with ThreadPoolExecutor(max_workers=len(fns)) as pool:
         futures = [pool.submit(fn) for fn in fns]
         errors = [f.exception() for f in futures]

@@ -289,6 +289,8 @@ def run(
                 progress(f"live density: {len(children)} envs ({forks[-1]:.2f}s for the last fork)")
         out["fork_all_s"] = time.perf_counter() - t0
         out["envs"] = len(children)
+        if not children:
+            raise RuntimeError(f"live density: no env was forked ({out.get('stopped_because')})")
         out["idle_wakeups_per_s"] = idle_wakeups(group, list(children)[:16])
         out["root_cgroup_bytes"] = {"before_forks": root_charged}
         out["fork_request_s"] = forks
@@ -343,12 +345,18 @@ def run(
 def bench(b: Bench) -> dict[str, dict[str, Any]]:
     """``python -m bench --only live_density``: the run above on a server of its own, with
     the caps raised for ``b.profile.live_density_n`` envs, then again with
-    ``--merge-pages``; after each, what that server left."""
+    ``--merge-pages`` (unless the profile leaves it out: ``live_density_merged``); after
+    each, what that server left."""
     n = int(b.profile.live_density_n)
+    variants = [("live_density", False)]
+    if b.profile.live_density_merged:
+        variants.append(("live_density_merged", True))
+    else:
+        log.info("live density: the merged run is not in the %s profile", b.profile.name)
     saved = {name: (KSM / name).read_text().strip() for name in KSM_SETTINGS}
     results = {}
     try:
-        for name, merge in (("live_density", False), ("live_density_merged", True)):
+        for name, merge in variants:
             state = Path(f"{b.server.state_dir}-{name}")
             flags = (*server_flags(n), *(["--merge-pages"] if merge else []))
             server = start_server(state, flags)
