@@ -489,10 +489,20 @@ class Gate:
                 self.idle.set()
 
     def _gated(self, receive: Any) -> Any:
+        """A session's ``receive``, held while the gate is closed. In a copy of this process
+        (a live child, a trial) the session is the parent's: its next message, one the
+        parent's socket had already delivered before the copy, must never run there. It
+        would step the Environment the child hands to its own first session, and run in a
+        worker thread the child starts before it takes its own root (setns(2) refuses a
+        process of several threads: the child failed to start)."""
+        mine = os.getpid()
+
         async def gated() -> Any:
             message = await receive()
             assert self.open is not None
             await self.open.wait()
+            if os.getpid() != mine:
+                await asyncio.get_running_loop().create_future()  # never done
             return message
 
         return gated
@@ -1263,12 +1273,28 @@ def own_root(root: str, work: list[tuple[str, str]], kids: str) -> None:
     ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     try:
         _check(libc.setns(ns, CLONE_NEWNS), "enter our mount namespace at our root")
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror} (threads: {_threads_here()})") from None
     finally:
         os.close(ns)
     try:
         os.chdir(cwd)
     except OSError:
         os.chdir("/")
+
+
+def _threads_here() -> str:
+    """This process's threads, by name (the kernel's): setns(2) of a mount namespace
+    refuses a process of several."""
+    names = []
+    for task in sorted(os.listdir("/proc/self/task")):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f"{task}:{f.read().strip()}")
+        except OSError:
+            continue
+    py = ", ".join(t.name for t in threading.enumerate())
+    return f"{'; '.join(names)} (Python's: {py})"
 
 
 def _root_binds(work: list[tuple[str, str]], kids: str) -> list[tuple[str, str]]:
