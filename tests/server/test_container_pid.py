@@ -42,18 +42,18 @@ def test_a_containers_pid_is_asked_once_while_it_runs(
     try:
         cid = docker("run", "-d", "--rm", IMAGE, "sleep", "120").strip()
         try:
-            first = node._container_pid(cid)
+            first = node.live.container_pid(cid)
             assert first == engine_pid(cid)
-            assert node._container_pid(cid) == first
+            assert node.live.container_pid(cid) == first
             assert asked == [cid]  # the second answer came from what the node remembered
 
             docker("restart", "-t", "0", cid)  # pid 1 ends; the container runs again
-            again = node._container_pid(cid)
+            again = node.live.container_pid(cid)
             assert again == engine_pid(cid) != first
             assert asked == [cid, cid]
         finally:
             docker("rm", "-f", cid)
-        assert node._container_pid(cid) == 0  # gone: the engine is asked, and says so
-        assert cid not in node._pids
+        assert node.live.container_pid(cid) == 0  # gone: the engine is asked, and says so
+        assert cid not in node.live._pids
     finally:
         node.stop()

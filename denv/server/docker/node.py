@@ -14,10 +14,8 @@ import contextlib
 import os
 import shutil
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,13 +25,9 @@ from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.images import ImageSource, NodeImages
 from denv.server.docker.layers import LayerTransfer, Peers
-from denv.server.docker.live import cgroups as live_cgroups
-from denv.server.docker.live import launcher_ctl as live
-from denv.server.docker.live import launcher_fork, port_rules
-from denv.server.docker.live import netns as live_net
-from denv.server.docker.live.rootfs import LiveRoots
+from denv.server.docker.live import netns
+from denv.server.docker.live.node import LiveDocker
 from denv.server.net.policy import network_name
-from denv.server.node.live import LiveError
 from denv.server.node.seam import (
     Booted,
     BootSpec,
@@ -48,7 +42,6 @@ from denv.server.node.seam import (
 from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
-from denv.server.volumes.rootfs import ROOT, RootFsError
 
 
 class DockerNode:
@@ -83,16 +76,8 @@ class DockerNode:
         self._boots: Counter[str] = Counter()  # API key -> its envs booting here
         self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
-        self.rules = port_rules.Rules()  # live servers' port rules, per container
-        # A network namespace per live child (``denv serve --live-netns on``), in place of
-        # the port rules: the children's networks, per container.
-        self.live_netns = live_netns
-        self.net = live_net.LiveNet()
-        # A live container's pid 1 (with its start time), so that a delete of one of its
-        # live envs does not ask the engine again: a live group's pid 1 outlives its envs.
-        self._pids: dict[str, live.Proc] = {}
-        self.merge_pages = merge_pages
-        self.roots = LiveRoots(engine, volumes)  # what live children's root overlays stand on
+        # live envs: their processes found, copied into children, asked, ended
+        self.live = LiveDocker(engine, volumes, self.control, live_netns, merge_pages)
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -267,9 +252,7 @@ class DockerNode:
         with self.control.lock(env_id):
             owner = self._owners.get(env_id, "")
             for cid in containers:  # a live group's: the host route to its children
-                self.net.forget(cid)
-                self._pids.pop(cid, None)
-                self.roots.forget(cid)
+                self.live.forget(cid)
             for cid in set(containers) | set(self.engine.states(env_id)):
                 with self.queue.slot(owner):
                     self.engine.remove(cid)
@@ -308,14 +291,13 @@ class DockerNode:
 
     def usage(self, envs: list[Metered]) -> list[Usage]:
         """Read from cgroup files (no engine call): a container's in its key's group or
-        Docker's, a live server's own (``live_cgroups.usage``)."""
+        Docker's, a live server's own (``LiveDocker.usage``)."""
         out = []
         for env in envs:
             mem: int | None = None
             cpu: float | None = None
             if env.live is not None:
-                if live.alive(live.Proc(env.live.pid, env.live.start)):
-                    mem, cpu = live_cgroups.usage(env.live.pid, env.live.group == env.env_id)
+                mem, cpu = self.live.usage(env.env_id, env.live)
             elif env.containers:
                 mems = [cgroups.cgroup_memory(cid) for cid in env.containers]
                 cpus = [cgroups.cpu_seconds(cid) for cid in env.containers]
@@ -368,7 +350,7 @@ class DockerNode:
             } - {""}
 
         try:
-            live_net.prune_routes(running)
+            netns.prune_routes(running)
         except Exception:  # the engine and `ip` are checked elsewhere: the routes stay
             return
 
@@ -392,27 +374,9 @@ class DockerNode:
                 return f"the volume {slot.path} of service '{slot.service}' is not mounted"
         return None
 
-    # live forks (denv.server.docker.live)
+    # live forks: each a call of ``self.live`` (``denv.server.docker.live``)
     def live_root(self, env_id: str, container: str, port: int) -> LiveProc:
-        """The server process of a booted ``live`` env, under its container's launcher."""
-        pid = self._container_pid(container)
-        if not pid:
-            raise LiveError("live_fork_failed", "the env's container is not running")
-        proc = live.root_process(pid)
-        live.trial(proc)  # its copies can serve: else it runs without live forks
-        try:  # kept off its live children's ports, as they are off its own and each other's
-            group = live_cgroups.group_of(proc.pid)
-            if self.live_netns:  # children in namespaces of their own, behind a bridge
-                self.net.ensure(container, pid)
-            else:
-                self.rules.guard(group, [(env_id, port)], first=True)
-            live_cgroups.limit(group, None, [env_id])
-            live_cgroups.enter(group, env_id, proc.pid)
-        except (live_cgroups.ApartError, live_net.NetError) as exc:
-            raise LiveError("live_fork_failed", str(exc)) from exc
-        return LiveProc(
-            group=env_id, container=container, pid=proc.pid, start=proc.start, port=port
-        )
+        return self.live.root(env_id, container, port)
 
     def live_fork(
         self,
@@ -422,232 +386,26 @@ class DockerNode:
         children: list[tuple[str, int]],
         reseed: bool = True,
     ) -> LiveForked:
-        """Gate the parent, capture its volumes' and its root filesystem's changes, mount
-        each child's volumes and root overlay in the group's slot dir, fork, plumb."""
-        stacks: list[list[str]] = []
-        rootfs = self.volumes.rootfs
-        # What the parent's root filesystem is (the engine asked once a container), before
-        # the gate: only the copy of its changes is made while the parent waits.
-        root = self.roots.source(parent_env, parent, volumes)
-
-        def slot_of(env_id: str) -> str:
-            return f"{parent.slot}/kids/{env_id}" if parent.slot else env_id
-
-        spent: dict[str, float] = {}  # ms of the node's own steps, for the fork's log line
-
-        def copied(upper: Path) -> Path:
-            t0 = time.perf_counter()
-            try:
-                return rootfs.capture(parent.group, parent_env, upper)
-            finally:
-                spent["rootfs_copy_ms"] = (time.perf_counter() - t0) * 1e3
-
-        def capture() -> None:
-            t0 = time.perf_counter()
-            ids = [env_id for env_id, _ in children]
-            copy: Future[Path] | None = None
-            try:
-                with ThreadPoolExecutor(max(1, min(len(ids), 8)), "denv-live-mount") as pool:
-                    # The parent waits at its gate meanwhile. Its root filesystem's changes
-                    # are copied (by a process of its own) while /work is captured and the
-                    # children's volumes are mounted, all at once.
-                    if root is not None:
-                        copy = pool.submit(copied, root.upper)
-                    new = [
-                        self.volumes.capture(self.volumes.upper(parent_env, s.service, s.n))
-                        for s in volumes
-                    ]
-                    stacks.extend(
-                        self.volumes.stack(layer, slot.layers)
-                        for slot, layer in zip(volumes, new, strict=True)
-                    )
-
-                    def attach(env_id: str) -> None:
-                        for slot, layers in zip(volumes, stacks, strict=True):
-                            self.volumes.attach_live(
-                                parent.group, slot_of(env_id), env_id, slot.service, slot.n, layers
-                            )
-                        if copy is not None and root is not None:  # on its volume's fs: after
-                            lowers = [str(copy.result()), *root.lowers]
-                            base = self.roots.base(env_id, volumes)
-                            rootfs.attach(parent.group, slot_of(env_id), env_id, base, lowers)
-
-                    list(pool.map(attach, ids))
-            except (RootFsError, OSError) as exc:
-                raise LiveError("live_fork_failed", f"mounting the children failed: {exc}") from exc
-            finally:
-                if copy is not None and copy.done() and copy.exception() is None:
-                    rootfs.done(parent.group, copy.result())
-                spent["mount_ms"] = (time.perf_counter() - t0) * 1e3
-
-        netns = self.live_netns
-        if netns:  # each child serves the env's own port at an address of its own
-            children = [(env_id, parent.port) for env_id, _ in children]
-        specs = [
-            launcher_fork.ChildSpec(
-                env_id,
-                port,
-                [(f"{live.WORK_DIR}/{env_id}/work-{s.n}", s.path) for s in volumes],
-                f"{live.WORK_DIR}/{env_id}/kids",
-                reseed,
-                netns,
-                f"{live.WORK_DIR}/{env_id}/{ROOT}" if root else "",
-            )
-            for env_id, port in children
-        ]
-        addrs: dict[str, str] = {}
-        with (
-            self.control.lock(parent_env),
-            ThreadPoolExecutor(1, "denv-live-apart") as apart,
-        ):
-            try:
-                # Each child's limits (the root's), and the container's raised by as much,
-                # before the clones count there; the forker may hold its clones meanwhile.
-                group = live_cgroups.group_of(parent.pid)
-                ids = [env_id for env_id, _ in children]
-                live_cgroups.limit(group, parent.group, ids)
-                live_cgroups.lend_pids(group, parent_env, len(ids))
-                net = self._live_net(parent.container) if netns else None
-            except (live_cgroups.ApartError, live_net.NetError) as exc:
-                raise LiveError("live_fork_failed", str(exc)) from exc
-            # The port rules, made while the parent gates and clones; each child enters its
-            # cgroups before it is set up (before env code runs again).
-            guarded = apart.submit(self.rules.guard, group, children, False) if not netns else None
-
-            def placed(env_id: str, pid: int) -> dict[str, Any] | None:
-                if guarded is not None:
-                    guarded.result()
-                live_cgroups.enter(group, env_id, pid)
-                if net is None:
-                    return None
-                cfg = self.net.attach(net, env_id, pid)
-                addrs[env_id] = str(cfg["addr"]).split("/")[0]
-                return cfg
-
-            try:
-                procs, timings = launcher_fork.fork(
-                    live.forker(live.Proc(parent.pid, parent.start)),
-                    specs,
-                    capture,
-                    parent.depth,
-                    placed,
-                    merge=self.merge_pages,
-                )
-            except BaseException:  # no child: their cgroups, rules, addresses, limits, mounts go
-                if guarded is not None:
-                    guarded.exception()
-                for env_id, port in children:
-                    self._release_live(group, parent.container, env_id, port, netns)
-                    self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
-                    rootfs.release(parent.group, env_id)
-                raise
-            finally:
-                with contextlib.suppress(live_cgroups.ApartError):
-                    live_cgroups.lend_pids(group, parent_env, -len(ids))
-        out: list[LiveProc | str] = []
-        for (env_id, port), proc in zip(children, procs, strict=True):
-            if isinstance(proc, LiveError):
-                self.volumes.detach_live(parent.group, slot_of(env_id), env_id)
-                rootfs.release(parent.group, env_id)
-                self._release_live(group, parent.container, env_id, port, netns)
-                out.append(proc.message)
-            else:
-                out.append(
-                    parent.model_copy(
-                        update={
-                            "pid": proc.pid,
-                            "start": proc.start,
-                            "port": port,
-                            "depth": parent.depth + 1,
-                            "slot": slot_of(env_id),
-                            "addr": addrs.get(env_id, ""),
-                        }
-                    )
-                )
-        return LiveForked(stacks=stacks, children=out, timings_ms={**timings, **spent})
-
-    def _live_net(self, container: str) -> live_net.ContainerNet:
-        """The children's network of a container (found again after a restart)."""
-        net = self.net.known(container)
-        if net is not None:
-            return net
-        pid = self._container_pid(container)
-        if not pid:
-            raise live_net.NetError("the env's container is not running")
-        return self.net.ensure(container, pid)
-
-    def _release_live(
-        self, group: live_cgroups.Group, container: str, env_id: str, port: int, netns: bool
-    ) -> None:
-        """What a live server that is gone held: its cgroups, its port rule or address."""
-        if netns:
-            live_cgroups.release_cgroups(group, env_id)
-            self.net.release(container, env_id)
-        else:
-            self.rules.release(group, env_id, port)
-
-    def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
-        """Which limit of its own a live env whose process ended hit, if one did."""
-        group = self._live_group(proc.container)
-        return live_cgroups.exit_reason(group, env_id) if group else None
-
-    def _container_pid(self, container: str) -> int:
-        """The host pid of a container's pid 1; 0 when it does not run. The engine is asked
-        once while that process lives (its start time tells a reused pid apart)."""
-        known = self._pids.get(container)
-        if known is not None and live.alive(known):
-            return known.pid
-        info = self.engine.inspect(container)
-        pid = int(((info or {}).get("State") or {}).get("Pid") or 0)
-        start = live.start_time(pid) if pid else None
-        if start is None:
-            self._pids.pop(container, None)
-            return 0
-        self._pids[container] = live.Proc(pid, start)
-        return pid
-
-    def _live_group(self, container: str) -> live_cgroups.Group | None:
-        """The live servers' cgroups of a running container (found from its pid 1, which
-        outlives them), or None."""
-        pid = self._container_pid(container)
-        if not pid:
-            return None
-        try:
-            return live_cgroups.group_of(pid)
-        except live_cgroups.ApartError:
-            return None
+        return self.live.fork(parent_env, parent, volumes, children, reseed)
 
     def live_alive(self, proc: LiveProc) -> bool:
-        return live.alive(live.Proc(proc.pid, proc.start))
+        return self.live.alive(proc)
 
     def live_modules(self, proc: LiveProc) -> list[str]:
-        try:
-            return live.modules(live.Proc(proc.pid, proc.start))
-        except (OSError, ValueError, LiveError) as exc:
-            raise LiveError("live_fork_failed", f"asking its launcher failed: {exc}") from exc
+        return self.live.modules(proc)
 
     def live_preload(self, proc: LiveProc, modules: list[str]) -> dict[str, Any]:
-        try:
-            return live.preload(live.Proc(proc.pid, proc.start), modules)
-        except (OSError, ValueError, LiveError) as exc:
-            raise LiveError("live_fork_failed", f"asking its launcher failed: {exc}") from exc
+        return self.live.preload(proc, modules)
+
+    def live_exit_reason(self, env_id: str, proc: LiveProc) -> str | None:
+        return self.live.exit_reason(env_id, proc)
 
     def live_teardown(self, env_id: str, proc: LiveProc, last: bool) -> None:
-        """End one live env: its process, its volume slots; the container with the last."""
-        with self.control.lock(env_id):
-            group = None if last else self._live_group(proc.container)
-            live.kill(live.Proc(proc.pid, proc.start))
-            netns = bool(proc.addr) or (
-                self.live_netns and self.net.known(proc.container) is not None
-            )
-            if group is not None and not last:
-                self._release_live(group, proc.container, env_id, proc.port, netns)
-            self.volumes.detach_live(proc.group, proc.slot, env_id)
-            self.volumes.rootfs.release(proc.group, env_id)
+        """End one live env (``LiveDocker.end``); the group's container with the last."""
+        self.live.end(env_id, proc, last)
         if last:
-            self.net.forget(proc.container)
             self.teardown(proc.group, [proc.container])
-            self.rules.forget(proc.container)
+            self.live.rules.forget(proc.container)
 
     def live_adopt(self, env_id: str, proc: LiveProc) -> None:
         return None  # one machine counts nothing per env
