@@ -15,8 +15,7 @@ re-exported here. Finding or starting the local server: `denv.local`.
 """
 
 from . import errors, types
-from ._async import AsyncDenv
-from ._client import Denv
+from .client import AsyncDenv, Denv
 from .errors import *  # noqa: F403  (the error classes; one list, in denv.errors)
 from .types import *  # noqa: F403  (the records and enums calls return; in denv.types)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from rich.console import Console
 
-from ._client import Denv
-from .errors import DenvError, NotFound
-from .types import EnvStatus
+from .client._client import Denv
+from .client.errors import DenvError, NotFound
+from .client.types import EnvStatus
 
 #: Width used when stdout is no terminal (a pipe, a file, a test): ids never wrap.
 PIPE_WIDTH = 200

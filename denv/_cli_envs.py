@@ -18,9 +18,9 @@ from ._cli_common import (
     labels_text,
     status_text,
 )
-from ._client import Denv
-from .errors import APIStatusError
-from .types import Env, EnvStatus, WaitFor
+from .client._client import Denv
+from .client.errors import APIStatusError
+from .client.types import Env, EnvStatus, WaitFor
 
 
 def env_table(envs: Sequence[Env], title: str | None = None) -> Table:

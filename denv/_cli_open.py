@@ -12,9 +12,9 @@ import argparse
 import webbrowser
 
 from ._cli_common import Command, Output, id_problem
-from ._client import Denv
+from .client._client import Denv
+from .client.types import Env
 from .ingress_host import web_url
-from .types import Env
 
 
 def _add_open(parser: argparse.ArgumentParser) -> None:

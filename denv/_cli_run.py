@@ -8,10 +8,10 @@ import re
 from rich.markup import escape
 
 from ._cli_common import Command, Output, add_label_option
-from ._client import Denv
-from ._requests import EgressArg
-from .errors import InvalidRequest
-from .types import Env, EnvStatus, WaitFor
+from .client._client import Denv
+from .client._requests import EgressArg
+from .client.errors import InvalidRequest
+from .client.types import Env, EnvStatus, WaitFor
 
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from ._cli_common import Command, Output, age, labels_text, status_text
-from ._client import Denv
-from .types import Env, EnvStatus, Version
+from .client._client import Denv
+from .client.types import Env, EnvStatus, Version
 
 
 @dataclass

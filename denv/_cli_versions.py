@@ -8,8 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ._cli_common import Command, Output, add_label_option, age, id_problem, labels_text
-from ._client import Denv
-from .types import FileChangeKind
+from .client._client import Denv
+from .client.types import FileChangeKind
 
 CHANGE_STYLE = {
     FileChangeKind.ADDED: "green",

@@ -13,10 +13,10 @@ import os
 
 from ._cli_common import Output, describe
 from ._cli_envs import delete_envs, envs_word
-from ._client import Denv
-from ._config import ENV_SERVER
-from .errors import DenvError
-from .local import read_local_server, stop_local_server
+from .client._client import Denv
+from .client._config import ENV_SERVER
+from .client.errors import DenvError
+from .client.local import read_local_server, stop_local_server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Every private module of the facade is named in the contracts (a new one must be placed).
+# The facade's modules live in denv/client/ (the contracts name the folder); a private module
+# at the top of denv (the CLI's) is named in the contracts, so a new one must be placed.
 for module in denv/_*.py; do
   name="denv.$(basename "$module" .py)"
   [[ "$name" == denv.__init__ || "$name" == denv.__main__ ]] && continue

@@ -2,7 +2,7 @@
 
 An operation (start, readiness, fork, stop: `_operations`, `_waits`) takes several steps,
 each depending on the answer before it, so it is written once as a plan: a generator that
-yields each step and is sent its value (or thrown its error), as `denv._lineage` does for the
+yields each step and is sent its value (or thrown its error), as `denv.client._lineage` does for the
 facade. `run` here drives a plan with `Denv`, `httpx.Client`, the sync WebSocket probe,
 `time.sleep` and threads; `_async.run` awaits the same steps on the running event loop.
 Neither knows what an operation does, only how to take a step.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from denv.cli import main
-from denv.local import _alive, ensure_local_server, read_local_server
+from denv.client.local import _alive, ensure_local_server, read_local_server
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from async_driver import Blocking
 from cassette_match import replay as replaying
 from facade_scenarios import CASSETTE_KEY, CASSETTE_SERVER, SCENARIOS, UNKNOWN_ENV
 
-import denv.local
+import denv.client.local
 from denv import AsyncDenv, Denv, DenvError, EnvStatus, InvalidRequest, NotFound
 
 
@@ -139,8 +139,8 @@ def test_the_constructor_does_no_io_and_the_server_is_found_off_the_loop(
         threads.append(threading.current_thread())
         return "http://127.0.0.1:1", CASSETTE_KEY
 
-    monkeypatch.setattr("denv._async_base.resolve_server", resolve)
-    monkeypatch.setattr(denv.local, "resolve_server", resolve)
+    monkeypatch.setattr("denv.client._async_base.resolve_server", resolve)
+    monkeypatch.setattr(denv.client.local, "resolve_server", resolve)
     client = AsyncDenv()
     assert not threads and repr(client) == "AsyncDenv(server=None)"
 

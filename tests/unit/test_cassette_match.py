@@ -23,7 +23,7 @@ from facade_scenarios import CASSETTE_KEY, CASSETTE_SERVER
 from vcr.errors import CannotOverwriteExistingCassetteException
 from vcr.request import Request
 
-import denv._operations
+import denv.client._operations
 from denv import Denv
 
 Change = Callable[[httpx.Request], httpx.Request]
@@ -236,7 +236,7 @@ def test_a_dropped_idempotency_key_is_refused(monkeypatch: pytest.MonkeyPatch) -
 
 def test_one_idempotency_key_for_two_creates_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     same = f"denv-{uuid.uuid4()}"
-    monkeypatch.setattr(denv._operations, "new_idempotency_key", lambda: same)
+    monkeypatch.setattr(denv.client._operations, "new_idempotency_key", lambda: same)
     with pytest.raises(AssertionError, match="do not pair one to one"):
         run_facade("fork")  # the create of the parent, then the fork
 

@@ -14,7 +14,7 @@ from denv_api_client import models as api
 from facade_fakes import env_json
 
 from denv import EgressAllowlist, Env
-from denv._requests import egress_body
+from denv.client._requests import egress_body
 
 ENTRIES = ["host.docker.internal:8100", "10.1.2.0/24"]
 

@@ -1,9 +1,9 @@
 """Where Denv finds its server and key: argument, then DENV_SERVER/DENV_API_KEY, then the
-running local server (denv.local), else a DenvConfigError that says what to set.
+running local server (denv.client.local), else a DenvConfigError that says what to set.
 
-`denv.local.read_local_server` is replaced by a stand-in: finding a real local server is tested
-end to end; what is tested here is the order the facade consults it in, and that it does so on
-first use, not in the constructor.
+`denv.client.local.read_local_server` is replaced by a stand-in: finding a real local server
+is tested end to end; what is tested here is the order the facade consults it in, and that it
+does so on first use, not in the constructor.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from facade_fakes import KEY
 
-import denv.local
+import denv.client.local
 from denv import Denv, DenvConfigError
 
 OTHER_KEY = "dak_" + "o" * 43
@@ -32,10 +32,10 @@ def _local_server(monkeypatch: pytest.MonkeyPatch, found: _Local | None) -> list
         calls.append(1)
         return found
 
-    monkeypatch.setattr(denv.local, "read_local_server", read_local_server)
+    monkeypatch.setattr(denv.client.local, "read_local_server", read_local_server)
     # These servers answer (a missing key is then what is wrong); one nobody answers at is
     # tests/unit/test_unreachable_server.py's.
-    monkeypatch.setattr(denv.local, "_check_reachable", lambda server: None)
+    monkeypatch.setattr(denv.client.local, "_check_reachable", lambda server: None)
     return calls
 
 
@@ -113,12 +113,12 @@ def test_a_missing_key_names_the_variable_and_the_key_file(
     with pytest.raises(DenvConfigError) as info:
         Denv.from_environment()
     assert "DENV_API_KEY" in str(info.value)
-    assert str(denv.local.state_dir() / "api_key") in str(info.value)
+    assert str(denv.client.local.state_dir() / "api_key") in str(info.value)
 
 
 def test_default_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DENV_STATE_DIR", "/srv/denv")
-    assert str(denv.local.state_dir()) == "/srv/denv"
-    assert str(denv.local.state_dir("~/x")).endswith("/x")  # an argument comes first
+    assert str(denv.client.local.state_dir()) == "/srv/denv"
+    assert str(denv.client.local.state_dir("~/x")).endswith("/x")  # an argument comes first
     monkeypatch.delenv("DENV_STATE_DIR")
-    assert denv.local.state_dir().parts[-3:] == (".local", "share", "denv")
+    assert denv.client.local.state_dir().parts[-3:] == (".local", "share", "denv")

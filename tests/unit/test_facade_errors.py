@@ -26,7 +26,7 @@ from denv import (
     Unauthorized,
 )
 from denv import errors as errors_module
-from denv._errors import error_from_response
+from denv.client._errors import error_from_response
 
 URL = "http://denv.test/v1/envs/" + ENV_ID
 

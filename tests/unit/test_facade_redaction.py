@@ -131,7 +131,7 @@ def test_connection_failed_never_shows_the_key(
 
 
 def test_config_error_never_shows_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("denv.local.read_local_server", lambda state_dir=None: None)
+    monkeypatch.setattr("denv.client.local.read_local_server", lambda state_dir=None: None)
     monkeypatch.setenv("DENV_API_KEY", KEY)
     with pytest.raises(DenvConfigError) as info:
         Denv().health()

@@ -1,8 +1,8 @@
 """What the facade retries, and what it never retries.
 
-Rules (denv/_http.py): a connection that was never made is retried for every call; 429/5xx and
-a connection that broke mid-call only for idempotent calls (GET, DELETE, wait, and creates,
-which always carry an Idempotency-Key). 4xx answers are never retried.
+Rules (denv/client/_http.py): a connection that was never made is retried for every call;
+429/5xx and a connection that broke mid-call only for idempotent calls (GET, DELETE, wait, and
+creates, which always carry an Idempotency-Key). 4xx answers are never retried.
 
 httpx.MockTransport stands in for the server here because the real local server cannot be made
 to answer 503/429 or to drop a connection on demand; the connection-refused test uses a real
@@ -41,7 +41,7 @@ from denv import (
     ServerError,
     Unauthorized,
 )
-from denv._retry import backoff_s
+from denv.client._retry import backoff_s
 
 UNAVAILABLE = error_response(503, "engine_unavailable", "start dockerd, then retry")
 ENV_OK = httpx.Response(200, json=env_json())

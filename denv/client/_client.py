@@ -1,7 +1,7 @@
 """`Denv`: the typed facade over the generated denv API client.
 
-Each method is its operation in `denv._operations`, run by `ClientBase._call`; `AsyncDenv`
-(denv/_async.py) runs the same operations awaited.
+Each method is its operation in `denv.client._operations`, run by `ClientBase._call`; `AsyncDenv`
+(denv/client/_async.py) runs the same operations awaited.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`AsyncDenv`: the facade for asyncio, the same operations as `Denv`, awaited.
 
-Each method is its operation in `denv._operations` (the one definition `Denv` runs too),
+Each method is its operation in `denv.client._operations` (the one definition `Denv` runs too),
 awaited through `AsyncClientBase._call`; the docstrings are `Denv`'s.
 """
 

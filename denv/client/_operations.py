@@ -366,7 +366,7 @@ def list_projects() -> Listing[Project]:
     return Listing(page, Project.from_api)
 
 
-# -- leases (denv/_lease.py keeps a client's)
+# -- leases (denv/client/_lease.py keeps a client's)
 
 
 def open_lease(timeout_s: float | None) -> Call[Lease]:

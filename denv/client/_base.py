@@ -1,11 +1,11 @@
 """How a `Denv` or an `AsyncDenv` reaches its server, and how `Denv` runs one operation.
 
 The server is found on first use (no I/O in the constructor), one pooled connection is
-kept, and it is closed once. Each client runs the operations of `denv._operations` its own
+kept, and it is closed once. Each client runs the operations of `denv.client._operations` its own
 way: `Denv` with the generated `sync_detailed` (here), `AsyncDenv` awaiting
-`asyncio_detailed` (`denv._async_base`); what both are given (`ClientSettings`) is here.
+`asyncio_detailed` (`denv.client._async_base`); what both are given (`ClientSettings`) is here.
 A call that creates envs (`Call.holds`) first opens the client's lease, once, and sends its
-id (`denv._lease` renews it; closing the client closes it).
+id (`denv.client._lease` renews it; closing the client closes it).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class ClientSettings:
         self._client: AuthenticatedClient | None = None
         self._closed = False
         self._key: Secret | None = None  # the resolved key, for the lease keeper's client
-        # The lease (denv._lease): none with `detach`; another client's with `lease_id`
+        # The lease (denv.client._lease): none with `detach`; another client's with `lease_id`
         # (this one neither renews nor closes it); else this client's own, opened on the
         # first create.
         self._detach = detach
@@ -141,7 +141,7 @@ class ClientSettings:
 
 
 class ClientBase(ClientSettings):
-    """The connection half of `Denv` (its calls are in `denv._client`)."""
+    """The connection half of `Denv` (its calls are in `denv.client._client`)."""
 
     def __init__(
         self,
@@ -261,7 +261,7 @@ class ClientBase(ClientSettings):
         return self._lease()
 
     def _run(self, plan: Generator[Call[Any], Any, T]) -> T:
-        """Run a plan of several calls (see `denv._lineage`): send each its value or error."""
+        """Run a plan of several calls (see `._lineage`): send each its value or error."""
         step = next(plan)
         while True:
             try:

@@ -3,7 +3,7 @@
 The generated client sends every request through one `httpx.Client` (`AsyncClient` for
 `AsyncDenv`) built here, with the same settings either way:
 
-* `RetryTransport` / `AsyncRetryTransport` (denv/_retry.py) retry what cannot repeat work the
+* `RetryTransport` / `AsyncRetryTransport` (denv/client/_retry.py) retry what cannot repeat work the
   server already did, and map httpx's transport failures to `Timeout` and `ConnectionFailed`.
 * `raise_for_status`, a response hook, turns every non-2xx answer into a `DenvError` before
   the generated parser sees it, so a proxy's HTML 502 is as readable as a denv error.

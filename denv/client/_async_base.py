@@ -1,9 +1,9 @@
 """How an `AsyncDenv` reaches its server and awaits one operation (`Denv`'s is in
-`denv._base`, with the settings both share).
+`denv.client._base`, with the settings both share).
 
 Nothing blocks the event loop: finding the server, building the HTTP client (CA
 certificates) and the lease's keeper run on worker threads; each operation of
-`denv._operations` is awaited through the generated `asyncio_detailed`.
+`denv.client._operations` is awaited through the generated `asyncio_detailed`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 class AsyncClientBase(ClientSettings):
-    """The connection half of `AsyncDenv` (its calls are in `denv._async`)."""
+    """The connection half of `AsyncDenv` (its calls are in `denv.client._async`)."""
 
     def __init__(
         self,
