@@ -18,7 +18,7 @@ from denv.server.errors import ApiError
 from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import Envs, Start
+from denv.server.lifecycle.envs import EnvOptions, Envs
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.node.errors import EngineUnavailable
 from denv.server.node.seam import (
@@ -265,7 +265,7 @@ def _lifecycle(
 
 def _create(envs: Envs, version: VersionRecord) -> str:
     with envs.admit.hold("o", 1) as hold:
-        recs = envs.create(Admitted(hold, 1, "deny"), version, Start({}, 60, 5))
+        recs = envs.create(Admitted(hold, 1, "deny"), version, EnvOptions({}, 60, 5))
     return recs[0].id
 
 

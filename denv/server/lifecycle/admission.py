@@ -17,7 +17,7 @@ create takes.
     admit = Admission(ctx, warm)
     with admit.fork(owner, rec, parent_version, opts) as admitted:   # or the ApiError
         version = versions.snapshot(rec, {}, "fork")
-        envs.create(admitted, version, Start.of(opts))
+        envs.create(admitted, version, EnvOptions.of(opts))
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admitted
-from denv.server.lifecycle.envs import Start
+from denv.server.lifecycle.envs import EnvOptions
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate
 from denv.server.records import EnvDeletion, VersionRecord
@@ -41,7 +41,7 @@ class Creates(Verb):
             t1 = time.perf_counter()
             admitted = self.admit.sandbox(hold, planned, facts, body)
             live = admitted.live
-            start = Start(body.labels, body.ttl_s, body.wait_timeout_s, lease_id)
+            start = EnvOptions(body.labels, body.ttl_s, body.wait_timeout_s, lease_id)
             with self.ctx.pins.pin(owner):  # the version is needed once its envs are recorded
                 if live:
                     t2 = time.perf_counter()
@@ -122,7 +122,7 @@ class Creates(Verb):
                     )
                     if copied is not None:
                         return {"envs": self.views.copies(copied)}
-                recs = self.envs.create(admitted, version, Start.of(opts))
+                recs = self.envs.create(admitted, version, EnvOptions.of(opts))
         if live:  # the first live create from this version boots; the next ones copy
             self.zygotes.leave_behind(owner, version, admitted.egress, recs[0].id, of=opts.env)
         envs = self.views.wait_all(recs, opts.wait, opts.wait_timeout_s)

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from denv.server import ids
 from denv.server.config import LOG_TAIL_LINES
@@ -49,8 +50,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Start:
-    """How recorded envs start, beside what admission resolved (``Admitted``): their labels,
+class EnvOptions:
+    """The options of recorded envs, beside what admission resolved (``Admitted``): their labels,
     lease, lifetime and boot limit; whether they may take spares; why they spilled."""
 
     labels: dict[str, str]
@@ -61,9 +62,40 @@ class Start:
     spill: str | None = None
 
     @classmethod
-    def of(cls, opts: EnvsCreate, spill: str | None = None) -> Start:
+    def of(cls, opts: EnvsCreate, spill: str | None = None) -> EnvOptions:
         """A create's or fork's request options (``EnvsCreate``)."""
         return cls(dict(opts.labels), opts.ttl_s, opts.wait_timeout_s, opts.lease_id, True, spill)
+
+
+def new_record(
+    owner: str,
+    version: VersionRecord,
+    egress: str,
+    options: EnvOptions,
+    parent_id: str | None,
+    spec: EnvSpec,
+    **made: Any,
+) -> EnvRecord:
+    """The record of a new env of ``version``, whatever made it (a boot, a spare, a live
+    copy): the one place its identity, labels, lease and lifetime are set. ``made``: what
+    its maker knows already (id, status, start, runtime, error); by default a cold start
+    still to be made."""
+    created = now()
+    fields: dict[str, Any] = {"id": "", "status": EnvStatus.CREATING, "start": "cold", **made}
+    return EnvRecord(
+        owner=owner,
+        version_id=version.id,
+        parent_id=parent_id,
+        project=version.project,
+        agent_service=version.agent_service,
+        egress=egress,
+        labels=dict(options.labels),
+        lease_id=options.lease_id,
+        created_at=iso(created),
+        expires_at=iso(created + timedelta(seconds=options.ttl_s)),
+        spec=spec,
+        **fields,
+    )
 
 
 class _Aborted(Exception):
@@ -81,46 +113,33 @@ class Envs:
         self.admit = Admission(ctx, self.warm)
 
     # create
-    def create(self, admitted: Admitted, version: VersionRecord, start: Start) -> list[EnvRecord]:
+    def create(
+        self, admitted: Admitted, version: VersionRecord, options: EnvOptions
+    ) -> list[EnvRecord]:
         """Record the ``admitted.count`` envs of ``version`` and start them on worker threads.
 
-        With ``start.use_spares`` (create, fork, create-from-version) envs take booted spares
+        With ``options.use_spares`` (create, fork, create-from-version) envs take booted spares
         of the version's warm pool while there are some; ``admitted.warm`` sets that pool's
-        size. With ``start.lease_id`` the lease holds them (``leases``); without, they are
-        detached. ``start.spill``: they are a live fork's children that did not fit on its
+        size. With ``options.lease_id`` the lease holds them (``leases``); without, they are
+        detached. ``options.spill``: they are a live fork's children that did not fit on its
         node (why). Their quota was held at admission: it is handed over as they are
         recorded, so nothing is checked again but a cluster's room (spares need none).
         """
         store = self.ctx.store
         owner, count, egress, env = admitted.owner, admitted.count, admitted.egress, admitted.env
-        live_env, warm, use_spares = admitted.live, admitted.warm, start.use_spares
+        live_env, warm, use_spares = admitted.live, admitted.warm, options.use_spares
         if live_env:  # a spare runs the image's command without the live launcher
             use_spares, warm = False, 0
-        created = now()
+        spec = EnvSpec(
+            env=env,
+            wait_timeout_s=options.wait_timeout_s,
+            warm=warm,
+            live=bool(live_env),
+            live_auto=live_env == "auto",
+            spill=options.spill,
+        )
         records = [
-            EnvRecord(
-                id="",
-                owner=owner,
-                version_id=version.id,
-                parent_id=version.parent_env_id,
-                project=version.project,
-                agent_service=version.agent_service,
-                egress=egress,
-                labels=dict(start.labels),
-                lease_id=start.lease_id,
-                status=EnvStatus.CREATING,
-                start="cold",
-                created_at=iso(created),
-                expires_at=iso(created + timedelta(seconds=start.ttl_s)),
-                spec=EnvSpec(
-                    env=env,
-                    wait_timeout_s=start.wait_timeout_s,
-                    warm=warm,
-                    live=bool(live_env),
-                    live_auto=live_env == "auto",
-                    spill=start.spill,
-                ),
-            )
+            new_record(owner, version, egress, options, version.parent_env_id, spec)
             for _ in range(count)
         ]
         pool = pool_of(version, egress, env, owner)  # the key's warm pool: take from, ask

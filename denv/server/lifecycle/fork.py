@@ -13,7 +13,7 @@ from typing import Any
 
 from denv.server.errors import ApiError, invalid
 from denv.server.lifecycle.admission import Admitted
-from denv.server.lifecycle.envs import Start
+from denv.server.lifecycle.envs import EnvOptions
 from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.pools.spares import pool_of
@@ -77,7 +77,7 @@ class Forks(Verb):
                 t1 = time.perf_counter()
                 if spill:  # a spilled child forks live too
                     admitted.live = "auto"
-                recs = self.envs.create(admitted, version, Start.of(opts, spill))
+                recs = self.envs.create(admitted, version, EnvOptions.of(opts, spill))
         t2 = time.perf_counter()
         envs = self.views.wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -113,7 +113,7 @@ class Forks(Verb):
             ):
                 admitted = Admitted(hold, rest.count, rec.egress, "auto", 0)
                 self.admit.fair(owner, pool_of(version, rec.egress, rest.env, owner), rest.count, 0)
-                recs = self.envs.create(admitted, version, Start.of(rest, note))
+                recs = self.envs.create(admitted, version, EnvOptions.of(rest, note))
         except BaseException:
             for child in children:
                 self.envs.delete(child.id)

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 from denv.server import ids
@@ -27,6 +26,7 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
+from denv.server.lifecycle.envs import EnvOptions, new_record
 from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.versions import Versions
@@ -199,7 +199,6 @@ class LiveForks:
         They are inserted in the step that hands their quota over from ``hold``."""
         owner = hold.owner
         ctx = self.ctx
-        created = now()
         records: list[EnvRecord] = []
         routes: list[tuple[str, Route]] = []
         host = parent.runtime.agent_ip or ""
@@ -213,23 +212,19 @@ class LiveForks:
             endpoint, route = ingress_endpoint(
                 ctx.ingress_keys, env_id, parent.agent_service, port, at
             )
+            spec = EnvSpec(wait_timeout_s=opts.wait_timeout_s, live=True)
             records.append(
-                EnvRecord(
+                new_record(
+                    owner,
+                    version,
+                    parent.egress,
+                    EnvOptions.of(opts),
+                    None if fresh else parent.id,
+                    spec,
                     id=env_id,
-                    owner=owner,
-                    version_id=version.id,
-                    parent_id=None if fresh else parent.id,
-                    project=parent.project,
-                    agent_service=parent.agent_service,
-                    egress=parent.egress,
-                    labels=dict(opts.labels),
-                    lease_id=opts.lease_id,
                     status=EnvStatus.HEALTHY if ok else EnvStatus.FAILED,
                     start="zygote" if fresh else "live",
-                    created_at=iso(created),
-                    expires_at=iso(created + timedelta(seconds=opts.ttl_s)),
                     error=None if ok else EnvError(code="start_failed", message=str(proc)),
-                    spec=EnvSpec(wait_timeout_s=opts.wait_timeout_s, live=True),
                     # A child that did not come up has nothing of its own to remove: it
                     # must not name its parent's container (a delete would remove that).
                     runtime=Runtime(

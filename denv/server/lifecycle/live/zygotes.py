@@ -40,7 +40,7 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import Envs, Start
+from denv.server.lifecycle.envs import EnvOptions, Envs
 from denv.server.lifecycle.live.forks import LiveForks
 from denv.server.lifecycle.live.preload import preload
 from denv.server.lifecycle.pools.pool import mem_available
@@ -272,7 +272,7 @@ class Zygotes:
         with self.envs.admit.hold(zowner, 1) as hold:
             self.envs.admit.fair(zowner, pool_of(zversion, egress, of or {}, zowner), 1, 0)
             admitted = Admitted(hold, 1, egress, True, 0, dict(of or {}))
-            start = Start({}, ZYGOTE_TTL_S, ZYGOTE_BOOT_TIMEOUT_S, use_spares=False)
+            start = EnvOptions({}, ZYGOTE_TTL_S, ZYGOTE_BOOT_TIMEOUT_S, use_spares=False)
             [rec] = self.envs.create(admitted, zversion, start)
         zygote = Zygote(rec.id, zversion.id)
         with self._lock:
