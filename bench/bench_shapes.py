@@ -8,7 +8,8 @@ shape, rounds alternate, each on the same machine state:
   live auto, zygotes on, as users get it) to its first `reset()` answered, then closed. The
   first round boots; later ones copy the zygote the first left behind where the shape runs
   live.
-- ``local``: the same with OpenEnv's `LocalDockerProvider`.
+- ``local``: the same with OpenEnv's `LocalDockerProvider` (its readiness wait given the
+  limit denv's has, not its fixed 30 s).
 - ``fork4``: a denv root stepped 3 times, `fork_clients(root, 4)`, each child's `state()`
   answered; the children closed outside the timing. The kind of fork is recorded (live, or
   volume for a shape that cannot be copied, with the server's reason).
@@ -95,19 +96,24 @@ def _denv_start(server: Server, image: str) -> tuple[float, str]:
 
 
 def _local_start(image: str, run_id: str) -> float:
+    """What `from_docker_image(image)` does with LocalDockerProvider (start, readiness, a
+    client, its `reset()`), with denv's readiness limit instead of its fixed 30 s: a
+    multi-worker shape on a busy machine takes longer."""
     provider = LocalDockerProvider()
+    client: Any = None
     t0 = time.perf_counter()
-    client: Any = GenericEnvClient.from_docker_image(
-        image, provider=provider, env_vars=local_docker.marker(run_id)
-    ).sync()
     try:
+        url = provider.start_container(image, env_vars=local_docker.marker(run_id))
+        provider.wait_for_ready(url, timeout_s=READY_TIMEOUT_S)
+        client = GenericEnvClient(base_url=url, provider=provider).sync()
         client.reset()
         return time.perf_counter() - t0
     finally:
         # Its close is `docker stop` with a 10 s limit, which a server holding a WebSocket
         # may outlast (TimeoutExpired): the container is removed either way.
         try:
-            client.close()
+            if client is not None:
+                client.close()
         except Exception as exc:
             log.info("LocalDockerProvider's close failed (%s); removing its container", exc)
         local_docker.remove(image, run_id)
