@@ -101,18 +101,7 @@ def _fork(
     t0 = time.perf_counter()
     if not alive(parent):
         raise LiveError("env_not_running", "the env's server process has ended")
-    specs = [
-        {
-            "env": c.env_id,
-            "port": c.port,
-            "work": c.work,
-            "kids": c.kids,
-            "reseed": c.reseed,
-            "net": c.net,
-            **({"root": c.root} if c.root else {}),
-        }
-        for c in children
-    ]
+    specs = [_wire(c) for c in children]
     with (
         connect(ctl_path(parent.pid, parent.ctl), timeout_s) as sock,
         ThreadPoolExecutor(max(1, min(len(children), 8)) + 1, "denv-live-plumb") as pool,
@@ -125,24 +114,11 @@ def _fork(
         timings["gate_ms"] = (t1 - t0) * 1e3
         held = bool(out.get("hold"))
         captured = threading.Event()
-
-        def forked() -> dict[str, str]:
-            """The fork's answer (children never forked, and why); with hold, the gate is
-            reopened here once the snapshot is done."""
-            answer = _read(reader, "fork")
-            timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
-            if held:
-                captured.wait()
-                ask(sock, {"op": "ungate"}, reader)
-            if "error" in answer:
-                raise LiveError("live_fork_failed", str(answer.get("message", answer["error"])))
-            return dict(answer.get("failed") or {})
-
         if not held:
             _snapshot_or_ungate(snapshot, sock, reader)
         req = {"op": "fork", "children": specs, "hold": held, **({"merge": True} if merge else {})}
         sock.sendall(json.dumps(req).encode() + b"\n")
-        answer = pool.submit(forked)
+        answer = pool.submit(_forked, sock, reader, held, captured, timings, t1)
         if held:
             try:
                 snapshot()
@@ -156,6 +132,39 @@ def _fork(
         results = _plumb_all(parent, children, answer, pool, depth, placed, timeout_s)
         timings["plumb_ms"] = (time.perf_counter() - t2) * 1e3
     return results, timings
+
+
+def _wire(c: ChildSpec) -> dict[str, Any]:
+    """What the launcher's fork is told of a child."""
+    return {
+        "env": c.env_id,
+        "port": c.port,
+        "work": c.work,
+        "kids": c.kids,
+        "reseed": c.reseed,
+        "net": c.net,
+        **({"root": c.root} if c.root else {}),
+    }
+
+
+def _forked(
+    sock: socket.socket,
+    reader: Any,
+    held: bool,
+    captured: threading.Event,
+    timings: dict[str, float],
+    t1: float,
+) -> dict[str, str]:
+    """The fork's answer (children never forked, and why); with hold, the gate is reopened
+    here once the snapshot is done (``captured``)."""
+    answer = _read(reader, "fork")
+    timings["fork_ms"] = (time.perf_counter() - t1) * 1e3
+    if held:
+        captured.wait()
+        ask(sock, {"op": "ungate"}, reader)
+    if "error" in answer:
+        raise LiveError("live_fork_failed", str(answer.get("message", answer["error"])))
+    return dict(answer.get("failed") or {})
 
 
 def _snapshot_or_ungate(snapshot: Any, sock: socket.socket, reader: Any) -> None:
