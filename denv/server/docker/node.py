@@ -1,21 +1,18 @@
 """The Docker Engine node: the ``Node`` seam on this machine's Docker Engine and mounts.
 
 Containers through ``Engine`` and networks through its ``networks``, volumes through
-``Volumes`` (overlayfs on the host), cgroup files through ``cgroups``, the boot sequence in
-``boot``, layer transfer to other nodes and object storage in ``layers``. A lock per env
-(``boot.BootControl``, which the boot holds too) serialises what a boot makes with what a teardown
-removes, and a cancelled boot makes nothing more: so ``cancel`` then ``teardown`` leaves
-nothing behind, whatever a boot in flight was doing.
+``Volumes`` (overlayfs on the host), cgroup files through ``cgroups`` (each API key's group
+through ``key_groups``), the boot sequence in ``boot``, layer transfer to other nodes and
+object storage in ``layers``, live forks in ``live/`` (each ``live_*`` call is a call of
+``self.live``). A lock per env (``boot.BootControl``, which the boot holds too) serialises
+what a boot makes with what a teardown removes, and a cancelled boot makes nothing more:
+so ``cancel`` then ``teardown`` leaves nothing behind, whatever a boot in flight was doing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import threading
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,8 +21,8 @@ from denv.server.docker import boot, cgroups, logtail
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.images import ImageSource, NodeImages
+from denv.server.docker.key_groups import KeyGroups
 from denv.server.docker.layers import LayerTransfer, Peers
-from denv.server.docker.live import netns
 from denv.server.docker.live.node import LiveDocker
 from denv.server.net.policy import network_name
 from denv.server.node.seam import (
@@ -60,7 +57,7 @@ class DockerNode:
         """``peers``: the other nodes of its cluster by name (a node agent's), so that
         ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
         where other nodes reach this one (its layer offers listen there). ``live_netns``: each
-        live child gets a network namespace of its own (``live.netns``). ``merge_pages``: live
+        live child gets a network namespace of its own (``live/netns.py``). ``merge_pages``: live
         roots mark their memory for the kernel's same-page merging before they fork
         (``denv serve --merge-pages``, ``ksm``)."""
         self.engine = engine
@@ -71,10 +68,7 @@ class DockerNode:
         self.layers = LayerTransfer(volumes)
         self.images = NodeImages(engine, volumes.layers_dir.parent)
         self.queue = EngineQueue()  # Docker calls that make or remove: the quietest key first
-        self._owners: dict[str, str] = {}  # env id -> the API key it was booted for
-        self._owners_lock = threading.Lock()
-        self._boots: Counter[str] = Counter()  # API key -> its envs booting here
-        self._cgroupfs: bool | None = None  # Docker's cgroup driver is cgroupfs (asked once)
+        self.keys = KeyGroups(engine)  # each API key's cgroup, as its envs boot and go
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
         # live envs: their processes found, copied into children, asked, ended
         self.live = LiveDocker(engine, volumes, self.control, live_netns, merge_pages)
@@ -141,61 +135,16 @@ class DockerNode:
 
     # one env
     def bring_up(self, spec: BootSpec) -> Booted:
-        with self._owners_lock:
-            self._owners[spec.env_id] = spec.owner
-        parent = self._key_parent(spec.owner)
+        self.keys.add(spec.env_id, spec.owner)
+        parent = self.keys.parent(spec.owner)
         self.images.used(s.image_digest for s in spec.services)
-        with self._booting(spec.owner, parent), self.queue.active(spec.owner):
+        with self.keys.booting(spec.owner, parent), self.queue.active(spec.owner):
             return boot.bring_up(
                 self.engine, self.volumes, self.control, self._limits, spec, self.queue, parent
             )
 
-    @contextlib.contextmanager
-    def _booting(self, owner: str, parent: str | None) -> Iterator[None]:
-        """One more env of ``owner`` booting (made, then waited for): its key's group gets
-        the weight of its boots in flight (``cgroups.boot_shares``) until it ends."""
-        self._count_boot(owner, parent, 1)
-        try:
-            yield
-        finally:
-            self._count_boot(owner, parent, -1)
-
-    def _count_boot(self, owner: str, parent: str | None, step: int) -> None:
-        with self._owners_lock:  # the lock ``_forget_owner`` removes groups under
-            self._boots[owner] += step
-            boots = self._boots[owner]
-            if boots <= 0:
-                del self._boots[owner]
-            if parent:  # made only for a key with an env here: a group outlives no env
-                held = owner in self._owners.values()
-                cgroups.set_key_shares(parent, cgroups.boot_shares(boots), make=held)
-
-    def _key_parent(self, owner: str) -> str | None:
-        """The key's cgroup (``cgroups.key_parent``) where Docker's driver is cgroupfs."""
-        return cgroups.key_parent(self.engine.instance_id, owner) if self._key_groups() else None
-
-    def _key_groups(self) -> bool:
-        """Whether keys get groups here: Docker's cgroup driver is cgroupfs (asked once)."""
-        if self._cgroupfs is None:
-            self._cgroupfs = self.engine.cgroup_driver() == "cgroupfs"
-        return self._cgroupfs
-
-    def _forget_owner(self, env_id: str) -> None:
-        """The env is gone: remove the groups of keys with no env left on this node. Under
-        the lock that ``bring_up`` registers under, so a group a boot is about to use stays
-        (a group still holding a container, e.g. of an env from before a restart, stays too:
-        rmdir refuses it)."""
-        groups = self._key_groups()  # also for an env from before a restart: no boot asked
-        with self._owners_lock:
-            self._owners.pop(env_id, None)
-            if groups:
-                busy = {
-                    cgroups.key_parent(self.engine.instance_id, o) for o in self._owners.values()
-                }
-                cgroups.remove_key_parents(self.engine.instance_id, keep={p for p in busy if p})
-
     def wait_healthy(self, spec: BootSpec, booted: Booted, timeout_s: float) -> None:
-        with self._booting(spec.owner, self._key_parent(spec.owner)):
+        with self.keys.booting(spec.owner, self.keys.parent(spec.owner)):
             boot.wait_healthy(self.engine, self.control, spec, booted, timeout_s)
 
     def mount_volumes(self, env_id: str, volumes: list[VolumeSlot]) -> None:
@@ -250,7 +199,7 @@ class DockerNode:
 
     def teardown(self, env_id: str, containers: list[str]) -> None:
         with self.control.lock(env_id):
-            owner = self._owners.get(env_id, "")
+            owner = self.keys.owner(env_id)
             for cid in containers:  # a live group's: the host route to its children
                 self.live.forget(cid)
             for cid in set(containers) | set(self.engine.states(env_id)):
@@ -261,7 +210,7 @@ class DockerNode:
             with self.queue.slot(owner):
                 self.volumes.remove_env(env_id)
             self.control.foreground(env_id, False)
-            self._forget_owner(env_id)
+            self.keys.forget(env_id)
 
     def stop(self) -> None:
         self.control.stop()
@@ -335,24 +284,8 @@ class DockerNode:
         for env_id in owned.volume_envs:
             self.volumes.remove_env(env_id)
         cgroups.remove_key_parents(self.engine.instance_id)  # a stopped server's, emptied now
-        self._prune_live_routes()
-
-    def _prune_live_routes(self) -> None:
-        """Host routes to live children's subnets whose container no longer runs (any
-        server's: a route names only an address), left by a server that stopped before it
-        removed its env's network (which takes the route with it)."""
-
-        def running() -> set[str]:
-            return {
-                str(n.get("IPAddress") or "")
-                for c in self.engine.api.containers()
-                for n in ((c.get("NetworkSettings") or {}).get("Networks") or {}).values()
-            } - {""}
-
-        try:
-            netns.prune_routes(running)
-        except Exception:  # the engine and `ip` are checked elsewhere: the routes stay
-            return
+        # the engine asked inside prune_routes' guard, once the routes are read
+        self.live.prune_routes(lambda: self.engine.api.containers())
 
     def recover(
         self,

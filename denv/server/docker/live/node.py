@@ -7,11 +7,12 @@ itself, with its last env (``live_teardown``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from denv.server.docker.live import cgroups, launcher_ctl
 from denv.server.docker.live.fork import Fork, LiveParts
-from denv.server.docker.live.netns import NetError
+from denv.server.docker.live.netns import NetError, prune_routes
 from denv.server.node.live import LiveError
 from denv.server.node.seam import LiveForked
 from denv.server.records import LiveProc, VolumeSlot
@@ -96,6 +97,24 @@ class LiveDocker(LiveParts):
             self.volumes.rootfs.release(proc.group, env_id)
         if last:
             self.nets.forget(proc.container)
+
+    def prune_routes(self, containers: Callable[[], list[dict[str, Any]]]) -> None:
+        """Host routes to live children's subnets whose container no longer runs (any
+        server's: a route names only an address), left by a server that stopped before it
+        removed its env's network (which takes the route with it). ``containers``: the
+        engine's running containers, asked after the routes are read."""
+
+        def running() -> set[str]:
+            return {
+                str(n.get("IPAddress") or "")
+                for c in containers()
+                for n in ((c.get("NetworkSettings") or {}).get("Networks") or {}).values()
+            } - {""}
+
+        try:
+            prune_routes(running)
+        except Exception:  # the engine and `ip` are checked elsewhere: the routes stay
+            return
 
     def _group(self, container: str) -> cgroups.Group | None:
         """The live servers' cgroups of a running container (found from its pid 1, which
