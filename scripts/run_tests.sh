@@ -23,6 +23,7 @@ mkdir -p .cache
 rm -f .cache/test-report*.xml
 
 LANE2=(
+  tests/e2e/test_bench_smoke.py
   tests/e2e/test_docs_snippets.py
   tests/e2e/test_export.py
   tests/e2e/test_export_harbor.py
