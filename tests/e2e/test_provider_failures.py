@@ -17,7 +17,8 @@ from denv.openenv import DenvProvider, EnvReadyTimeout, EnvStartError, _connecti
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, PROBE_APP, PROBE_IMAGE, assert_gone, live_env_ids
 
-from denv import Denv, InvalidRequest, Unauthorized, _lease
+from denv import Denv, InvalidRequest, Unauthorized
+from denv.client import _lease
 from denv.server.auth import create_api_key
 
 pytestmark = pytest.mark.e2e
