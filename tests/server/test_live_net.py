@@ -70,6 +70,11 @@ def _ip(*args: str, pid: int | None = None) -> str:
     return subprocess.run([*pre, "ip", *args], check=True, capture_output=True, text=True).stdout
 
 
+# Where the fake containers' addresses are (the fixture below), as an engine's networks
+# would hold a real container's.
+FAKE_CONTAINERS = ipaddress.IPv4Network("198.18.0.0/15")
+
+
 @pytest.fixture
 def container() -> Iterator[int]:
     """A "container": its own network namespace, eth0 to the host on a random /30."""
@@ -212,7 +217,7 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
         return vias - {claimed[0].via}  # every other route kept: this test prunes nothing
 
     try:
-        netns.prune_routes(running)
+        netns.prune_routes(running, [FAKE_CONTAINERS])
         left = subprocess.run(
             ["ip", "-4", "route", "show", str(claimed[0].subnet)],
             capture_output=True,
@@ -222,6 +227,30 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
         assert f"via {claimed[0].via}" in left, "the prune removed a route claimed meanwhile"
     finally:
         nets.forget("ctr-late")
+
+
+def test_a_prune_removes_only_routes_via_the_engines_networks(container: int) -> None:
+    """A stale route is one via an address of the engine's networks that no running
+    container has. A route via any other address (another tool's, or this test's fake
+    container, which a server starting beside the tests once pruned mid-test) stays."""
+    nets = netns.LiveNet()
+    net = nets.ensure("ctr-prune", container)
+
+    def routed() -> str:
+        return subprocess.run(
+            ["ip", "-4", "route", "show", str(net.subnet)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    try:
+        assert netns.prune_routes(set, []) == []  # not via an engine network: not ours
+        assert f"via {net.via}" in routed()
+        assert netns.prune_routes(set, [FAKE_CONTAINERS]) == [str(net.subnet)]
+        assert routed() == ""
+    finally:
+        nets.forget("ctr-prune")
 
 
 def _bridge_mac(pid: int) -> str:

@@ -285,7 +285,9 @@ class DockerNode:
             self.volumes.remove_env(env_id)
         cgroups.remove_key_parents(self.engine.instance_id)  # a stopped server's, emptied now
         # the engine asked inside prune_routes' guard, once the routes are read
-        self.live.prune_routes(lambda: self.engine.api.containers())
+        self.live.prune_routes(
+            lambda: self.engine.api.containers(), lambda: self.engine.api.networks()
+        )
 
     def recover(
         self,

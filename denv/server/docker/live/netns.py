@@ -354,10 +354,14 @@ def _le_address(hex_le: str) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(struct.pack("=I", int(hex_le, 16)))
 
 
-def prune_routes(running: Callable[[], set[str]]) -> list[str]:
-    """Remove this host's routes to children's subnets whose gateway is not the address of
-    a running container (``running()``: their addresses): left by a server that stopped
-    without removing them. Returns the subnets removed.
+def prune_routes(
+    running: Callable[[], set[str]], engine_subnets: list[ipaddress.IPv4Network]
+) -> list[str]:
+    """Remove this host's routes to children's subnets whose gateway is an address of the
+    engine's networks (``engine_subnets``) that no running container has (``running()``:
+    their addresses): left by a server that stopped without removing them. A route via any
+    other address is not an env container's, and stays (another tool's, a test's). Returns
+    the subnets removed.
 
     The routes are read before the containers: a container that claims its route between
     the two reads is then running when the second is made (read the other way round, its
@@ -370,7 +374,11 @@ def prune_routes(running: Callable[[], set[str]]) -> list[str]:
         if "via" not in words or not words[0].endswith(f"/{PREFIX}"):
             continue  # not a route this module makes (a link's own subnet, another tool's)
         via = words[words.index("via") + 1]
-        if via not in keep:
+        try:
+            at = ipaddress.IPv4Address(via)
+        except ValueError:
+            continue
+        if via not in keep and any(at in net for net in engine_subnets):
             with contextlib.suppress(NetError):
                 _run(["ip", "route", "del", words[0], "via", via])
                 removed.append(words[0])

@@ -7,6 +7,7 @@ itself, with its last env (``live_teardown``).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -98,11 +99,17 @@ class LiveDocker(LiveParts):
         if last:
             self.nets.forget(proc.container)
 
-    def prune_routes(self, containers: Callable[[], list[dict[str, Any]]]) -> None:
+    def prune_routes(
+        self,
+        containers: Callable[[], list[dict[str, Any]]],
+        networks: Callable[[], list[dict[str, Any]]],
+    ) -> None:
         """Host routes to live children's subnets whose container no longer runs (any
         server's: a route names only an address), left by a server that stopped before it
         removed its env's network (which takes the route with it). ``containers``: the
-        engine's running containers, asked after the routes are read."""
+        engine's running containers, asked after the routes are read; ``networks``: the
+        engine's networks, whose subnets hold every env container's address (a route via
+        an address outside them is not this engine's to remove)."""
 
         def running() -> set[str]:
             return {
@@ -112,7 +119,13 @@ class LiveDocker(LiveParts):
             } - {""}
 
         try:
-            prune_routes(running)
+            subnets = [
+                ipaddress.ip_network(str(cfg["Subnet"]), strict=False)
+                for n in networks()
+                for cfg in ((n.get("IPAM") or {}).get("Config") or [])
+                if cfg.get("Subnet")
+            ]
+            prune_routes(running, [net for net in subnets if net.version == 4])
         except Exception:  # the engine and `ip` are checked elsewhere: the routes stay
             return
 
