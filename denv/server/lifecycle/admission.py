@@ -269,6 +269,15 @@ class Admission:
         check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))  # what it captures
         return parent, Admitted(hold, opts.count, rec.egress, True)
 
+    def started(
+        self, hold: Hold, version: VersionRecord, egress: str, live: LiveStart, env: dict[str, str]
+    ) -> Admitted:
+        """Envs the server starts itself on behalf of what was admitted already (a live
+        fork's children that spill to other nodes, a zygote): the key's starting cap, then
+        their ``Admitted`` (no spares)."""
+        self.fair(hold.owner, pool_of(version, egress, env, hold.owner), hold.count, 0)
+        return Admitted(hold, hold.count, egress, live, 0, dict(env))
+
     def live_start(
         self, what: str, version: VersionRecord, live: LiveStart, warm: int
     ) -> LiveStart:

@@ -12,11 +12,9 @@ import time
 from typing import Any
 
 from denv.server.errors import ApiError, invalid
-from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.envs import EnvOptions
 from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.parts import Verb
-from denv.server.lifecycle.pools.spares import pool_of
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.node.errors import Refused
 from denv.server.records import EnvRecord, VersionRecord
@@ -111,8 +109,7 @@ class Forks(Verb):
                 self.admit.hold(owner, rest.count) as hold,
                 self.ctx.pins.pin(owner, version.id),
             ):
-                admitted = Admitted(hold, rest.count, rec.egress, "auto", 0)
-                self.admit.fair(owner, pool_of(version, rec.egress, rest.env, owner), rest.count, 0)
+                admitted = self.admit.started(hold, version, rec.egress, "auto", rest.env)
                 recs = self.envs.create(admitted, version, EnvOptions.of(rest, note))
         except BaseException:
             for child in children:

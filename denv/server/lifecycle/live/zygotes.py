@@ -270,8 +270,7 @@ class Zygotes:
             replace(version, id=ids.new_id("ver"), owner=zowner, labels={}, created_at=iso(now()))
         )
         with self.envs.admit.hold(zowner, 1) as hold:
-            self.envs.admit.fair(zowner, pool_of(zversion, egress, of or {}, zowner), 1, 0)
-            admitted = Admitted(hold, 1, egress, True, 0, dict(of or {}))
+            admitted = self.envs.admit.started(hold, zversion, egress, True, dict(of or {}))
             start = EnvOptions({}, ZYGOTE_TTL_S, ZYGOTE_BOOT_TIMEOUT_S, use_spares=False)
             [rec] = self.envs.create(admitted, zversion, start)
         zygote = Zygote(rec.id, zversion.id)
