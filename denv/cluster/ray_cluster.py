@@ -177,6 +177,7 @@ class Members:
         self._starting: dict[str, tuple[str, Any, Any, float]] = {}
         self._failed: dict[str, float] = {}  # ray node id -> when its agent failed
         self.errors: dict[str, str] = {}  # node name -> why its agent last failed to start
+        self._alive: set[str] = set()  # the nodes the last refresh found alive
 
     def __call__(self) -> dict[str, Node]:
         return {name: node for name, node in self.refresh().items()}
@@ -184,6 +185,7 @@ class Members:
     def refresh(self) -> dict[str, RemoteNode]:
         nodes = {n.name: n for n in denv_nodes() if n.alive}
         with self._lock:
+            self._alive = set(nodes)
             for name in list(self._ready):
                 if name not in nodes or self._ready[name][0] != nodes[name].node_id:
                     del self._ready[name]
@@ -255,7 +257,7 @@ class Members:
         deadline = time.monotonic() + timeout_s
         while True:
             ready = self.refresh()
-            alive_now = {n.name for n in denv_nodes() if n.alive}
+            alive_now = self._alive  # what this refresh found alive
             left = time.monotonic() - deadline
             if alive_now <= set(ready) or left >= 0:
                 break
