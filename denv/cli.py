@@ -41,6 +41,10 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "stop the local server (its envs keep running until deleted); with a remote "
         "server (--server or DENV_SERVER), delete this key's envs on it",
     ),
+    "gvisor": (
+        "denv.server.gvisor.cli",
+        "install gVisor's runtime on this machine's Docker Engine (install) or check it",
+    ),
     "cluster": (
         "denv.cluster.cluster_cli",
         "a Ray cluster of N nodes on this machine: up, status, down (see docs/cluster.md)",

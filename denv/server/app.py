@@ -31,6 +31,7 @@ from denv.server.docker import ksm
 from denv.server.docker.engine import Engine
 from denv.server.docker.node import DockerNode
 from denv.server.errors import install_error_handlers
+from denv.server.gvisor import runtime as gvisor
 from denv.server.ingress.hosts import HostIngress
 from denv.server.ingress.proxy import mount_ingress
 from denv.server.ingress.routes import IngressTable
@@ -148,6 +149,8 @@ def create_app(
         allow_private_egress=config.allow_private_egress,
     )
     engine.pull_credentials = config.pull_credentials
+    if config.isolation == "gvisor":
+        gvisor.use(engine)  # GvisorUnavailable naming the fix: before serving
     volumes = Volumes(config.state_dir, config.max_volume_mb)
     if volumes.fs is not None and node is None:  # a cluster's node agents check their own
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env

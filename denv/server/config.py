@@ -114,6 +114,10 @@ class ServerConfig:
     # fork, so that children's copies of unchanged pages are merged back (docker/ksm.py;
     # `denv serve --merge-pages`): denser, at ksmd's CPU and a side channel between envs
     merge_pages: bool = False
+    # what separates envs from the host and each other: "runc" (namespaces and cgroups on the
+    # host's kernel, Docker's default) or "gvisor" (a sandbox with its own kernel per env,
+    # denv.server.gvisor; no live forks); `denv serve --isolation`
+    isolation: str = "runc"
     subnet_pool: str = DEFAULT_SUBNET_POOL  # env networks' subnets come from here
     subnet_prefix: int = DEFAULT_SUBNET_PREFIX
     # egress allow envs may reach the host, link-local and private networks, and allowlists

@@ -97,6 +97,8 @@ class UsageError(ValueError):
 
 
 ENV_LIVE_NETNS = "DENV_LIVE_NETNS"  # the default of --live-netns (on, off)
+ENV_ISOLATION = "DENV_ISOLATION"  # the default of --isolation
+ISOLATIONS = ("runc", "gvisor")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -236,6 +238,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"per-port rules (default ${ENV_LIVE_NETNS}, else on)",
     )
     parser.add_argument(
+        "--isolation",
+        choices=ISOLATIONS,
+        default=os.environ.get(ENV_ISOLATION, "runc"),
+        help="what each env runs in: runc, namespaces and cgroups on this machine's kernel "
+        "(Docker's default); gvisor, a gVisor sandbox with a kernel of its own (apt-get install "
+        "runsc, then denv gvisor install; slower to start, no live forks: docs/isolation.md) "
+        f"(default ${ENV_ISOLATION}, else runc)",
+    )
+    parser.add_argument(
         "--merge-pages",
         action="store_true",
         help="have live envs' memory merged by the kernel where it holds the same bytes "
@@ -318,6 +329,12 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         )
     if args.live_netns not in ("on", "off"):
         raise UsageError(f"--live-netns (or ${ENV_LIVE_NETNS}) {args.live_netns!r}: give on or off")
+    if args.isolation not in ISOLATIONS:
+        raise UsageError(
+            f"--isolation (or ${ENV_ISOLATION}) {args.isolation!r}: give runc or gvisor"
+        )
+    if args.isolation == "gvisor" and args.merge_pages:
+        raise UsageError("--merge-pages merges live envs' memory, and --isolation gvisor runs none")
     if min(args.env_memory, args.env_pids, args.env_cpus) < 0:
         raise UsageError("--env-memory, --env-pids and --env-cpus are >= 0")
     if args.public_url and not args.public_url.startswith(("http://", "https://")):
@@ -369,6 +386,7 @@ def config_from_args(args: argparse.Namespace, *, cluster_package: bool = False)
         zygotes=args.zygotes,
         live_netns=args.live_netns == "on",
         merge_pages=args.merge_pages,
+        isolation=args.isolation,
         lease_timeout_s=args.lease_timeout,
         subnet_pool=args.subnet_pool,
         subnet_prefix=args.subnet_size,

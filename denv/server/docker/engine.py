@@ -64,6 +64,9 @@ class Engine(DockerApi):
     # credential helper) holds: a key's `pull: true` never borrows the operator's identity.
     # `denv serve --pull-credentials` turns it on.
     pull_credentials = False
+    # The OCI runtime every container is created with; None: the engine's default (runc).
+    # `denv serve --isolation gvisor` sets gVisor's (denv.server.gvisor.runtime).
+    runtime: str | None = None
 
     def __init__(
         self,
@@ -209,6 +212,7 @@ class Engine(DockerApi):
                 dns=DENY_DNS if deny else None,
                 extra_hosts=extra_hosts or None,
                 cgroup_parent=cgroup_parent,
+                runtime=self.runtime,
                 **limit_options(limits or Limits()),
             )
             net = self.api.create_networking_config(

@@ -284,6 +284,17 @@ class Admission:
         """How a create's envs start: ``live`` as asked, with ``auto`` resolved. ``auto``
         starts without the launcher where the request asks for spares (they serve volume
         forks) or the version cannot run live (several services); ``true`` there is 409."""
+        if self.ctx.config.isolation == "gvisor":
+            if live is True:
+                raise ApiError(
+                    409,
+                    "live_unsupported",
+                    f"{what} cannot run for live forks under --isolation gvisor: the live "
+                    "launcher copies a process on this machine's kernel, and a gVisor sandbox "
+                    "has a kernel of its own. Create it without live (its forks then boot "
+                    "from a snapshot of /work: kind volume)",
+                )
+            return False
         if live == "auto":
             return False if warm or live_reason(len(version.services)) else "auto"
         if live:
