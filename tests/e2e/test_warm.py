@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import LocalDenv, instance_id, leftovers, start_server
+from conftest import LocalDenv, clean, instance_id, leftovers, start_server, stop
 from openenv.core import GenericEnvClient
 
 pytestmark = pytest.mark.e2e
@@ -353,3 +353,31 @@ def test_restart_leaves_no_spare_behind(tmp_path: Path) -> None:
 
     with start_server(state) as srv, api(srv) as c:  # this one cleans up everything
         assert c.delete(f"/v1/envs/{root['id']}").status_code == 204
+
+
+@pytest.mark.parametrize("delete", [False, True], ids=["spares-booting", "env-deleted"])
+def test_a_stop_leaves_no_spare(tmp_path: Path, delete: bool) -> None:
+    # SIGTERM while the spares boot: their boots stop and remove what they made; the env
+    # stays for the next start. SIGTERM just after deleting the only env that asked for the
+    # pool: its ready spares' removal was handed to worker threads the server does not wait
+    # for; shutdown removes them (it left both running). tests/server/test_server_node_seam
+    # holds the deterministic version of the second.
+    state = tmp_path / "state"
+    try:
+        with start_server(state, cleanup=False) as srv, api(srv) as c:
+            res = c.post("/v1/sandboxes", json={"image": ECHO, "warm": 2, "wait": "running"})
+            assert res.status_code == 201, res.text
+            root = res.json()
+            if delete:
+                wait_for("2 echo spares", lambda: len(idle_spares(srv, c)) >= 2)
+                assert c.delete(f"/v1/envs/{root['id']}").status_code == 204
+            else:
+                wait_for("a spare's container", lambda: bool(spare_containers(srv)))
+            assert srv.proc is not None
+            stop(srv.proc)  # SIGTERM, as `denv stop` and a service manager send
+            assert srv.proc.returncode in (0, -15), srv.proc.returncode  # not SIGKILLed
+            assert spare_containers(srv) == {}
+        kept = set() if delete else {root["id"]}
+        assert len(leftovers(state)["containers"]) == len(kept)
+    finally:
+        clean(state)

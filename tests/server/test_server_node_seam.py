@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -410,4 +411,30 @@ def test_a_fork_past_the_clusters_room_is_refused_before_its_version_is_written(
     assert not any(c.startswith("snapshot") for c in node.calls), node.calls
     assert envs.ctx.holds.held("o") == 0
     envs.ctx.workers.shutdown(wait=True)
+    store.close()
+
+
+def test_a_stop_removes_the_spares_a_dropped_pool_left_to_the_workers(tmp_path: Path) -> None:
+    """Deleting the only env that asked for a pool hands its ready spares' removal to the
+    workers; the server's stop does not wait for them (``Service.shutdown``: cancel the
+    queued, leave the running to the process's end), so the pools' shutdown removes them
+    (a SIGTERM just after such a delete left both spares of a `warm: 2` env running)."""
+    node = FakeNode()
+    envs, store, version = _lifecycle(tmp_path, node, workers=1)
+    version.warm_fork = True
+    with envs.admit.hold("o", 1) as hold:
+        (rec,) = envs.create(Admitted(hold, 1, "deny", warm=2), version, EnvOptions({}, 60, 5))
+    assert envs.wait(rec.id, READY, 10).status == EnvStatus.HEALTHY
+    deadline = time.monotonic() + 10
+    while envs.warm.status(rec.id)["ready"] < 2:
+        assert time.monotonic() < deadline, envs.warm.status(rec.id)
+        time.sleep(0.01)
+    spares = {c.split()[1] for c in node.calls if c.endswith("late=True")}
+    gate = threading.Event()
+    envs.ctx.workers.submit(gate.wait)  # the one worker is busy: the removals queue
+    envs.delete(rec.id)
+    envs.ctx.workers.shutdown(wait=False, cancel_futures=True)  # as Service.shutdown
+    envs.warm.shutdown()
+    gate.set()
+    assert len(spares) == 2 and all(f"teardown {x}" in node.calls for x in spares), node.calls
     store.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any
 
 from denv.server import ids
@@ -56,6 +56,7 @@ class WarmPools:
         self._boots = ThreadPoolExecutor(WARM_BOOT_WORKERS, thread_name_prefix="denv-warm")
         self._closed = False
         self._dropped: list[Pool] = []  # pools dropped by shutdown, to fail their claims
+        self._removing: set[str] = set()  # spares no pool holds, their removal on a worker
 
     # what envs ask for and take
     def ask(self, env_ids: list[str], of: PoolOf, n: int, owner: str = "") -> None:
@@ -209,10 +210,15 @@ class WarmPools:
         self._destroy_later(gone)
 
     def shutdown(self) -> None:
-        """Remove every spare (clean server exit); boots in flight stop and remove theirs."""
+        """Remove every spare (clean server exit); boots in flight stop and remove theirs.
+
+        Spares already dropped (their env deleted, their pool reaped) whose removal a worker
+        has yet to finish are removed here too: the server does not wait for its workers,
+        and its process ends when this returns."""
         with self._lock:
             self._closed = True
             gone = [x for key in list(self._pools) for x in self._drop(key)]
+            gone += sorted(self._removing.difference(gone))
         self._boots.shutdown(wait=False, cancel_futures=True)
         for dropped in self._dropped:
             for fut in dropped.claims.values():
@@ -313,17 +319,32 @@ class WarmPools:
                     spare.memory // MIB,
                 )
             self._refill()
-        if claim is not None:
-            claim.set_result(spare)
-        elif spare is not None and not keep:
+        if claim is not None and _deliver(claim, spare):
+            return
+        if spare is not None and not keep:
             self.destroy(env_id)
 
     def _destroy_later(self, env_ids: list[str]) -> None:
+        """Remove spares on a worker thread; until each is removed, ``shutdown`` knows it."""
+        with self._lock:
+            later = not self._closed  # past shutdown's sweep nobody would wait for a worker
+            if later:
+                self._removing.update(env_ids)
         for env_id in env_ids:
-            try:
-                self.ctx.workers.submit(self.destroy, env_id)
-            except RuntimeError:  # the server is stopping: remove it now
-                self.destroy(env_id)
+            if not (later and self._submit(env_id)):
+                self._remove(env_id)
+
+    def _submit(self, env_id: str) -> bool:
+        try:
+            self.ctx.workers.submit(self._remove, env_id)
+        except RuntimeError:  # the server is stopping: the caller removes it now
+            return False
+        return True
+
+    def _remove(self, env_id: str) -> None:
+        self.destroy(env_id)
+        with self._lock:
+            self._removing.discard(env_id)
 
     def destroy(self, env_id: str) -> None:
         """Remove a spare's containers, network and volume dirs (found by its labels)."""
@@ -333,3 +354,13 @@ class WarmPools:
             log.exception(
                 "warm: removing spare %s failed (reconcile removes it at restart)", env_id
             )
+
+
+def _deliver(claim: Future[Spare | None], spare: Spare | None) -> bool:
+    """Hand a booted spare to the env that claimed it; False when shutdown had already
+    failed the claim (nobody will take the spare: its boot removes it)."""
+    try:
+        claim.set_result(spare)
+    except InvalidStateError:
+        return False
+    return True
