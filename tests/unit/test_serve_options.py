@@ -66,3 +66,11 @@ def test_merge_pages_is_off_unless_asked(tmp_path: Path) -> None:
     state = ("--state-dir", str(tmp_path / "s"))
     assert config_from_args(_args(*state)).merge_pages is False
     assert config_from_args(_args(*state, "--merge-pages")).merge_pages is True
+
+
+def test_isolation_is_runc_unless_asked_and_gvisor_runs_nothing_live(tmp_path: Path) -> None:
+    state = ("--state-dir", str(tmp_path / "s"))
+    assert config_from_args(_args(*state)).isolation == "runc"
+    assert config_from_args(_args(*state, "--isolation", "gvisor")).isolation == "gvisor"
+    with pytest.raises(UsageError, match="--isolation gvisor runs none"):
+        config_from_args(_args(*state, "--isolation", "gvisor", "--merge-pages"))

@@ -1,0 +1,249 @@
+"""End to end: ``denv serve --isolation gvisor`` (issue 45) on Debian's real runsc.
+
+Every env's container runs under the runtime ``denv gvisor install`` registered with the
+Docker Engine (``make test`` runs it): a gVisor sandbox with a kernel of its own. OpenEnv's
+echo env starts, steps through ingress over a real WebSocket and forks by snapshot with its
+state carried into each child; live forks are refused, naming why. A stdlib probe app, run
+under gvisor and under the session's runc server side by side, shows what the sandbox's own
+kernel changes: syscalls that runc passes to the host's kernel get no kernel under gvisor,
+and privileged calls stay refused.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+from conftest import Clients, LocalDenv, docker_engine, start_server
+from denv.openenv import DenvProvider, fork_clients
+from openenv.core import GenericEnvClient
+from provider_helpers import ECHO_IMAGE, PROBE_IMAGE, message, state_of
+
+from denv import Conflict
+from denv.server.gvisor import runtime
+
+pytestmark = pytest.mark.e2e
+
+HOST_RELEASE = Path("/proc/sys/kernel/osrelease").read_text().strip()
+
+# /health; /probe: what the kernel under the app says and refuses; /bomb: fork until refused.
+APP = r"""
+import ctypes, errno, http.server, json, os, platform, signal, socket, stat, time
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+def syscall(nr, *args):
+    ctypes.set_errno(0)
+    return "ok" if libc.syscall(nr, *args) >= 0 else errno.errorcode[ctypes.get_errno()]
+
+def refused(call):
+    try:
+        call()
+    except OSError as exc:
+        return "refused: " + errno.errorcode.get(exc.errno, str(exc.errno))
+    return "allowed"
+
+def mount():
+    if libc.mount(b"none", b"/mnt", b"tmpfs", 0, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount")
+
+def host_disk():
+    # a node for the host's first disk (8, 0): made or not, it must not open onto a disk
+    try:
+        os.mknod("/tmp/disk", 0o600 | stat.S_IFBLK, os.makedev(8, 0))
+    except OSError:
+        pass
+    os.close(os.open("/tmp/disk", os.O_RDONLY))
+
+def probe():
+    return {
+        "release": platform.release(),
+        "proc_version": open("/proc/version").read().strip(),
+        "syscalls": {  # x86_64 numbers; each is in Docker's default seccomp allowlist
+            "pidfd_open": syscall(434, os.getpid(), 0),
+            "memfd_secret": syscall(447, 0),
+            "landlock_create_ruleset": syscall(444, 0, 0, 1),
+        },
+        "privileged": {
+            "raw_socket": refused(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)),
+            "mount": refused(mount),
+            "chown": refused(lambda: os.chown("/tmp", 4321, 4321)),
+            "setuid": refused(lambda: os.setuid(4321)),
+            "host_disk": refused(host_disk),
+        },
+    }
+
+def bomb(seconds):
+    children, error, deadline = [], "", time.monotonic() + seconds
+    while time.monotonic() < deadline and len(children) < 100000:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            error = errno.errorcode.get(exc.errno, str(exc.errno))
+            break
+        if pid == 0:
+            time.sleep(seconds)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+    return {"forked": len(children), "error": error}
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = {"ok": True}
+        if self.path == "/probe":
+            body = probe()
+        elif self.path == "/bomb":
+            body = bomb(20)
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("", 8000), Handler).serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def gvisor_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
+    docker_engine(ECHO_IMAGE, PROBE_IMAGE)
+    runtime.check(docker.from_env().info().get("Runtimes", {}))  # fails naming make gvisor's fix
+    with start_server(
+        tmp_path_factory.mktemp("denv-gvisor"), "--isolation", "gvisor", "--env-pids", "128"
+    ) as srv:
+        yield srv
+
+
+def provider(server: LocalDenv) -> DenvProvider:
+    return DenvProvider(server=server.url, api_key=server.key)
+
+
+def runtimes_of(env_ids: list[str]) -> dict[str, str]:
+    """The OCI runtime of each env's containers, by env id."""
+    engine = docker.from_env()
+    found: dict[str, str] = {}
+    for env_id in env_ids:
+        for c in engine.containers.list(all=True, filters={"label": f"denv.env={env_id}"}):
+            found[env_id] = c.attrs["HostConfig"]["Runtime"]
+    return found
+
+
+def kernel_of(env_id: str) -> str:
+    engine = docker.from_env()
+    (container,) = engine.containers.list(filters={"label": f"denv.env={env_id}"})
+    return container.exec_run(["uname", "-r"]).output.decode().strip()
+
+
+def test_the_registered_runtime_is_this_packages_script() -> None:
+    # On the installed wheel: the script the wheel ships is the one the engine runs.
+    assert (
+        runtime.WRAPPER.read_bytes() == Path(runtime.__file__).with_name("denv-runsc").read_bytes()
+    ), f"{runtime.WRAPPER} is stale: run denv gvisor install"
+
+
+def test_openenv_env_steps_and_forks_with_its_state_under_gvisor(
+    gvisor_server: LocalDenv, clients: Clients
+) -> None:
+    client = GenericEnvClient.from_docker_image(ECHO_IMAGE, provider=provider(gvisor_server))
+    with client.sync() as root:
+        root.reset()
+        for i in range(3):
+            root.step(message(f"prefix {i}"))
+        before = state_of(root)
+        root_id = root.provider.env_id
+        children = fork_clients(root, 4)
+        try:
+            ids = [c.provider.env_id for c in children]
+            steps = [c.step(message(f"branch {n}")) for n, c in enumerate(children)]
+            states = [state_of(c) for c in children]
+            assert [s.observation["metadata"]["step"] for s in steps] == [4] * 4, steps
+            assert {s.observation["echoed_message"] for s in steps} == {
+                f"branch {n}" for n in range(4)
+            }
+            assert [s["step_count"] for s in states] == [4] * 4, states
+            assert state_of(root)["step_count"] == before["step_count"] == 3  # root unchanged
+            envs = [clients(gvisor_server).get_env(i) for i in ids]
+            assert not any(e.live for e in envs) and {e.parent_id for e in envs} == {root_id}
+            every = [root_id, *ids]
+            assert runtimes_of(every) == dict.fromkeys(every, runtime.RUNTIME)
+            assert {kernel_of(i) for i in every} != {HOST_RELEASE}
+        finally:
+            for c in children:
+                c.close()
+
+
+def test_live_is_refused_under_gvisor_naming_why(
+    gvisor_server: LocalDenv, clients: Clients
+) -> None:
+    denv = clients(gvisor_server)
+    with pytest.raises(Conflict) as refused:
+        denv.create_sandbox(ECHO_IMAGE, live=True)
+    assert refused.value.code == "live_unsupported"
+    assert "--isolation gvisor" in str(refused.value) and "kind volume" in str(refused.value)
+    assert list(denv.list_envs()) == []  # nothing was started, nothing is left
+
+
+def probe_env(server: LocalDenv, clients: Clients) -> tuple[str, str]:
+    env = clients(server).create_sandbox(PROBE_IMAGE, command=["python3", "-c", APP])
+    return env.id, env.endpoints[0].url
+
+
+def get(url: str, timeout: float = 30) -> dict[str, Any]:
+    with httpx.Client(trust_env=False, timeout=timeout) as http:
+        res = http.get(url)
+    assert res.status_code == 200, res.text
+    found: dict[str, Any] = res.json()
+    return found
+
+
+def test_gvisors_kernel_answers_what_runc_passes_to_the_hosts(
+    gvisor_server: LocalDenv, denv_server: LocalDenv, clients: Clients
+) -> None:
+    _, on_runc = probe_env(denv_server, clients)
+    _, on_gvisor = probe_env(gvisor_server, clients)
+    runc, gvisor = get(on_runc + "/probe"), get(on_gvisor + "/probe")
+    print(json.dumps({"runc": runc, "gvisor": gvisor}, indent=1))
+    assert runc["release"] == HOST_RELEASE
+    assert gvisor["release"] != HOST_RELEASE and HOST_RELEASE not in gvisor["proc_version"]
+    # The host's kernel runs these for a runc container; under gvisor no kernel has them.
+    assert set(runc["syscalls"].values()) == {"ok"}, runc["syscalls"]
+    assert set(gvisor["syscalls"].values()) == {"ENOSYS"}, gvisor["syscalls"]
+    # Privileged calls stay refused under either, and no device node opens onto a host disk.
+    for found in (runc, gvisor):
+        assert all(v.startswith("refused") for v in found["privileged"].values()), found
+
+
+def test_a_fork_bomb_under_gvisor_leaves_its_neighbours_and_the_host_alone(
+    gvisor_server: LocalDenv, clients: Clients
+) -> None:
+    denv = clients(gvisor_server)
+    bomber, bomber_url = probe_env(gvisor_server, clients)
+    sibling, sibling_url = probe_env(gvisor_server, clients)
+    try:
+        result: dict[str, Any] | str = get(bomber_url + "/bomb", timeout=60)
+    except (httpx.HTTPError, AssertionError) as exc:
+        result = f"no answer ({type(exc).__name__})"  # the sandbox itself ran out of pids
+    host = sum(subprocess.run(["true"], check=False).returncode == 0 for _ in range(5))
+    deadline = time.monotonic() + 30
+    while (status := denv.get_env(bomber).status) not in ("healthy", "failed"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    print(f"gvisor fork bomb: {result}; bomber {status}")
+    # gVisor's ptrace platform spends host threads per guest thread, under the same pids
+    # cgroup: the guest gets EAGAIN or the sandbox ends, either way within its own limit.
+    assert isinstance(result, str) or (result["error"] == "EAGAIN" and result["forked"] < 128)
+    assert get(sibling_url + "/health") == {"ok": True}
+    assert denv.get_env(sibling).status == "healthy"
+    assert host == 5
