@@ -46,6 +46,7 @@ from denv.server.docker.boot import WARM_LABEL
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.images import DEFAULT_BUDGET_MB
 from denv.server.docker.node import DockerNode
+from denv.server.gvisor import runtime as gvisor
 from denv.server.ingress.relay import relayed, split_address
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.policy import HostGuardError
@@ -94,6 +95,7 @@ class AgentConfig(BaseModel):
     image_budget_mb: int = DEFAULT_BUDGET_MB  # the images a node brought, kept up to this
     live_netns: bool = True  # each live child in a network namespace (`denv serve --live-netns`)
     merge_pages: bool = False  # live envs' memory merged by the kernel (`--merge-pages`)
+    isolation: str = "runc"  # runc or gvisor: what each env runs in (`denv serve --isolation`)
 
 
 def instance_id(state_dir: Path) -> str:
@@ -134,6 +136,8 @@ class NodeAgent:
             allow_private_egress=cfg.allow_private_egress,
         )
         self.engine.pull_credentials = cfg.pull_credentials
+        if cfg.isolation == "gvisor":
+            gvisor.use(self.engine)  # GvisorUnavailable naming the fix, before any env
         self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
         if self.volumes.fs is not None:
             self.volumes.fs.check()  # OSError naming the fix, before any env

@@ -47,6 +47,7 @@ def agent_config(settings: ClusterSettings, config: ServerConfig) -> AgentConfig
         relay_port=settings.relay_port,
         live_netns=config.live_netns,
         merge_pages=config.merge_pages,
+        isolation=config.isolation,
         image_budget_mb=(
             DEFAULT_BUDGET_MB if settings.image_budget_mb is None else settings.image_budget_mb
         ),

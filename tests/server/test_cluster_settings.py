@@ -63,3 +63,18 @@ def test_a_server_asking_a_running_agent_for_other_settings_says_which(
     message = caplog.records[0].getMessage()
     assert "node n1" in message and "merge_pages=False (asked: True)" in message
     assert "denv cluster down" in message
+
+
+def test_a_gvisor_server_asks_its_agents_for_gvisor(tmp_path: Path) -> None:
+    (tmp_path / "creds").write_text('{"access_key": "a", "secret_key": "s"}')
+    (tmp_path / "key").write_text("dak_test\n")
+    (tmp_path / "key").chmod(0o600)
+    started = local_server.caps_config(tmp_path, {})
+    state = {"address": "127.0.0.1:6379", "store": {"endpoint": "http://127.0.0.1:8333",
+             "bucket": "denv", "credentials": str(tmp_path / "creds")}}  # fmt: skip
+    argv = local_server.serve_argv(state, started, tmp_path / "server", tmp_path / "key", 8080)
+    asked = asked_by_serve([*argv, "--isolation", "gvisor"])
+    assert asked.isolation == "gvisor"
+    # Agents started for runc say so to a server that asks for gvisor (a warning naming it).
+    differ = ray_cluster.settings_differ(started.model_dump(mode="json"), asked)
+    assert differ == ["isolation='runc' (asked: 'gvisor')"]
