@@ -11,6 +11,7 @@ and privileged calls stay refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -24,6 +25,7 @@ import pytest
 from conftest import Clients, LocalDenv, docker_engine, start_server
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
+from outside_host import outside_host
 from provider_helpers import ECHO_IMAGE, PROBE_IMAGE, message, state_of
 
 from denv import Conflict
@@ -96,6 +98,20 @@ def bomb(seconds):
         os.kill(pid, signal.SIGKILL)
     return {"forked": len(children), "error": error}
 
+def connect(target):
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        return "connected"
+    except OSError as exc:
+        return type(exc).__name__
+
+def hog():
+    print("hogging memory in 16 MiB chunks", flush=True)
+    chunks = []
+    while True:
+        chunks.append(b"\x01" * (16 << 20))
+
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = {"ok": True}
@@ -103,6 +119,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = probe()
         elif self.path == "/bomb":
             body = bomb(20)
+        elif self.path.startswith("/connect/"):
+            body = {"result": connect(self.path.removeprefix("/connect/"))}
+        elif self.path == "/hog":
+            body = hog()
         data = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("content-length", str(len(data)))
@@ -120,8 +140,9 @@ http.server.ThreadingHTTPServer(("", 8000), Handler).serve_forever()
 def gvisor_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDenv]:
     docker_engine(ECHO_IMAGE, PROBE_IMAGE)
     runtime.check(docker.from_env().info().get("Runtimes", {}))  # fails naming make gvisor's fix
+    limits = ("--env-pids", "128", "--env-memory", "512")
     with start_server(
-        tmp_path_factory.mktemp("denv-gvisor"), "--isolation", "gvisor", "--env-pids", "128"
+        tmp_path_factory.mktemp("denv-gvisor"), "--isolation", "gvisor", *limits
     ) as srv:
         yield srv
 
@@ -195,8 +216,8 @@ def test_live_is_refused_under_gvisor_naming_why(
     assert list(denv.list_envs()) == []  # nothing was started, nothing is left
 
 
-def probe_env(server: LocalDenv, clients: Clients) -> tuple[str, str]:
-    env = clients(server).create_sandbox(PROBE_IMAGE, command=["python3", "-c", APP])
+def probe_env(server: LocalDenv, clients: Clients, **options: Any) -> tuple[str, str]:
+    env = clients(server).create_sandbox(PROBE_IMAGE, command=["python3", "-c", APP], **options)
     return env.id, env.endpoints[0].url
 
 
@@ -247,3 +268,71 @@ def test_a_fork_bomb_under_gvisor_leaves_its_neighbours_and_the_host_alone(
     assert get(sibling_url + "/health") == {"ok": True}
     assert denv.get_env(sibling).status == "healthy"
     assert host == 5
+
+
+def test_egress_rules_hold_under_gvisor(gvisor_server: LocalDenv, clients: Clients) -> None:
+    # The outside host is a network namespace of this test's (tests/e2e/outside_host.py).
+    with outside_host() as outside:
+        target = f"{outside.address}:{outside.tcp_targets()[0][1]}"
+        _, deny = probe_env(gvisor_server, clients)
+        _, allow = probe_env(gvisor_server, clients, egress="allow")
+        denied = get(f"{deny}/connect/{target}")["result"]
+        seen_after_deny = list(outside.seen)
+        allowed = get(f"{allow}/connect/{target}")["result"]
+    print(f"gvisor egress: deny {denied}, allow {allowed}")
+    assert denied != "connected" and seen_after_deny == []
+    assert allowed == "connected"  # the positive control: the probe would see a leak
+
+
+def test_a_memory_hog_under_gvisor_fails_its_env_alone(
+    gvisor_server: LocalDenv, clients: Clients
+) -> None:
+    denv = clients(gvisor_server)
+    hog, hog_url = probe_env(gvisor_server, clients)
+    sibling, sibling_url = probe_env(gvisor_server, clients)
+    with contextlib.suppress(httpx.HTTPError, AssertionError):  # it dies mid-request
+        get(hog_url + "/hog", timeout=60)
+    deadline = time.monotonic() + 60
+    while (env := denv.get_env(hog)).status != "failed":
+        assert time.monotonic() < deadline, env.status
+        time.sleep(0.5)
+    print(f"gvisor memory hog: {env.error}")
+    assert env.error is not None
+    assert get(sibling_url + "/health") == {"ok": True}
+    assert denv.get_env(sibling).status == "healthy"
+
+
+def test_warm_spares_boot_under_gvisor(gvisor_server: LocalDenv, clients: Clients) -> None:
+    probe_env(gvisor_server, clients, warm=1, warm_fork=True)
+    engine = docker.from_env()
+    deadline = time.monotonic() + 60
+    while not (spares := engine.containers.list(filters={"label": "denv.warm"})):
+        assert time.monotonic() < deadline, "no warm spare was booted"
+        time.sleep(0.5)
+    assert {c.attrs["HostConfig"]["Runtime"] for c in spares} == {runtime.RUNTIME}
+
+
+def test_compose_services_run_and_fork_under_gvisor(
+    gvisor_server: LocalDenv, clients: Clients
+) -> None:
+    # Two services, one of them Redis (C): the counter's episode lives in Redis's volume.
+    denv = clients(gvisor_server)
+    compose = (Path(__file__).parents[2] / "envs" / "redis-counter" / "compose.yaml").read_text()
+    version = denv.deploy("gvisor-counter", compose)
+    (env,) = denv.envs_from_version(version.id, 1)
+    with GenericEnvClient(base_url=env.endpoints[0].url).sync() as counter:
+        counter.reset(episode_id="ep-gvisor")
+        for delta in (1, 2, 3):
+            counter.step({"delta": delta})
+    children = denv.fork(env.id, 2).envs
+    for child in children:
+        with GenericEnvClient(base_url=child.endpoints[0].url).sync() as forked:
+            assert forked.state()["count"] == 6
+    every = [env.id, *(c.id for c in children)]
+    engine = docker.from_env()
+    found = {
+        c.labels["denv.service"]: c.attrs["HostConfig"]["Runtime"]
+        for i in every
+        for c in engine.containers.list(filters={"label": f"denv.env={i}"})
+    }
+    assert found == {"redis": runtime.RUNTIME, "agent": runtime.RUNTIME}

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from denv.server.config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, WARM_CPU_SHARES
-from denv.server.docker import cgroups
+from denv.server.docker import spare_progress
 from denv.server.docker.engine import Engine
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.live import launcher_ctl
@@ -40,9 +40,6 @@ WARM_LABEL = "denv.warm"  # on a spare's containers: the key of its pool
 HEALTH_CONNECT_TIMEOUT_S = 0.5  # the env is on a local bridge: a live one answers in far less
 HEALTH_READ_TIMEOUT_S = 2.0
 SPARE_POLL_S = HEALTH_POLL_S * 5  # a spare boots in the background: poll it less often
-SPARE_EXTRA_STEP_S = 30.0  # more time for a spare past its limit that is still using CPU
-SPARE_PROGRESS_CPU_S = 0.5  # CPU seconds per step that count as still booting
-SPARE_MAX_EXTRA_S = 480.0  # at most this much more in all
 POLL_SPREAD_MAX = 8  # a key's starting envs poll at most this many times less often each
 CANCEL_MEMORY_S = 3600.0  # a cancelled id is remembered this long (a boot lasts far less)
 
@@ -152,6 +149,9 @@ def bring_up(
                         mnt = volumes.mount(env_id, slot.service, slot.n, slot.layers)
                 binds.setdefault(slot.service, []).append((str(mnt), slot.path))
         by_name = {s.name: s for s in spec.services}
+        # Without Docker's DNS (gVisor), each service finds those started before it (its
+        # dependencies) in its /etc/hosts.
+        started: dict[str, str] = {}
         for svc in spec.services:  # in start order: dependencies first
             for dep in svc.depends_on:
                 test = by_name[dep].healthcheck
@@ -184,13 +184,20 @@ def bring_up(
                         cpu_shares=control.cpu_shares(spec),
                         limits=limits.of(svc.limits),
                         deny=not policy.resolver,
-                        extra_hosts=egress_hosts(policy),
+                        extra_hosts={**egress_hosts(policy), **started},
                         live_dir=live_dir,
                         cgroup_parent=cgroup_parent,
                     )
                 made[svc.name] = cid
                 with queue.slot(spec.owner):
                     engine.start(cid)
+                later = svc is not spec.services[-1]
+                if (
+                    later
+                    and not engine.embedded_dns
+                    and (ip := _ip_on(engine.inspect(cid), network))
+                ):
+                    started[svc.name] = ip  # no address: it exited, and its wait says so
         with control.step(env_id):
             ip, host_ports = _address(engine, spec, network, made[spec.agent])
     except BootFailed as exc:
@@ -212,6 +219,12 @@ def _exited(engine: Engine, spec: BootSpec, cid: str, message: str) -> BootFaile
     return BootFailed("exited", message, agent)
 
 
+def _ip_on(info: dict[str, Any] | None, network: str) -> str:
+    """A container's IP on ``network`` (from its inspect ``info``); "" when it has none."""
+    networks = ((info or {}).get("NetworkSettings") or {}).get("Networks") or {}
+    return str((networks.get(network) or {}).get("IPAddress") or "")
+
+
 def _address(engine: Engine, spec: BootSpec, network: str, cid: str) -> tuple[str, dict[int, int]]:
     """The agent's IP on the env's network and its published ports (egress allow)."""
     agent = spec.agent_service()
@@ -219,7 +232,7 @@ def _address(engine: Engine, spec: BootSpec, network: str, cid: str) -> tuple[st
     if info is None:
         raise BootFailed("exited", "the container vanished", agent.name)
     settings = info["NetworkSettings"]
-    ip = str(((settings.get("Networks") or {}).get(network) or {}).get("IPAddress") or "")
+    ip = _ip_on(info, network)
     if not ip:
         raise _exited(engine, spec, cid, "the container exited at once")
     host_ports = {}
@@ -336,7 +349,7 @@ def _poll_until_healthy(
                     engine, spec, cid, "the agent service exited before it answered its health path"
                 )
             if time.monotonic() > deadline:
-                if spec.warm_pool and (more := _progress.more_time(cid)):
+                if spec.warm_pool and (more := spare_progress.more_time(cid)):
                     deadline += more  # a spare that still boots under load is given time
                     continue
                 raise BootFailed(
@@ -345,36 +358,6 @@ def _poll_until_healthy(
                     agent.name,
                 )
             time.sleep(interval * polling())
-
-
-class _Progress:
-    """Whether a spare past its time limit is still booting (using CPU): then it gets more
-    time, up to SPARE_MAX_EXTRA_S in all. At a low CPU weight under load a spare boots slowly,
-    but it boots; failing it at a fixed limit wasted the work and stalled the pool."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[float, float, float]] = {}  # cid -> (cpu s, at, extra)
-        self._lock = threading.Lock()
-
-    def more_time(self, cid: str) -> float:
-        cpu = cgroups.cpu_seconds(cid)
-        now = time.monotonic()
-        with self._lock:
-            last = self._seen.get(cid)
-            if cpu is None:
-                return 0.0
-            if last is None:  # the first look: measure again one step on
-                self._seen[cid] = (cpu, now, SPARE_EXTRA_STEP_S)
-                return SPARE_EXTRA_STEP_S
-            cpu0, _, extra = last
-            if cpu - cpu0 < SPARE_PROGRESS_CPU_S or extra >= SPARE_MAX_EXTRA_S:
-                self._seen.pop(cid, None)
-                return 0.0
-            self._seen[cid] = (cpu, now, extra + SPARE_EXTRA_STEP_S)
-            return SPARE_EXTRA_STEP_S
-
-
-_progress = _Progress()
 
 
 def _prime(url: str) -> None:

@@ -78,6 +78,13 @@ class Engine(DockerApi):
         super().__init__(instance_id)
         self.networks = EnvNetworks(self, subnets or SubnetPool(), firewall, allow_private_egress)
 
+    @property
+    def embedded_dns(self) -> bool:
+        """Whether containers reach Docker's embedded DNS (127.0.0.11, which answers an env's
+        service names): not under gVisor, whose network stack is its own and so skips the
+        rules Docker sets in each container's namespace to reach it."""
+        return self.runtime is None
+
     def adopt_egress(self) -> int:
         """``EnvNetworks.adopt_egress``, for the composition roots that call it at start."""
         return self.networks.adopt_egress()
