@@ -13,15 +13,16 @@ IMAGE_BUILD := images/build.sh
 IMAGES_VENV := $(if $(VENV_STAMP),$(VENV_STAMP),.venv/bin/uv)
 
 .PHONY: images images-force images-remove base-image image-echo image-redis image-redis-counter image-standin image-probe \
-  image-openenv-base image-openenv-template image-shapes
+  image-openenv-base image-openenv-template image-shapes image-node
 
-images: image-echo image-redis image-redis-counter image-standin image-probe image-shapes
+images: image-echo image-redis image-redis-counter image-standin image-probe image-shapes image-node
 	@docker images --format '  {{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^  denv-' >&2 || true
 
 # Every image the targets below build: images-remove takes exactly these, nothing else.
 PROJECT_IMAGES := denv-python-base:3.11 denv-echo-env:latest denv-redis:latest \
   denv-redis-counter-env:latest denv-http-standin:latest denv-base-probe:latest \
-  denv-openenv-base:latest denv-openenv-template:latest denv-shapes-env:latest
+  denv-openenv-base:latest denv-openenv-template:latest denv-shapes-env:latest \
+  denv-node-env:latest
 
 images-remove: docker
 	@present=$$(for i in $(PROJECT_IMAGES); do docker image inspect -f '{{.Id}}' $$i >/dev/null 2>&1 && echo $$i; done); \
@@ -52,6 +53,11 @@ image-standin: base-image
 # /work), FROM the echo image: tests/e2e/test_live_shapes.py builds its start forms on it.
 image-shapes: image-echo
 	DENV_BASE_IMAGE=denv-echo-env:latest $(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-shapes-env:latest --pins envs/shapes
+
+# An env that is not Python: plain Node.js from Debian's nodejs (apt), its episode under /work
+# (tests/e2e/test_gvisor_shapes.py forks it under gvisor).
+image-node: base-image
+	$(IMAGE_BUILD) $(IMAGE_FLAGS) -t denv-node-env:latest envs/node
 
 # The server's e2e and reliability tests run stdlib Python and sh in the base image.
 image-probe: base-image
