@@ -22,7 +22,7 @@ from typing import Any
 import docker
 import httpx
 import pytest
-from conftest import Clients, LocalDenv, docker_engine, start_server
+from conftest import Clients, LocalDenv, docker_engine, instance_id, start_server
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
 from outside_host import outside_host
@@ -302,14 +302,21 @@ def test_a_memory_hog_under_gvisor_fails_its_env_alone(
     assert denv.get_env(sibling).status == "healthy"
 
 
-def test_warm_spares_boot_under_gvisor(gvisor_server: LocalDenv, clients: Clients) -> None:
-    probe_env(gvisor_server, clients, warm=1, warm_fork=True)
-    engine = docker.from_env()
-    deadline = time.monotonic() + 60
-    while not (spares := engine.containers.list(filters={"label": "denv.warm"})):
-        assert time.monotonic() < deadline, "no warm spare was booted"
-        time.sleep(0.5)
-    assert {c.attrs["HostConfig"]["Runtime"] for c in spares} == {runtime.RUNTIME}
+def test_warm_spares_are_refused_under_gvisor(gvisor_server: LocalDenv, clients: Clients) -> None:
+    # A spare's /work is mounted after it boots, and a gVisor sandbox sees no mount made
+    # after its start: a fork into spares got children at step 0, their /work not theirs.
+    denv = clients(gvisor_server)
+    env_id, _ = probe_env(gvisor_server, clients)
+    for ask in (
+        lambda: denv.create_sandbox(PROBE_IMAGE, command=["python3", "-c", APP], warm=1),
+        lambda: denv.fork(env_id, 1, warm=1),
+    ):
+        with pytest.raises(Conflict) as refused:
+            ask()
+        assert "warm spares are not available under --isolation gvisor" in str(refused.value)
+    assert [e.id for e in denv.list_envs()] == [env_id]  # nothing else was started
+    mine = [f"denv.instance={instance_id(gvisor_server.state_dir)}", "denv.warm"]
+    assert not docker.from_env().containers.list(filters={"label": mine})
 
 
 def test_compose_services_run_and_fork_under_gvisor(

@@ -199,7 +199,21 @@ class Admission:
         ``count`` envs held by this request."""
         check_starting(self.ctx, owner, count, own=count)
         if warm:
+            self.spares_possible()
             self.warm.check_spares(owner, pool, warm)
+
+    def spares_possible(self) -> None:
+        """409 for warm spares under gVisor: a spare's volumes are mounted after it boots,
+        and a gVisor sandbox never sees a mount made after its start (its files are served
+        from what was there then), so its env would write beside its /work, not in it."""
+        if self.ctx.config.isolation == "gvisor":
+            raise ApiError(
+                409,
+                "conflict",
+                "warm spares are not available under --isolation gvisor: a spare's /work is "
+                "mounted after it boots, and a gVisor sandbox sees no mount made after it "
+                "started. Ask without warm (envs and forks boot cold; docs/isolation.md)",
+            )
 
     def room(self, count: int, pool: PoolOf | None) -> None:
         """429 when a cluster's nodes have no room for ``count`` more envs, less the spares
@@ -236,6 +250,8 @@ class Admission:
         owner, count = hold.owner, opts.count
         self.version(owner)
         resolved = self.egress(opts.egress, rec.egress)
+        if opts.warm:
+            self.spares_possible()
         if parent is not None:  # the children's caps, before the snapshot is made
             pool = pool_of(parent, resolved, opts.env, owner)
             self.fair(owner, pool, count, opts.warm)
