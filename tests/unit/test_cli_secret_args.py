@@ -43,6 +43,7 @@ VALID: dict[str, list[str]] = {
     "serve": [],
     "stop": [],
     "cluster": ["status"],
+    "gvisor": ["check"],
     "conformance": ["denv-echo-env:latest"],
     "export": ["--openenv", "p@latest", "out"],
 }
