@@ -28,6 +28,7 @@ from typing import Any
 from . import (
     bench_density,
     bench_fork,
+    bench_isolation,
     bench_latency,
     bench_live,
     bench_live_netns,
@@ -87,6 +88,10 @@ class Profile:
     zygote_rounds: tuple[int, ...] = (30, 10, 5)  # starts from a zygote, a spare, a boot
     shapes_rounds: int = 4  # rounds per server shape (bench_shapes)
     shapes_first: int = 0  # only the first n shapes (0: every shape)
+    isolation_rounds: int = 3  # rounds of runc against gvisor (bench_isolation)
+    isolation_steps: int = 200  # timed WebSocket steps per root and round
+    isolation_forks: tuple[int, ...] = (4, 8)  # fork(n) of each round's root
+    isolation_warm: bool = True  # also gvisor's fork(max n) from booted spares
 
 
 FULL = Profile(
@@ -141,6 +146,9 @@ QUICK = Profile(
     upload_reps=1,
     zygote_rounds=(10, 5, 2),
     shapes_rounds=2,
+    isolation_rounds=2,
+    isolation_steps=100,
+    isolation_warm=False,
 )
 
 #: One row of every benchmark, its numbers meaningless: that each still runs (CI). The merged
@@ -178,6 +186,10 @@ SMOKE = Profile(
     zygote_rounds=(1, 1, 1),
     shapes_rounds=1,
     shapes_first=1,
+    isolation_rounds=1,
+    isolation_steps=10,
+    isolation_forks=(2,),
+    isolation_warm=False,
 )
 PROFILES = {p.name: p for p in (FULL, QUICK, SMOKE)}
 #: Where each profile writes unless told (--out); only the full run writes bench/results.
@@ -202,6 +214,7 @@ BENCHMARKS: dict[str, Runner] = {
     "upload": bench_upload.run,
     "zygote": bench_zygote.run,
     "shapes": bench_shapes.run,
+    "isolation": bench_isolation.run,
     "live_density": live_density.bench,
 }
 

@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from . import report_trainer
+from . import report_isolation, report_trainer
 
 Result = dict[str, Any]
 
@@ -382,6 +382,7 @@ SECTIONS = [
     ("live", "Live forks: a running server copied, memory included", _live),
     ("zygote_start", "Starts from a booted image (zygotes)", _zygote),
     ("shapes", "Server shapes of real envs: start and fork(4), beside LocalDocker", _shapes),
+    *report_isolation.SECTIONS,
     ("live_tree", "Tree search: live forks, warm volume forks, replay", _live_tree),
     ("live_density", "Live envs at once", _live_density),
     ("live_density_merged", "Live envs at once, with `denv serve --merge-pages`", _live_density),
