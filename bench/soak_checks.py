@@ -193,7 +193,7 @@ def slope(points: list[tuple[float, float]]) -> float | None:
 
 
 def stale_live_cgroups(state_dir: Path) -> list[str]:
-    """Cgroups of live envs (``<container>/denv-live/<env>``, docker/live_apart.py) whose env
+    """Cgroups of live envs (``<container>/denv-live/<env>``, docker/live/cgroups.py) whose env
     is deleted, in containers that still run: each should go with its env."""
     inst = instance_id(state_dir)
     found = Path("/sys/fs/cgroup").glob(f"*/denv-{inst}-*/*/denv-live/env_*")

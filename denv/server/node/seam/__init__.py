@@ -42,6 +42,7 @@ module of its own here, added to ``Node``, and implemented on each side.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Protocol
 
@@ -74,6 +75,9 @@ class Node(
     callers run them in threads."""
 
 
+# Computed once (the seam's calls are fixed at import): the names here, and the forwarders
+# that check calls against them (node/cluster/routing.py, denv/cluster/remote.py).
+@functools.cache
 def seam_signatures() -> dict[str, inspect.Signature]:
     """Every call of the seam (``Node``'s capabilities, and ``ImageNode``): its signature.
     What a node agent answers and a remote node forwards (``denv.cluster``)."""
