@@ -19,7 +19,6 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from denv.server.config import IDEMPOTENCY_TTL_S
 from denv.server.db import Store
 from denv.server.errors import ApiError
 from denv.server.tokens import IngressKeys, fill_body, scrub_body
@@ -69,10 +68,6 @@ async def idempotent(
 def _keys(request: Request) -> IngressKeys:
     keys: IngressKeys = request.app.state.service.ctx.ingress_keys
     return keys
-
-
-def expire(store: Store) -> None:
-    store.expire_idempotent(time.time() - IDEMPOTENCY_TTL_S)
 
 
 def _conflict(why: str) -> ApiError:

@@ -216,11 +216,6 @@ class NodeImages:
             )
         return removed
 
-    def brought(self) -> list[str]:
-        """The ids of the images this node brought (what ``collect`` may remove)."""
-        with self._lock:
-            return sorted(self._read())
-
     def drop_partial(self) -> None:
         """Remove what transfers cut short left."""
         if self._dir.is_dir():
