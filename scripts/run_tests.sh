@@ -7,7 +7,8 @@
 #   lane 2: tests/cluster (local Ray clusters), then the live-fork e2e tests from the
 #           installed wheel (scripts/test_installed.sh), then the e2e modules listed in
 #           LANE2 (self-contained and long: the docs' blocks, exports, the TRL example).
-# tests/reliability starts once both lanes are done, with the machine to itself: it measures
+# tests/reliability starts once both lanes are done, with the machine to itself (and with it
+# the e2e modules in ALONE_E2E): it measures
 # under load (the flood's ratios) and touches the machine's engine and firewall (a dockerd
 # restart, egress rules), which would disturb whatever else ran. Only its modules listed in
 # SHARED (a server of their own, API-level checks, no engine-wide or timing effect) run in
@@ -30,6 +31,14 @@ LANE2=(
   tests/e2e/test_trl_grpo.py
 )
 
+# e2e modules that run with the reliability dir, alone: gVisor's boots on the ptrace platform
+# take every core for tens of seconds (16 gunicorn workers booting under gvisor: ~100 s),
+# which starved timing-bound tests of the other lane (ksmd's scans, browser waits).
+ALONE_E2E=(
+  tests/e2e/test_gvisor.py
+  tests/e2e/test_gvisor_shapes.py
+)
+
 SHARED=(
   tests/reliability/test_bad_input.py
   tests/reliability/test_hardening.py
@@ -38,7 +47,7 @@ SHARED=(
   tests/reliability/test_tls.py
   tests/reliability/test_token_digests.py
 )
-ALONE=()
+ALONE=("${ALONE_E2E[@]}")
 for module in tests/reliability/test_*.py; do
   case " ${SHARED[*]} " in *" $module "*) ;; *) ALONE+=("$module") ;; esac
 done
@@ -82,7 +91,7 @@ lane=$?
 echo "== lane 2: tests/cluster, the installed wheel's live-fork tests, ${LANE2[*]} (exit $lane) =="
 cat "$log"
 
-echo "== tests/reliability (but SHARED), alone =="
+echo "== tests/reliability (but SHARED) and ${ALONE_E2E[*]}, alone =="
 alone=0
 run --durations=15 --junitxml=.cache/test-report-reliability.xml "${ALONE[@]}" "$@" || alone=$?
 

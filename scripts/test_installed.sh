@@ -32,7 +32,7 @@ TESTS=(
   tests/e2e/test_live_merge.py
   tests/e2e/test_live_shapes.py
   tests/e2e/test_gvisor.py::test_the_registered_runtime_is_this_packages_script
-  tests/e2e/test_gvisor.py::test_openenv_env_steps_and_forks_with_its_state_under_gvisor
+  tests/e2e/test_gvisor.py::test_gvisors_kernel_answers_what_runc_passes_to_the_hosts
 )
 
 echo "test-installed: building the wheel and a clean venv" >&2
