@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import LocalDenv, docker_engine, start_server
-from reliability_helpers import api, container_of, delete_all, ok, report
+from reliability_helpers import E2E_DIR, api, container_of, delete_all, ok, report
 
 pytestmark = pytest.mark.e2e
 
@@ -30,90 +30,8 @@ PROBE = "denv-base-probe:latest"
 MEMORY_MB = 256
 PIDS = 128
 
-APP = r"""
-import ctypes, errno, http.server, json, os, signal, socket, stat, sys, time
-
-def refused(probe):
-    try:
-        probe()
-    except OSError as exc:
-        return "refused: " + errno.errorcode.get(exc.errno, str(exc.errno))
-    return "allowed"
-
-def do_mount():
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(b"none", b"/mnt", b"tmpfs", 0, None) != 0:
-        raise OSError(ctypes.get_errno(), "mount")
-
-def do_chown():
-    open("/tmp/owned", "w").close()
-    os.chown("/tmp/owned", 4321, 4321)
-
-PROBES = {
-    "mknod": lambda: os.mknod("/tmp/null", 0o600 | stat.S_IFCHR, os.makedev(1, 3)),
-    "raw_socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
-    "mount": do_mount,
-    "chown": do_chown,
-    "setuid": lambda: os.setuid(4321),
-}
-
-def bomb(seconds):
-    children, error, deadline = [], "", time.monotonic() + seconds
-    while time.monotonic() < deadline and len(children) < 100000:
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            error = errno.errorcode.get(exc.errno, str(exc.errno))
-            break
-        if pid == 0:
-            time.sleep(seconds)
-            os._exit(0)
-        children.append(pid)
-    for pid in children:
-        os.kill(pid, signal.SIGKILL)
-    for pid in children:
-        os.waitpid(pid, 0)
-    return {"forked": len(children), "error": error}
-
-def hog():
-    print("hogging memory in 16 MiB chunks", flush=True)
-    chunks = []
-    while True:
-        chunks.append(b"\x01" * (16 << 20))
-
-def work_mount():
-    for line in open("/proc/self/mountinfo"):
-        parts = line.split()
-        if parts[4] == "/work":
-            return parts[5]
-    return ""
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path == "/health":
-            body = {"ok": True}
-        elif self.path == "/headers":
-            body = {k.lower(): v for k, v in self.headers.items()}
-        elif self.path == "/caps":
-            body = {name: refused(p) for name, p in PROBES.items()}
-            body["work_mount"] = work_mount()
-        elif self.path == "/bomb":
-            body = bomb(20)
-        elif self.path == "/hog":
-            body = hog()
-        else:
-            body = {}
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-http.server.ThreadingHTTPServer(("", 8000), Handler).serve_forever()
-"""
+# The app each probe env runs (its routes in its docstring), shared with tests/e2e/test_gvisor.py.
+APP = (E2E_DIR / "hardening_app.py").read_text()
 
 
 @pytest.fixture(scope="module")
