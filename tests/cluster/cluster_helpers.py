@@ -245,3 +245,30 @@ def grpc_call_answered(
             answered = answered or (kind == 0 and len(payload) >= 5)  # a message came back
             if kind in (0, 1) and flags & end_stream:
                 return answered
+
+
+def standin_boot(agent: Any, timeout_s: float) -> Any:
+    """A ``BootSpec`` for a node agent run in this process (``NodeAgent``): the stand-in
+    image serving /health, egress deny, one empty /work."""
+    from denv.server import ids
+    from denv.server.node.seam import BootSpec
+    from denv.server.records import ServiceSpec, VolumeSlot
+
+    image = "denv-http-standin:latest"
+    service = ServiceSpec(
+        name="agent",
+        image=image,
+        image_digest=agent.call("inspect_image", image, False).id,
+        command=["python3", "-m", "http.server", "8000", "--directory", "/srv/www"],
+        ports=[8000],
+        volumes=["/work"],
+        health_path="/health",
+    )
+    return BootSpec(
+        env_id=ids.new_id("env"),
+        services=[service],
+        agent="agent",
+        egress="deny",
+        volumes=[VolumeSlot(service="agent", n=0, path="/work", layers=[])],
+        timeout_s=timeout_s,
+    )

@@ -8,15 +8,11 @@ from pathlib import Path
 
 import docker
 import httpx
+from cluster_helpers import standin_boot
 
 from denv.cluster.agent import AgentConfig, NodeAgent
-from denv.server import ids
 from denv.server.gvisor import runtime
-from denv.server.node.seam import BootSpec
-from denv.server.records import ServiceSpec, VolumeSlot
 from denv.server.volumes.mounts import unmount_all
-
-IMAGE = "denv-http-standin:latest"
 
 
 def test_an_agent_asked_for_gvisor_boots_under_it(tmp_path: Path) -> None:
@@ -25,23 +21,7 @@ def test_an_agent_asked_for_gvisor_boots_under_it(tmp_path: Path) -> None:
     )
     booted = None
     try:
-        service = ServiceSpec(
-            name="agent",
-            image=IMAGE,
-            image_digest=agent.call("inspect_image", IMAGE, False).id,
-            command=["python3", "-m", "http.server", "8000", "--directory", "/srv/www"],
-            ports=[8000],
-            volumes=["/work"],
-            health_path="/health",
-        )
-        spec = BootSpec(
-            env_id=ids.new_id("env"),
-            services=[service],
-            agent="agent",
-            egress="deny",
-            volumes=[VolumeSlot(service="agent", n=0, path="/work", layers=[])],
-            timeout_s=90,
-        )
+        spec = standin_boot(agent, 90)
         booted = agent.call("bring_up", spec)
         agent.call("wait_healthy", spec, booted, 90)
         (cid,) = booted.containers.values()

@@ -24,13 +24,10 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster_helpers import LocalCluster
+from cluster_helpers import LocalCluster, standin_boot
 
 from denv.cluster import local, ray_auth
-from denv.server import ids
 from denv.server.ingress.relay import HANDSHAKE_TIMEOUT_S, RelayError, open_socket, split_address
-from denv.server.node.seam import BootSpec
-from denv.server.records import ServiceSpec, VolumeSlot
 
 pytestmark = pytest.mark.e2e
 
@@ -182,24 +179,7 @@ def test_an_agent_hands_out_its_envs_behind_its_relay(
     try:
         # outside a Ray actor (this process may be a Ray driver): loopback
         assert agent.relay_address.startswith("127.0.0.1:"), agent.relay_address
-        image = "denv-http-standin:latest"
-        service = ServiceSpec(
-            name="agent",
-            image=image,
-            image_digest=agent.call("inspect_image", image, False).id,
-            command=["python3", "-m", "http.server", "8000", "--directory", "/srv/www"],
-            ports=[8000],
-            volumes=["/work"],
-            health_path="/health",
-        )
-        spec = BootSpec(
-            env_id=ids.new_id("env"),
-            services=[service],
-            agent="agent",
-            egress="deny",
-            volumes=[VolumeSlot(service="agent", n=0, path="/work", layers=[])],
-            timeout_s=60,
-        )
+        spec = standin_boot(agent, 60)
         booted = agent.call("bring_up", spec)
         assert split_address(booted.agent_ip)[1] == agent.relay_address, booted.agent_ip
         agent.call("wait_healthy", spec, booted, 60)
