@@ -40,7 +40,7 @@ from denv.server.docker.live import launcher_ctl
 assert (launcher_ctl.LAUNCHER_DIR / "launcher.py").is_file(), "the live-fork launcher is missing"
 from denv.server.gvisor import runtime as gvisor_runtime
 
-assert gvisor_runtime._SCRIPT.is_file(), "gVisor's runtime script (denv-runsc) is missing"
+assert gvisor_runtime.SCRIPT.is_file(), "gVisor's runtime script (denv-runsc) is missing"
 from denv.openenv._connection import _check_can_serve
 
 _check_can_serve()  # the embedded default's packages (fastapi, uvicorn, docker) are there

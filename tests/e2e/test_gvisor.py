@@ -72,9 +72,9 @@ def kernel_of(env_id: str) -> str:
 
 def test_the_registered_runtime_is_this_packages_script() -> None:
     # On the installed wheel: the script the wheel ships is the one the engine runs.
-    assert (
-        runtime.WRAPPER.read_bytes() == Path(runtime.__file__).with_name("denv-runsc").read_bytes()
-    ), f"{runtime.WRAPPER} is stale: run denv gvisor install"
+    assert runtime.WRAPPER.read_bytes() == runtime.SCRIPT.read_bytes(), (
+        f"{runtime.WRAPPER} is stale: run denv gvisor install"
+    )
 
 
 def test_openenv_env_steps_and_forks_with_its_state_under_gvisor(

@@ -43,7 +43,7 @@ def test_install_keeps_the_rest_of_daemon_json(tmp_path: Path) -> None:
     config = json.loads(daemon_json.read_text())
     assert config["log-driver"] == "local"
     assert config["runtimes"] == {"other": {"path": "/opt/other"}, runtime.RUNTIME: entry}
-    assert wrapper.read_bytes() == Path(runtime.__file__).with_name("denv-runsc").read_bytes()
+    assert wrapper.read_bytes() == runtime.SCRIPT.read_bytes()
     assert wrapper.stat().st_mode & 0o777 == 0o755
     assert said[0] == f"wrote {wrapper}" and len(said) == 2  # no daemon.json change, no reload
 

@@ -27,7 +27,7 @@ RUNTIME = "denv-runsc"  # the runtime's name in the Docker Engine
 PACKAGE = "runsc"  # Debian's package of gVisor's runsc
 WRAPPER = Path("/usr/local/sbin/denv-runsc")  # where install puts the script
 DAEMON_JSON = Path("/etc/docker/daemon.json")
-_SCRIPT = Path(__file__).with_name("denv-runsc")
+SCRIPT = Path(__file__).with_name("denv-runsc")  # the runtime script, in the wheel
 RELOAD_WAIT_S = 15.0  # how long install waits for dockerd to list the runtime
 
 
@@ -66,7 +66,7 @@ def install(
     dockerd, until ``listed()`` (the engine's runtimes) has it. Idempotent."""
     if runsc() is None:
         raise GvisorUnavailable(f"runsc is not installed: apt-get install {PACKAGE}")
-    script = _SCRIPT.read_bytes()
+    script = SCRIPT.read_bytes()
     if not wrapper.exists() or wrapper.read_bytes() != script:
         wrapper.parent.mkdir(parents=True, exist_ok=True)
         _write(wrapper, script, 0o755)
