@@ -42,6 +42,7 @@ from denv.server.lifecycle.reconcile import reap_forever
 from denv.server.lifecycle.service import Service
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.net.subnets import SubnetPool
+from denv.server.node.abilities import EVERYTHING
 from denv.server.node.seam import Node
 from denv.server.tokens import IngressKeys
 from denv.server.volumes.overlay import Volumes
@@ -149,8 +150,9 @@ def create_app(
         allow_private_egress=config.allow_private_egress,
     )
     engine.pull_credentials = config.pull_credentials
+    abilities = EVERYTHING  # what the envs' runtime takes away (the admission refuses it)
     if config.isolation == "gvisor":
-        gvisor.use(engine)  # GvisorUnavailable naming the fix: before serving
+        abilities = gvisor.use(engine)  # GvisorUnavailable naming the fix: before serving
     volumes = Volumes(config.state_dir, config.max_volume_mb)
     if volumes.fs is not None and node is None:  # a cluster's node agents check their own
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
@@ -164,7 +166,9 @@ def create_app(
         live_netns=config.live_netns,
         merge_pages=config.merge_pages,
     )
-    ctx = Context(config=config, store=store, node=node, ingress=table, host_guard=guard)
+    ctx = Context(
+        config=config, store=store, node=node, ingress=table, host_guard=guard, abilities=abilities
+    )
     ctx.ingress_keys = IngressKeys.load_or_create(config.state_dir)  # beside api_key, 0600
     service = Service(ctx)
 

@@ -438,3 +438,33 @@ def test_a_stop_removes_the_spares_a_dropped_pool_left_to_the_workers(tmp_path: 
     gate.set()
     assert len(spares) == 2 and all(f"teardown {x}" in node.calls for x in spares), node.calls
     store.close()
+
+
+def test_what_the_nodes_runtime_takes_away_is_refused_by_its_reason(tmp_path: Path) -> None:
+    """A runtime that takes live forks and warm spares away (gVisor's, chosen by the
+    composition root) says so in ``Abilities``: the admission refuses ``live: true`` and
+    ``warm`` with 409 naming its reason, resolves ``auto`` to a start without the launcher,
+    and writes nothing for a refused request."""
+    from denv.server.lifecycle.requests import EnvsCreate
+    from denv.server.node.abilities import Abilities
+
+    envs, store, version = _lifecycle(tmp_path, FakeNode())
+    envs.ctx.abilities = Abilities(live="no launcher here", spares="no late mounts here")
+    admit, before = envs.admit, store.count_versions("o")
+    with admit.hold("o", 2) as hold:
+        with pytest.raises(ApiError) as live:
+            admit.from_version(hold, version, EnvsCreate(live=True), "deny")
+        assert (live.value.status, live.value.code) == (409, "live_unsupported")
+        assert "no launcher here" in str(live.value) and "kind volume" in str(live.value)
+        with pytest.raises(ApiError) as warm:
+            admit.from_version(hold, version, EnvsCreate(count=2, warm=2), "deny")
+        assert (warm.value.status, warm.value.code) == (409, "conflict")
+        assert "no late mounts here" in str(warm.value)
+        auto = admit.from_version(hold, version, EnvsCreate(live="auto"), "deny")
+        assert auto.live is False
+    envs.ctx.abilities = Abilities()  # runc's: the same requests pass
+    with admit.hold("o", 1) as hold:
+        assert admit.from_version(hold, version, EnvsCreate(live="auto"), "deny").live == "auto"
+    assert store.count_versions("o") == before and envs.ctx.holds.held("o") == 0
+    envs.ctx.workers.shutdown(wait=True)
+    store.close()

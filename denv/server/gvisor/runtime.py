@@ -22,6 +22,7 @@ from pathlib import Path
 
 from denv.server.docker.engine import Engine
 from denv.server.docker.sdk import engine_errors
+from denv.server.node.abilities import Abilities
 
 RUNTIME = "denv-runsc"  # the runtime's name in the Docker Engine
 PACKAGE = "runsc"  # Debian's package of gVisor's runsc
@@ -29,6 +30,13 @@ WRAPPER = Path("/usr/local/sbin/denv-runsc")  # where install puts the script
 DAEMON_JSON = Path("/etc/docker/daemon.json")
 SCRIPT = Path(__file__).with_name("denv-runsc")  # the runtime script, in the wheel
 RELOAD_WAIT_S = 15.0  # how long install waits for dockerd to list the runtime
+# What an env under gVisor cannot do, and why: the admission refuses those requests (409).
+ABILITIES = Abilities(
+    live="this server runs every env under --isolation gvisor, in a sandbox with a kernel "
+    "of its own, and the live launcher copies a process on this machine's kernel",
+    spares="under --isolation gvisor a spare's /work is mounted after it boots, and a gVisor "
+    "sandbox sees no mount made after it started (its env would write beside its /work)",
+)
 
 
 class GvisorUnavailable(RuntimeError):
@@ -133,11 +141,13 @@ def _runsc_version() -> str:
     return out.splitlines()[0].removeprefix("runsc version ") if out else "unknown"
 
 
-def use(engine: Engine) -> None:
-    """Create every container of ``engine`` under gVisor from now on; ``GvisorUnavailable``
+def use(engine: Engine) -> Abilities:
+    """Create every container of ``engine`` under gVisor from now on, and return what its
+    envs then cannot do (``ABILITIES``, for the lifecycle's admission); ``GvisorUnavailable``
     naming the fix when runsc or the runtime is missing (``EngineUnavailable`` without an
     engine)."""
     with engine_errors():
         runtimes = engine.api.info().get("Runtimes", {})
     check(runtimes)
     engine.runtime = RUNTIME
+    return ABILITIES

@@ -203,16 +203,14 @@ class Admission:
             self.warm.check_spares(owner, pool, warm)
 
     def spares_possible(self) -> None:
-        """409 for warm spares under gVisor: a spare's volumes are mounted after it boots,
-        and a gVisor sandbox never sees a mount made after its start (its files are served
-        from what was there then), so its env would write beside its /work, not in it."""
-        if self.ctx.config.isolation == "gvisor":
+        """409 for warm spares where the node cannot keep them (``Abilities.spares``)."""
+        why = self.ctx.abilities.spares
+        if why is not None:
             raise ApiError(
                 409,
                 "conflict",
-                "warm spares are not available under --isolation gvisor: a spare's /work is "
-                "mounted after it boots, and a gVisor sandbox sees no mount made after it "
-                "started. Ask without warm (envs and forks boot cold; docs/isolation.md)",
+                f"warm spares are not available: {why}. Ask without warm (envs and forks "
+                "boot cold; docs/isolation.md)",
             )
 
     def room(self, count: int, pool: PoolOf | None) -> None:
@@ -300,15 +298,14 @@ class Admission:
         """How a create's envs start: ``live`` as asked, with ``auto`` resolved. ``auto``
         starts without the launcher where the request asks for spares (they serve volume
         forks) or the version cannot run live (several services); ``true`` there is 409."""
-        if self.ctx.config.isolation == "gvisor":
+        why = self.ctx.abilities.live  # the node runs no env live (``Abilities.live``)
+        if why is not None:
             if live is True:
                 raise ApiError(
                     409,
                     "live_unsupported",
-                    f"{what} cannot run for live forks under --isolation gvisor: the live "
-                    "launcher copies a process on this machine's kernel, and a gVisor sandbox "
-                    "has a kernel of its own. Create it without live (its forks then boot "
-                    "from a snapshot of /work: kind volume)",
+                    f"{what} cannot run for live forks: {why}. Create it without live (its "
+                    "forks then boot from a snapshot of /work: kind volume)",
                 )
             return False
         if live == "auto":

@@ -13,6 +13,7 @@ from denv.server.lifecycle.fairness import Fairness
 from denv.server.lifecycle.holds import Holds
 from denv.server.lifecycle.pins import Pins
 from denv.server.locks import NamedLocks
+from denv.server.node.abilities import EVERYTHING, Abilities
 from denv.server.node.seam import Node
 from denv.server.tokens import IngressKeys
 
@@ -42,6 +43,7 @@ class Context:
     node: Node
     ingress: IngressRoutes
     host_guard: HostGuard
+    abilities: Abilities = EVERYTHING  # what the node's sandboxes cannot do (its runtime's)
     workers: ThreadPoolExecutor = field(  # env starts, adopts and destroys run here
         default_factory=lambda: ThreadPoolExecutor(START_WORKERS, thread_name_prefix="denv-env")
     )
