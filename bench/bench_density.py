@@ -11,6 +11,9 @@ cores, until the first of:
 Once the last batch is up and the machine has settled, it records each env's memory from
 its container's cgroup (usage as `docker stats` shows it, and anonymous RSS), the host's
 MemAvailable drop per env, and whether every env still answers /health through ingress.
+
+Run: ``python -m bench --only density`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

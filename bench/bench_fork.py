@@ -10,6 +10,9 @@ each K, for each N, the same run times
   steps through the OpenEnv client, all done;
 
 alternating which goes first, and checks that every branch reports step_count == K.
+
+Run: ``python -m bench --only fork`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ under gvisor, which refuses live):
 
 Results: bench/results/isolation.json (medians, and gvisor / runc ratios). Nothing asserts
 on time.
+
+Run: ``python -m bench --only isolation`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

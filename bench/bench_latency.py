@@ -5,6 +5,9 @@ Issue 8 item 4. Two envs of the same image run side by side: one with `egress="a
 client connects through the denv server's ingress proxy). One OpenEnv client on each steps
 in alternating blocks, so both see the same machine; every `step()` is timed on its own,
 after a warm-up that is not counted.
+
+Run: ``python -m bench --only latency`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

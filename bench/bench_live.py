@@ -22,6 +22,9 @@
   child boots).
 
 Nothing asserts on time; the ratios go to bench/results/live.json and SUMMARY.md.
+
+Run: ``python -m bench --only live,live_tree`` (``make bench-live``; ``make bench`` runs every
+benchmark; ``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ shape, rounds alternate, each on the same machine state:
 
 Results: bench/results/shapes.json (medians in seconds, ratios local/denv). Nothing asserts
 on time.
+
+Run: ``python -m bench --only shapes`` (``make bench`` runs every benchmark; ``--quick`` and
+``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

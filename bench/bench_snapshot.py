@@ -14,6 +14,9 @@ volume. The benchmark shows it in two sweeps, writing files into `/work` through
 
 Each point is POST /v1/envs/{id}/snapshot timed from the client, `sync` first so earlier
 writes are on disk. Versions that only served a timing are deleted at once (disk space).
+
+Run: ``python -m bench --only snapshot`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ in a rotated order, so drift on a shared machine hits all of them alike:
 - floor: `docker run -d -p` to the first 200 on /health, polled every 10 ms; `docker rm -f`.
 - fork8 cold / warm: `fork_clients(root, 8)` of a live env, 8 children ready (health and
   WebSocket); the children are then deleted and the machine left to settle.
+
+Run: ``python -m bench --only start`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

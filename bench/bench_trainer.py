@@ -14,6 +14,9 @@ Three measurements, each side by side in the same run and reported as ratios:
   1 MB changed: a fork's child that rewrote one file, snapshotted (the versions share the
   1 GB layer), and two snapshots of one env (their layers share nothing: every file is
   compared). Checked: the diff lists exactly the one file.
+
+Run: ``python -m bench --only trainer`` (``make bench-trainer``; ``make bench`` runs every
+benchmark; ``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

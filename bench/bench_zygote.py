@@ -13,6 +13,9 @@
   the same with 4 clients starting at once (``sustained_parallel``).
 
 Nothing asserts on time; medians and ratios go to bench/results/zygote_start.json.
+
+Run: ``python -m bench --only zygote`` (``make bench`` runs every benchmark;
+``--quick`` and ``--smoke`` are smaller profiles: bench/__main__.py).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 A run starts a private local server (its own state dir, a new session so that Ctrl-C
 reaches only the benchmark, which then deletes what it made) and records the machine and
 the conditions the numbers were taken under (bench.measure). Nothing here asserts on time.
+
+Not run on its own: the benchmarks import it (``python -m bench`` runs them).
 """
 
 from __future__ import annotations

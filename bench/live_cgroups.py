@@ -4,6 +4,8 @@ The server puts each live env's processes in a cgroup of its own below its conta
 ``<container's cgroup>/denv-live/<env id>`` (on a host with cgroup v1 controllers, the same
 path in each that limits, e.g. memory), and labels the container ``denv.env=<env id>``.
 The benchmarks read both from the outside, not from the server's modules, which may move.
+
+Not run on its own: bench_isolation and live_density import it.
 """
 
 from __future__ import annotations

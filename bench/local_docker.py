@@ -8,6 +8,9 @@ a start that was interrupted). The variable is the only difference to a user's s
 It names a container after the image's name and the current millisecond, so starts at once
 collide ("name already in use"); ``tags(image, run_id, n)`` gives each concurrent start a tag
 of its own of the same image (same id: same bytes, nothing pulled).
+
+Not run on its own: bench_start, bench_trainer, bench_shapes and the harness
+import it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The machine a benchmark ran on and the conditions of the run, and what a container used
 (memory and CPU from its cgroup), and `sh` to ask the tools that know. Read-only: nothing
-here changes the machine."""
+here changes the machine.
+
+Not run on its own: the benchmarks import it.
+"""
 
 from __future__ import annotations
 

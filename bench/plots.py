@@ -1,4 +1,7 @@
-"""PNG plots of the result files (matplotlib, no display needed)."""
+"""PNG plots of the result files (matplotlib, no display needed).
+
+Not run on its own: bench.report draws them (``python -m bench --report-only``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""SUMMARY.md section of bench_isolation's results: runc against gVisor, side by side."""
+"""SUMMARY.md section of bench_isolation's results: runc against gVisor, side by side.
+
+Not run on its own: bench.report writes SUMMARY.md with it
+(``python -m bench --report-only``).
+"""
 
 from __future__ import annotations
 

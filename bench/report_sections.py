@@ -4,6 +4,9 @@ Each renderer turns one ``results/<name>.json`` into Markdown lines; ``SECTIONS`
 them in the order SUMMARY.md shows them. Apart from ``report`` (which loads the results,
 writes SUMMARY.md and the README's headline) so that adding a benchmark's table touches
 this module only.
+
+Not run on its own: bench.report writes SUMMARY.md with it
+(``python -m bench --report-only``).
 """
 
 from __future__ import annotations

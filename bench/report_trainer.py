@@ -1,4 +1,8 @@
-"""SUMMARY.md sections of bench_trainer's results (warm16, async_get_env, diff)."""
+"""SUMMARY.md sections of bench_trainer's results (warm16, async_get_env, diff).
+
+Not run on its own: bench.report writes SUMMARY.md with it
+(``python -m bench --report-only``).
+"""
 
 from __future__ import annotations
 

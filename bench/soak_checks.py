@@ -4,6 +4,9 @@ state dir holds, what the instance left on the machine, and the server's memory.
 
 Read-only, from the outside (the database with sqlite3, /proc, ``docker``), so the soak
 checks the server without trusting its own answers.
+
+Not run on its own: bench/soak_long.py imports it (and
+tests/reliability/test_disk_budget.py).
 """
 
 from __future__ import annotations

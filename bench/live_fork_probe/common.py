@@ -1,6 +1,8 @@
 """Host-side helpers shared by the probes: the probe container, its control socket, pids, memory.
 
 Everything stays on this machine: containers on a probe network, addresses on its bridge.
+
+Not run on its own: the probes beside it import it (``from common import ...``).
 """
 
 from __future__ import annotations

@@ -70,6 +70,8 @@ class Jobs:
 
 JOBS = Jobs()
 _submit = ThreadPoolExecutor.submit
+_init = ThreadPoolExecutor.__init__
+EXECUTORS: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
 
 
 def _counted_submit(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -79,22 +81,21 @@ def _counted_submit(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: 
     return fut
 
 
-ThreadPoolExecutor.submit = _counted_submit  # type: ignore[method-assign]
-EXECUTORS: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
-_init = ThreadPoolExecutor.__init__
-
-
 def _tracked_init(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> None:
     _init(self, *args, **kwargs)
     EXECUTORS.add(self)
 
 
-ThreadPoolExecutor.__init__ = _tracked_init  # type: ignore[method-assign]
+def load_app() -> Any:
+    """The echo env's app, from the image's /app, with every ThreadPoolExecutor from now on
+    counted (JOBS) and tracked (EXECUTORS): the patches first, so that the app's executors
+    are among them. Done at start, not on import: importing this module changes nothing."""
+    ThreadPoolExecutor.submit = _counted_submit  # type: ignore[method-assign]
+    ThreadPoolExecutor.__init__ = _tracked_init  # type: ignore[method-assign]
+    sys.path.insert(0, "/app")
+    from echo_env.app import app
 
-
-# Imported after the patches above, so its executors are counted and tracked.
-sys.path.insert(0, "/app")
-from echo_env.app import app as echo_app  # noqa: E402
+    return app
 
 
 class Tracked:
@@ -183,7 +184,7 @@ class Tracked:
         await send({"type": "http.response.body", "body": body})
 
 
-tracked = Tracked(echo_app)
+tracked: Tracked  # the app served (load_app), wrapped: set at start, before main()
 SERVER: uvicorn.Server | None = None
 CTL_SERVER: asyncio.AbstractServer | None = None
 
@@ -337,4 +338,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    tracked = Tracked(load_app())
     asyncio.run(main())

@@ -17,17 +17,21 @@ def mount(src: str, dst: str, fstype: str, opts: str) -> None:
         raise OSError(err, f"mount {fstype} {opts}: {os.strerror(err)}")
 
 
-case = sys.argv[1]
-upper, work = "/data/upper", "/data/work"
-extra = "userxattr," if case == "ext4-userxattr" else ""
-if case == "tmpfs":
-    mount("t", "/tmp", "tmpfs", "")
-    os.mkdir("/tmp/u")
-    os.mkdir("/tmp/w")
-    upper, work = "/tmp/u", "/tmp/w"
-mount("o", "/mnt", "overlay", f"{extra}lowerdir=/data/lower,upperdir={upper},workdir={work}")
-with open("/mnt/parent.txt") as f:
-    print(f.read().strip())
-with open("/mnt/child.txt", "w") as f:
-    f.write("child\n")
-print(sorted(os.listdir("/mnt")), "MOUNT_OK")
+def main(case: str) -> None:
+    upper, work = "/data/upper", "/data/work"
+    extra = "userxattr," if case == "ext4-userxattr" else ""
+    if case == "tmpfs":
+        mount("t", "/tmp", "tmpfs", "")
+        os.mkdir("/tmp/u")
+        os.mkdir("/tmp/w")
+        upper, work = "/tmp/u", "/tmp/w"
+    mount("o", "/mnt", "overlay", f"{extra}lowerdir=/data/lower,upperdir={upper},workdir={work}")
+    with open("/mnt/parent.txt") as f:
+        print(f.read().strip())
+    with open("/mnt/child.txt", "w") as f:
+        f.write("child\n")
+    print(sorted(os.listdir("/mnt")), "MOUNT_OK")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

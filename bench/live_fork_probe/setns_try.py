@@ -28,16 +28,21 @@ def cap_eff() -> str:
     return "?"
 
 
-out = {"CapEff": cap_eff()}
-pid = os.fork()
-if pid == 0:  # a child for the user namespace attempt, so the rest is not affected
-    os._exit(0 if libc.unshare(CLONE_NEWUSER) == 0 else ctypes.get_errno())
-out["unshare(user)"] = "ok" if os.waitpid(pid, 0)[1] == 0 else "EPERM or refused"
-out["setns(net)"] = attempt(libc.setns, os.open("/ns/net", os.O_RDONLY), CLONE_NEWNET)
-out["setns(mnt)"] = attempt(libc.setns, os.open("/ns/mnt", os.O_RDONLY), CLONE_NEWNS)
-hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
-data = (ctypes.c_uint32 * 6)()
-libc.capset(hdr, data)  # drop everything
-data2 = (ctypes.c_uint32 * 6)(1 << 21, 1 << 21, 0, 0, 0, 0)  # ask CAP_SYS_ADMIN back
-out["regain CAP_SYS_ADMIN after drop"] = attempt(libc.capset, hdr, data2)
-print(json.dumps(out))
+def main() -> None:
+    out = {"CapEff": cap_eff()}
+    pid = os.fork()
+    if pid == 0:  # a child for the user namespace attempt, so the rest is not affected
+        os._exit(0 if libc.unshare(CLONE_NEWUSER) == 0 else ctypes.get_errno())
+    out["unshare(user)"] = "ok" if os.waitpid(pid, 0)[1] == 0 else "EPERM or refused"
+    out["setns(net)"] = attempt(libc.setns, os.open("/ns/net", os.O_RDONLY), CLONE_NEWNET)
+    out["setns(mnt)"] = attempt(libc.setns, os.open("/ns/mnt", os.O_RDONLY), CLONE_NEWNS)
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    libc.capset(hdr, data)  # drop everything
+    data2 = (ctypes.c_uint32 * 6)(1 << 21, 1 << 21, 0, 0, 0, 0)  # ask CAP_SYS_ADMIN back
+    out["regain CAP_SYS_ADMIN after drop"] = attempt(libc.capset, hdr, data2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
