@@ -18,7 +18,8 @@ Everything a node runs (its Ray processes, dockerd, containerd, the shims and th
 containers) sits in the freezer cgroup ``denv-<tag>-<name>``, so ``kill_node`` takes it all
 down as a machine's death does: frozen, SIGKILLed, the engine's mounts undone, the namespace
 deleted (and its veth with it). The engine's data root stays, as a dead machine's disk does:
-``start_node`` boots the node again on it (images already loaded).
+a node started again (``ray_nodes.start_engine``, as the cluster tests' restart does) boots on
+it, its images already loaded.
 
 The host bridge's traffic between nodes crosses this machine's FORWARD chain when
 ``br_netfilter`` is loaded (Docker's policy there is DROP), so one rule lets the bridge's own

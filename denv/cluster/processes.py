@@ -33,18 +33,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Processes whose command line holds ``text`` (a cluster's dir or Ray temp dir)."""
-    found: list[int] = []
-    needle = text.encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-    return found
-
-
 def read_state(cluster_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((cluster_dir / STATE_FILE).read_text())

@@ -1,10 +1,10 @@
-"""The Ray nodes of a local cluster: started, waited for, killed as a machine dies, restarted.
+"""The Ray nodes of a local cluster: started, joined, waited for.
 
 Each node is a ``ray start --block`` of its own session (``processes``) with its own short temp
 dir, a small object store and the resources that name it (``denv_node_<name>``), so that one
 machine can stand in for N: the node agents find their node by those resources
-(``ray_cluster``), and tests kill and restart a node to see the control plane lose and regain
-it.
+(``ray_cluster``), and the cluster tests kill and restart a node (tests/cluster/cluster_nodes.py,
+with ``join_nodes`` and ``start_engine``) to see the control plane lose and regain it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -23,13 +22,10 @@ from typing import Any
 
 from . import ray_auth
 from .processes import (
-    STATE_FILE,
     ClusterError,
     free_port,
-    read_state,
     session_pids,
     spawn,
-    stop_session,
     tail,
     write_state,
 )
@@ -88,16 +84,6 @@ def quiet_head_env(ray_tmp: str | Path) -> dict[str, str]:
         "HOME": str(home),
         "DOCKER_CONFIG": docker_config,
     }
-
-
-def raylet_pid(sid: int) -> int | None:
-    """The raylet of the Ray node whose session is ``sid`` (killing it kills the node)."""
-    for pid in session_pids(sid):
-        with contextlib.suppress(OSError):
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-            if argv0.endswith(b"/raylet"):
-                return pid
-    return None
 
 
 def agent_ports() -> list[str]:
@@ -296,51 +282,6 @@ def _gcs_silent(address: str) -> str:
             return ""
     except OSError as exc:
         return f"(the Ray head's GCS at {address} does not answer: {exc.strerror or exc})"
-
-
-def kill_node(cluster_dir: Path, name: str) -> None:
-    """Kill Ray node ``name`` as a machine dies: its raylet first (SIGKILL), then the rest. In
-    an isolated cluster, everything the node runs goes at once, its engine and containers
-    too, and its network namespace with them (``isolation.kill_node``)."""
-    state = read_state(cluster_dir) or {}
-    node = next((n for n in state.get("nodes", []) if n["name"] == name), None)
-    if node is None:
-        raise ClusterError(f"no node {name!r} in {cluster_dir / STATE_FILE}")
-    if state.get("isolated"):
-        from . import isolation
-
-        isolation.kill_node(state["isolated"], name, cluster_dir / "nodes" / name)
-    raylet = raylet_pid(int(node["sid"]))
-    if raylet is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(raylet, signal.SIGKILL)
-    stop_session(int(node["sid"]), grace_s=5.0)
-
-
-def restart_node(cluster_dir: Path, name: str) -> None:
-    """Start Ray node ``name`` again (a new Ray node with the same name and state dir; in an
-    isolated cluster its namespace and engine first, on the engine's data root kept)."""
-    state = read_state(cluster_dir)
-    if state is None or "address" not in state:
-        raise ClusterError(f"no cluster in {cluster_dir}: run denv cluster up first")
-    if state.get("head") == name:
-        raise ClusterError("the head node cannot be restarted: run denv cluster down, then up")
-    old = next((n for n in state["nodes"] if n["name"] == name), None)
-    if old is not None and session_pids(int(old["sid"])):
-        raise ClusterError(f"node {name} still runs (session {old['sid']}): kill_node first")
-    from . import ray_cluster
-
-    # A node killed a moment ago may still count as alive until Ray's health checks miss it:
-    # its successor must not be taken for it (nor its agent's name still be held).
-    ray_cluster.connect(state["address"], token_file(state))
-    deadline = time.monotonic() + NODE_START_S
-    while name in ray_cluster.alive():
-        if time.monotonic() > deadline:
-            raise ClusterError(f"node {name} still runs: kill it first (kill_node)")
-        time.sleep(0.2)
-    if state.get("isolated"):
-        start_engine(cluster_dir, state, name)
-    join_nodes(cluster_dir, state, [name])  # started again if it gives up (a loaded machine)
 
 
 def start_engine(cluster_dir: Path, state: dict[str, Any], name: str) -> None:

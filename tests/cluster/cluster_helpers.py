@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cluster_nodes
+
 from denv.server.config import ObjectStoreConfig
 from denv.server.volumes.overlay import Volumes
 
@@ -118,15 +120,11 @@ class LocalCluster:
 
     def kill_node(self, name: str) -> None:
         """Kill Ray node ``name`` as a machine dies (SIGKILL to its raylet, then the rest)."""
-        from denv.cluster import ray_nodes
-
-        ray_nodes.kill_node(self.dir, name)
+        cluster_nodes.kill_node(self.dir, name)
 
     def restart_node(self, name: str) -> None:
         """Start Ray node ``name`` again (same name and state dir); returns once Ray sees it."""
-        from denv.cluster import ray_nodes
-
-        ray_nodes.restart_node(self.dir, name)
+        cluster_nodes.restart_node(self.dir, name)
 
     def restart_server(self) -> None:
         """Stop ``denv serve --cluster`` (SIGTERM) and start it again on the same URL; returns

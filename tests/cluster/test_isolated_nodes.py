@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 import pytest
 from cluster_helpers import cluster_leftovers, cluster_sessions
+from cluster_nodes import kill_node, processes_mentioning
 
 from denv.cluster import isolation, processes, ray_nodes
 from denv.server.node.cluster.membership import ENGINE_DOWN_S
@@ -50,6 +51,7 @@ ECHO_IMAGE = "denv-echo-env:latest"  # built by `make images`
 CLI = [sys.executable, "-m", "denv", "cluster"]
 NODES = ["n0", "n1"]
 DEATH_NOTICED_S = 60.0  # Ray's health checks: ~3 s; status on a loaded machine: more
+HERE = Path(__file__).resolve().parent  # cluster_nodes, for a subprocess's import
 
 
 @pytest.fixture(scope="module")
@@ -391,9 +393,16 @@ def _engine_pid(node: dict[str, Any]) -> int:
 
 def _in_a_process(code: str) -> None:
     """Run ``code`` (with ``cluster_dir`` set) in a process of its own: what joins the
-    cluster as a Ray driver (a node's restart) never does so in this test process."""
+    cluster as a Ray driver (a node's restart) never does so in this test process. This
+    folder is on its ``PYTHONPATH`` (``cluster_nodes``)."""
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "PYTHONPATH": path},
     )
     assert done.returncode == 0, f"{code}:\n{done.stderr[-3000:]}"
 
@@ -470,8 +479,8 @@ def test_a_cut_network_loses_the_nodes_envs_and_its_return_removes_them(
         assert time.monotonic() < deadline, f"{victim}'s Ray still runs after the cut"
         time.sleep(1)
     _in_a_process(
-        "from pathlib import Path; from denv.cluster import ray_nodes; "
-        f"ray_nodes.restart_node(Path({str(cluster_dir)!r}), {victim!r})"
+        "from pathlib import Path; from cluster_nodes import restart_node; "
+        f"restart_node(Path({str(cluster_dir)!r}), {victim!r})"
     )
     assert _engine_pid(node) == engine, "the node's restart replaced its running engine"
     deadline = time.monotonic() + ENGINE_BACK_S
@@ -598,7 +607,7 @@ def test_killing_a_node_takes_its_engine_and_containers_with_it(
         "n1": True,
     }
     killed = time.monotonic()
-    ray_nodes.kill_node(cluster_dir, victim)
+    kill_node(cluster_dir, victim)
     # Nothing of the node runs or stays mounted on this machine.
     assert not list((isolation.FREEZER).glob(f"{node['cgroup']}/**/cgroup.procs"))
     assert not Path(f"/run/netns/{node['netns']}").exists()
@@ -615,7 +624,7 @@ def test_killing_a_node_takes_its_engine_and_containers_with_it(
         ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert _container(envs[victim]) not in host_containers
-    left = [pid for d in dirs for pid in processes.processes_mentioning(d) if _running(pid)]
+    left = [pid for d in dirs for pid in processes_mentioning(d) if _running(pid)]
     assert not left, f"processes of the dead node still run: {left}"
     # The cluster reports it dead; the other node's env still answers through its relay.
     while True:
@@ -667,11 +676,9 @@ def test_a_failed_isolated_up_removes_what_it_made(tmp_path: Path) -> None:
     assert not processes.read_state(cluster_dir), "cluster.json kept after the failed up"
     # What it made is named after the cluster's dir: the same plan finds it, if left.
     left = isolation.leftovers(isolation.plan(cluster_dir, ["n0"], []))
-    left += [
-        f"process {p}" for p in processes.processes_mentioning(str(cluster_dir)) if _running(p)
-    ]
+    left += [f"process {p}" for p in processes_mentioning(str(cluster_dir)) if _running(p)]
     ray_tmp = ray_nodes.ray_tmp_dir(cluster_dir)
-    left += [f"process {p}" for p in processes.processes_mentioning(ray_tmp) if _running(p)]
+    left += [f"process {p}" for p in processes_mentioning(ray_tmp) if _running(p)]
     with open("/proc/self/mountinfo") as info:
         left += [ln.split()[4] for ln in info if ln.split()[4].startswith(str(cluster_dir))]
     assert not left, f"a failed isolated up left: {left}"

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import ray
 from cluster_helpers import LocalCluster, cluster_leftovers, cluster_sessions, grpc_call_answered
+from cluster_nodes import processes_mentioning
 
 from denv.cluster import local, processes, ray_cluster, ray_nodes, ray_tls
 from denv.cluster.agent import ACTOR_PREFIX, NAMESPACE
@@ -447,8 +448,8 @@ def test_a_failed_up_stops_what_it_started(tmp_path: Path) -> None:
     assert not processes.read_state(cluster_dir), "cluster.json kept after the failed up"
     ray_tmp = ray_nodes.ray_tmp_dir(cluster_dir.resolve())
     left = cluster_leftovers(cluster_dir, instances, [])
-    left += [f"process {p}" for p in processes.processes_mentioning(ray_tmp)]
-    left += [f"process {p}" for p in processes.processes_mentioning(str(cluster_dir))]
+    left += [f"process {p}" for p in processes_mentioning(ray_tmp)]
+    left += [f"process {p}" for p in processes_mentioning(str(cluster_dir))]
     left += [ray_tmp] if Path(ray_tmp).exists() else []
     assert not left, f"a failed up left: {left}"
     print(f"failed up (port {port} taken): {up.stderr.strip().splitlines()[-1][:160]}")
