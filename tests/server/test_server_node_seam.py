@@ -468,3 +468,48 @@ def test_what_the_nodes_runtime_takes_away_is_refused_by_its_reason(tmp_path: Pa
     assert store.count_versions("o") == before and envs.ctx.holds.held("o") == 0
     envs.ctx.workers.shutdown(wait=True)
     store.close()
+
+
+def test_a_live_fork_that_spills_holds_the_keys_quota_once(tmp_path: Path) -> None:
+    """A live fork whose parent's node has room for fewer children than asked spills the
+    rest to a volume fork on other nodes, all under the one hold its admission took: a fork
+    that fits the key's quota exactly is let through and counted once (the spill used to let
+    go of the fork's hold and take one of its own, after the live children were made). The
+    node is a fake here: a node's room for live children is a cluster's (test_cluster_live
+    spills on a real one)."""
+    from dataclasses import replace
+
+    from denv.server.lifecycle.requests import EnvsCreate
+    from denv.server.lifecycle.service import Service
+
+    node = FakeNode()
+
+    def live_fork(
+        parent_env: str, parent: LiveProc, volumes: list[VolumeSlot], children: Any, reseed: bool
+    ) -> LiveForked:
+        procs: list[LiveProc | str] = [
+            LiveProc(group=parent.group, container="c-agent", pid=9 + i, start=1, port=port)
+            for i, (_, port) in enumerate(children)
+        ]
+        return LiveForked(stacks=[["lyr_fork"] for _ in volumes], children=procs)
+
+    node.live_fork = live_fork  # type: ignore[attr-defined]
+    node.room_beside = lambda group: 1  # type: ignore[method-assign]
+    node.live_alive = lambda proc: True  # type: ignore[attr-defined]
+    envs, store, version = _lifecycle(tmp_path, node)
+    env_id = _create(envs, version)
+    assert envs.wait(env_id, READY, 10).status == EnvStatus.HEALTHY
+    proc = LiveProc(group=env_id, container="c-agent", pid=1, start=1, port=8000)
+    runtime = store.get_env(env_id).runtime  # type: ignore[union-attr]
+    store.set_runtime(env_id, runtime.model_copy(update={"live": proc}))
+    envs.ctx.config = replace(envs.ctx.config, max_envs_per_key=store.count_existing("o") + 3)
+    service = Service(envs.ctx)
+    made = service.fork("o", env_id, EnvsCreate(count=3, kind="auto"))["envs"]
+    assert sorted(e["start"] for e in made) == ["cold", "cold", "live"], made
+    assert [e["spill"] is not None for e in made] == [False, True, True], made
+    assert envs.ctx.holds.held("o") == 0
+    with pytest.raises(ApiError) as full:  # the quota is reached now, and counted right
+        service.fork("o", env_id, EnvsCreate(count=1, kind="auto"))
+    assert (full.value.status, full.value.code) == (429, "quota_exceeded")
+    envs.ctx.workers.shutdown(wait=True)
+    store.close()

@@ -15,9 +15,10 @@ them, and the hold is handed over when they are recorded. What a request resolve
 create takes.
 
     admit = Admission(ctx, warm)
-    with admit.fork(owner, rec, parent_version, opts) as admitted:   # or the ApiError
+    with admit.hold(owner, opts.count) as hold:              # the key's quota: 429, or held
+        admitted = admit.fork(hold, rec, parent_version, opts)   # or the ApiError
         version = versions.snapshot(rec, {}, "fork")
-        envs.create(admitted, version, EnvOptions.of(opts))
+        envs.create(admitted, version, EnvOptions.of(opts))      # hands the hold over
 """
 
 from __future__ import annotations
@@ -243,45 +244,65 @@ class Admission:
     def fork(
         self, hold: Hold, rec: EnvRecord, parent: VersionRecord | None, opts: EnvsCreate
     ) -> Admitted:
-        """A volume fork of ``rec`` into ``opts.count`` children (caps, egress, room, the
-        sizes of the volumes it snapshots)."""
-        owner, count = hold.owner, opts.count
-        self.version(owner)
-        resolved = self.egress(opts.egress, rec.egress)
-        if opts.warm:
-            self.spares_possible()
-        if parent is not None:  # the children's caps, before the snapshot is made
-            pool = pool_of(parent, resolved, opts.env, owner)
-            self.fair(owner, pool, count, opts.warm)
-            self.room(count, pool)
-        check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))
-        return Admitted(hold, count, resolved, False, opts.warm, dict(opts.env))
-
-    def live_fork(
-        self, hold: Hold, rec: EnvRecord, opts: EnvsCreate
-    ) -> tuple[VersionRecord, Admitted]:
-        """A live fork of ``rec``: 409 ``live_unsupported`` naming why it cannot be one, else
-        the version its children copy (a live child keeps its parent's network namespace
-        and process environment, so it cannot take another egress or env)."""
+        """A fork of ``rec`` into ``opts.count`` children, whatever its kind: the checks every
+        kind shares, once (the versions cap, the egress asked for, the sizes of the volumes
+        it captures), then how it forks. ``live`` True: a live fork (kind ``live``, or
+        ``auto`` where the env and the request allow one; ``live`` asked where they do not
+        is 409 naming why); else a volume fork (``volume_fork``)."""
         owner = hold.owner
         self.version(owner)
-        # Only an egress asked for is checked: the children stay in the parent's namespace.
+        # A live child stays in its parent's namespace: only an egress asked for is checked.
         asked = rec.egress if opts.egress is None else self.egress(opts.egress, rec.egress)
+        check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))  # what it captures
+        if opts.kind == "volume" or (opts.kind == "auto" and rec.runtime.live is None):
+            return self.volume_fork(hold, rec, parent, opts, asked)
+        reason = self.not_live(rec, parent, asked, opts)
+        if reason is None:
+            return Admitted(hold, opts.count, rec.egress, True)
+        if opts.kind == "live":
+            raise refuse_live(reason)
+        return self.volume_fork(hold, rec, parent, opts, asked)  # auto: a volume fork
+
+    def not_live(
+        self, rec: EnvRecord, parent: VersionRecord | None, asked: str, opts: EnvsCreate
+    ) -> str | None:
+        """Why the fork of ``rec`` cannot be live, or None (a live child keeps its parent's
+        network namespace and process environment, so it cannot take another egress or
+        env)."""
         reason = live_unsupported(rec)
         if reason is not None:
-            raise refuse_live(reason)
-        parent = self.ctx.store.get_version(rec.version_id)
+            return reason
         if parent is None:
-            raise ApiError(409, "conflict", f"the version of env {rec.id} is gone")
+            return f"the version of env {rec.id} is gone"
         if asked != rec.egress:
-            raise refuse_live(
+            return (
                 f"a live child runs in its parent's network namespace, so it keeps the "
                 f"parent's egress ({_egress_name(rec.egress)}), not {_egress_name(asked)}"
             )
         if opts.env:
-            raise refuse_live("a live child keeps its parent's process environment (env)")
-        check_disk(self.ctx, owner, check_volume_sizes(self.ctx, rec))  # what it captures
-        return parent, Admitted(hold, opts.count, rec.egress, True)
+            return "a live child keeps its parent's process environment (env)"
+        return None
+
+    def volume_fork(
+        self,
+        hold: Hold,
+        rec: EnvRecord,
+        parent: VersionRecord | None,
+        opts: EnvsCreate,
+        asked: str,
+    ) -> Admitted:
+        """What a volume fork checks besides ``fork``'s: the host guard for the egress its
+        children get (``asked``, the parent's when none is), their spares, starting cap and
+        room (a live fork of kind ``auto`` that its launcher refused comes here too)."""
+        owner, count = hold.owner, opts.count
+        egress = self.egress(None, asked) if opts.egress is None else asked
+        if opts.warm:
+            self.spares_possible()
+        if parent is not None:  # the children's caps, before the snapshot is made
+            pool = pool_of(parent, egress, opts.env, owner)
+            self.fair(owner, pool, count, opts.warm)
+            self.room(count, pool)
+        return Admitted(hold, count, egress, False, opts.warm, dict(opts.env))
 
     def started(
         self, hold: Hold, version: VersionRecord, egress: str, live: LiveStart, env: dict[str, str]

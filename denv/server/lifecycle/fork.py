@@ -13,6 +13,7 @@ from typing import Any
 
 from denv.server.errors import ApiError, invalid
 from denv.server.lifecycle.envs import EnvOptions
+from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.requests import EnvsCreate
@@ -39,37 +40,35 @@ class Forks(Verb):
                 "live",
             )
         opts = opts.model_copy(update={"lease_id": self.leases.holding(owner, opts.lease_id)})
-        spill: str | None = None  # every child spills: its parent's node has no room
-        if opts.kind == "live" or (opts.kind == "auto" and rec.runtime.live is not None):
-            try:
-                with self.admit.hold(owner, opts.count) as hold:
-                    copied, admitted = self.admit.live_fork(hold, rec, opts)
-                    live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
-                    if live_n:
-                        with self.ctx.pins.pin(owner):
-                            some = opts.model_copy(update={"count": live_n})
-                            version, children = self.live.fork(hold, rec, copied, some)
-            except ApiError as exc:
-                # auto: live where the env allows it. A server running threads of its own
-                # (the gate saw them before any child existed) or a child's own egress or
-                # env (which a copy cannot take) gets a volume fork instead.
-                if opts.kind != "auto" or exc.code not in AUTO_VOLUME_CODES:
-                    raise
-                log.info("fork of %s (auto): %s; a volume fork instead", env_id, exc.message)
-            else:
-                if live_n:
-                    # The children run in the parent's container, which ran their fork a
-                    # moment ago: no round trip to the engine to say so.
-                    states = {cid: "running" for cid in rec.runtime.containers.values()}
-                    views = [self.views.env(r, states) for r in children]
-                    if live_n < opts.count:
-                        views += self._spill(owner, rec, version, children, opts, live_n)
-                    return {"version": self.views.version(version), "envs": views}
-                spill = spill_note(rec, 0, opts.count)
         parent = self.ctx.store.get_version(rec.version_id)
-        t0 = time.perf_counter()
+        # One admission for the fork, whatever it becomes: the key's quota held once and
+        # carried to the children it records (live, spilled, or a volume fork instead).
         with self.admit.hold(owner, opts.count) as hold:
             admitted = self.admit.fork(hold, rec, parent, opts)
+            spill: str | None = None  # every child spills: its parent's node has no room
+            if admitted.live:
+                assert parent is not None  # the admission's (not_live)
+                live_n = live_share(self.ctx, rec, opts)  # the rest spill (a cluster's cap)
+                if live_n:
+                    try:
+                        with self.ctx.pins.pin(owner):
+                            some = opts.model_copy(update={"count": live_n})
+                            version, children = self.live.fork(hold, rec, parent, some)
+                    except ApiError as exc:
+                        # auto: live where the env allows it. A server running threads of
+                        # its own (the gate saw them before any child existed) gets a
+                        # volume fork instead.
+                        if opts.kind != "auto" or exc.code not in AUTO_VOLUME_CODES:
+                            raise
+                        log.info(
+                            "fork of %s (auto): %s; a volume fork instead", env_id, exc.message
+                        )
+                    else:
+                        return self._live(hold, rec, version, children, opts, live_n)
+                else:
+                    spill = spill_note(rec, 0, opts.count)
+                admitted = self.admit.volume_fork(hold, rec, parent, opts, rec.egress)
+            t0 = time.perf_counter()
             with self.ctx.pins.pin(owner):  # the fork's version, until its children are recorded
                 version = self.versions.snapshot(rec, {}, "fork")
                 t1 = time.perf_counter()
@@ -89,9 +88,28 @@ class Forks(Verb):
         )
         return {"version": self.views.version(version), "envs": envs}
 
+    def _live(
+        self,
+        hold: Hold,
+        rec: EnvRecord,
+        version: VersionRecord,
+        children: list[EnvRecord],
+        opts: EnvsCreate,
+        live_n: int,
+    ) -> dict[str, Any]:
+        """A live fork's answer: its ``live_n`` children copied on ``rec``'s node, and the
+        rest (a cluster's cap) spilled to other nodes (``_spill``), held by ``hold``."""
+        # The children run in the parent's container, which ran their fork a moment ago:
+        # no round trip to the engine to say so.
+        states = {cid: "running" for cid in rec.runtime.containers.values()}
+        views = [self.views.env(r, states) for r in children]
+        if live_n < opts.count:
+            views += self._spill(hold, rec, version, children, opts, live_n)
+        return {"version": self.views.version(version), "envs": views}
+
     def _spill(
         self,
-        owner: str,
+        hold: Hold,
         rec: EnvRecord,
         version: VersionRecord,
         children: list[EnvRecord],
@@ -100,15 +118,14 @@ class Forks(Verb):
     ) -> list[dict[str, Any]]:
         """The children of a live fork that did not fit on its parent's node: a volume fork
         of the live children's version, placed on other nodes (``spill``), each booted live
-        (``auto``) so that it forks live in turn. When they cannot be started, nothing of the
-        fork is left: its live children and version go too."""
+        (``auto``) so that it forks live in turn, held by what is left of the fork's
+        ``hold``. When they cannot be started, nothing of the fork is left: its live
+        children and version go too."""
+        owner = hold.owner
         rest = opts.model_copy(update={"count": opts.count - live_n})
         note = spill_note(rec, live_n, opts.count)
         try:
-            with (
-                self.admit.hold(owner, rest.count) as hold,
-                self.ctx.pins.pin(owner, version.id),
-            ):
+            with self.ctx.pins.pin(owner, version.id):
                 admitted = self.admit.started(hold, version, rec.egress, "auto", rest.env)
                 recs = self.envs.create(admitted, version, EnvOptions.of(rest, note))
         except BaseException:
