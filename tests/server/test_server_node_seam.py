@@ -19,7 +19,8 @@ from denv.server.errors import ApiError
 from denv.server.ingress.routes import IngressTable
 from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import EnvOptions, Envs
+from denv.server.lifecycle.env_records import EnvOptions
+from denv.server.lifecycle.envs import Envs
 from denv.server.net.host_guard import HostGuardWatch
 from denv.server.node.errors import EngineUnavailable
 from denv.server.node.seam import (

@@ -12,7 +12,7 @@ from typing import Any
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admitted
-from denv.server.lifecycle.envs import EnvOptions
+from denv.server.lifecycle.env_records import EnvOptions
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate
 from denv.server.records import EnvDeletion, VersionRecord

@@ -13,9 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
 
 from denv.server import ids
 from denv.server.config import LOG_TAIL_LINES
@@ -24,9 +21,9 @@ from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admission, Admitted, no_room
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
+from denv.server.lifecycle.env_records import EnvOptions, new_record
 from denv.server.lifecycle.pools.spares import Spare, pool_of
 from denv.server.lifecycle.pools.warm import WarmPools
-from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.node.errors import Refused
 from denv.server.node.live import LiveError
 from denv.server.node.seam import Booted, BootFailed, BootSpec, Cancelled
@@ -47,55 +44,6 @@ from denv.server.records import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EnvOptions:
-    """The options of recorded envs, beside what admission resolved (``Admitted``): their labels,
-    lease, lifetime and boot limit; whether they may take spares; why they spilled."""
-
-    labels: dict[str, str]
-    ttl_s: int
-    wait_timeout_s: float
-    lease_id: str | None = None
-    use_spares: bool = True
-    spill: str | None = None
-
-    @classmethod
-    def of(cls, opts: EnvsCreate, spill: str | None = None) -> EnvOptions:
-        """A create's or fork's request options (``EnvsCreate``)."""
-        return cls(dict(opts.labels), opts.ttl_s, opts.wait_timeout_s, opts.lease_id, True, spill)
-
-
-def new_record(
-    owner: str,
-    version: VersionRecord,
-    egress: str,
-    options: EnvOptions,
-    parent_id: str | None,
-    spec: EnvSpec,
-    **made: Any,
-) -> EnvRecord:
-    """The record of a new env of ``version``, whatever made it (a boot, a spare, a live
-    copy): the one place its identity, labels, lease and lifetime are set. ``made``: what
-    its maker knows already (id, status, start, runtime, error); by default a cold start
-    still to be made."""
-    created = now()
-    fields: dict[str, Any] = {"id": "", "status": EnvStatus.CREATING, "start": "cold", **made}
-    return EnvRecord(
-        owner=owner,
-        version_id=version.id,
-        parent_id=parent_id,
-        project=version.project,
-        agent_service=version.agent_service,
-        egress=egress,
-        labels=dict(options.labels),
-        lease_id=options.lease_id,
-        created_at=iso(created),
-        expires_at=iso(created + timedelta(seconds=options.ttl_s)),
-        spec=spec,
-        **fields,
-    )
 
 
 class _Aborted(Exception):

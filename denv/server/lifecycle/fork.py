@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from denv.server.errors import ApiError, invalid
-from denv.server.lifecycle.envs import EnvOptions
+from denv.server.lifecycle.env_records import EnvOptions
 from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.parts import Verb

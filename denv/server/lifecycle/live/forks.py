@@ -26,7 +26,7 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.endpoints import Route, ingress_endpoint
-from denv.server.lifecycle.envs import EnvOptions, new_record
+from denv.server.lifecycle.env_records import EnvOptions, new_record
 from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.versions import Versions

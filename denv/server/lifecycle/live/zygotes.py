@@ -40,7 +40,8 @@ from denv.server.db import iso, now
 from denv.server.errors import ApiError
 from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.context import Context
-from denv.server.lifecycle.envs import EnvOptions, Envs
+from denv.server.lifecycle.env_records import EnvOptions
+from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.live.forks import LiveForks
 from denv.server.lifecycle.live.preload import preload
 from denv.server.lifecycle.pools.pool import mem_available
