@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from denv.server.docker.live import netns
+from denv.server.docker.live import host_routes
 from denv.server.ingress import relay as wire
 
 log = logging.getLogger(__name__)
@@ -61,12 +61,12 @@ def with_live_children(
 ) -> Callable[[str], bool]:
     """``envs``, and the addresses of live children on this node (``denv serve
     --live-netns``: each in a network namespace of its own, on a subnet this host routes
-    through its container's address, which ``envs`` must allow; ``netns.routed_via``)."""
+    through its container's address, which ``envs`` must allow; ``host_routes.routed_via``)."""
 
     def allowed(ip: str) -> bool:
         if envs(ip):
             return True
-        via = netns.routed_via(ip, route_table)
+        via = host_routes.routed_via(ip, route_table)
         return via is not None and envs(via)
 
     return allowed

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from denv.server.docker.live import launcher_ctl, netns
+from denv.server.docker.live import host_routes, launcher_ctl, netns
 
 LAUNCHER = str(launcher_ctl.LAUNCHER_DIR)
 # A child: waits for its network on stdin, sets it up with the launcher's own code, drops
@@ -153,10 +153,10 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         assert a.ask("hello") == "child" and b.ask("hello") == "child"  # from the host
         # What a cluster node's relay admits (denv.cluster.relay.with_live_children): a
         # child's address, through its container's; not the bridge's own.
-        assert netns.routed_via(a.addr) == net.via != ""
-        assert netns.routed_via(net.gateway) is None
-        assert netns.routed_via(str(net.subnet.network_address + 1000)) == net.via
-        assert netns.routed_via(str(net.subnet.broadcast_address)) is None
+        assert host_routes.routed_via(a.addr) == net.via != ""
+        assert host_routes.routed_via(net.gateway) is None
+        assert host_routes.routed_via(str(net.subnet.network_address + 1000)) == net.via
+        assert host_routes.routed_via(str(net.subnet.broadcast_address)) is None
         assert a.ask(f"connect {b.addr}") != "open"  # the sibling: isolated ports
         # The container itself, where nothing listens: rejected by its rule (no route to
         # host), not refused by its stack (ConnectionRefusedError) as without the rule.
@@ -178,7 +178,7 @@ def test_children_get_addresses_apart_and_nothing_is_left(container: int) -> Non
         ["ip", "-4", "route", "show", subnet], capture_output=True, text=True, check=True
     ).stdout
     assert left == "", f"the host route to the children was left: {left}"
-    assert netns.routed_via(a.addr) is None  # its route gone, no longer admitted
+    assert host_routes.routed_via(a.addr) is None  # its route gone, no longer admitted
 
 
 def test_forget_leaves_another_containers_route_to_the_same_subnet(container: int) -> None:
@@ -217,7 +217,7 @@ def test_a_prune_keeps_the_route_a_container_claims_while_it_runs(container: int
         return vias - {claimed[0].via}  # every other route kept: this test prunes nothing
 
     try:
-        netns.prune_routes(running, [FAKE_CONTAINERS])
+        host_routes.prune_routes(running, [FAKE_CONTAINERS])
         left = subprocess.run(
             ["ip", "-4", "route", "show", str(claimed[0].subnet)],
             capture_output=True,
@@ -245,9 +245,9 @@ def test_a_prune_removes_only_routes_via_the_engines_networks(container: int) ->
         ).stdout
 
     try:
-        assert netns.prune_routes(set, []) == []  # not via an engine network: not ours
+        assert host_routes.prune_routes(set, []) == []  # not via an engine network: not ours
         assert f"via {net.via}" in routed()
-        assert netns.prune_routes(set, [FAKE_CONTAINERS]) == [str(net.subnet)]
+        assert host_routes.prune_routes(set, [FAKE_CONTAINERS]) == [str(net.subnet)]
         assert routed() == ""
     finally:
         nets.forget("ctr-prune")

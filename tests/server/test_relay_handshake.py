@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from denv.cluster.relay import Relay, env_addresses, with_live_children
-from denv.server.docker.live import netns
+from denv.server.docker.live import host_routes
 from denv.server.ingress import relay as wire
 from denv.server.ingress.relay import RelayError, open_socket
 
@@ -145,12 +145,12 @@ def test_live_children_are_admitted_through_their_containers_address(tmp_path: P
             f"{i}\t{le(d)}\t{le(g)}\t0003\t0\t0\t0\t{le(m)}\t0\t0\t0\n" for i, d, g, m in rows
         )
     )
-    assert netns.routed_via("100.64.5.7", str(table)) == "172.30.0.2"
-    assert netns.routed_via("100.64.4.1", str(table)) is None  # the bridge's own
-    assert netns.routed_via("100.64.9.7", str(table)) == "10.9.9.9"
-    assert netns.routed_via("100.127.0.5", str(table)) is None
-    assert netns.routed_via("100.65.0.5", str(table)) is None  # no route
-    assert netns.routed_via("10.0.0.5", str(table)) is None  # not a child's range
+    assert host_routes.routed_via("100.64.5.7", str(table)) == "172.30.0.2"
+    assert host_routes.routed_via("100.64.4.1", str(table)) is None  # the bridge's own
+    assert host_routes.routed_via("100.64.9.7", str(table)) == "10.9.9.9"
+    assert host_routes.routed_via("100.127.0.5", str(table)) is None
+    assert host_routes.routed_via("100.65.0.5", str(table)) is None  # no route
+    assert host_routes.routed_via("10.0.0.5", str(table)) is None  # not a child's range
 
     allowed = with_live_children(env_addresses("172.30.0.0/16", 28), str(table))
     assert allowed("172.30.0.2") and allowed("100.64.5.7")  # an env; a child of one

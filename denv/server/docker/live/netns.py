@@ -36,10 +36,8 @@ import ipaddress
 import logging
 import os
 import socket
-import struct
 import subprocess
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +84,8 @@ class ContainerNet:
         return str(self.subnet.network_address + index)
 
 
-def _run(args: list[str], stdin: str | None = None) -> str:
+def run_ip(args: list[str], stdin: str | None = None) -> str:
+    """Run one of iproute2's, iptables' or nsenter's commands; ``NetError`` naming the fix."""
     try:
         proc = subprocess.run(args, input=stdin, capture_output=True, text=True, check=False)
     except FileNotFoundError as exc:
@@ -186,7 +185,7 @@ class LiveNet:
             return None
         _, ip, plen, index = mine[0]
         subnet = ipaddress.IPv4Network(f"{ip}/{plen}", strict=False)
-        nat = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "iptables", "-w", "5",
+        nat = run_ip(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "iptables", "-w", "5",
                     "-t", "nat", "-S", "PREROUTING"])  # fmt: skip
         via = _container_address(pid)
         net = ContainerNet(container, pid, subnet, index, via, dns=f"-i {BRIDGE} " in nat)
@@ -208,13 +207,13 @@ class LiveNet:
         mac = ":".join(f"{b:02x}" for b in netlink.mac_of(str(gateway)))
         script = _SETUP.format(bridge=BRIDGE, gateway=gateway, prefix=PREFIX, mac=mac)
         try:
-            out = _run(
+            out = run_ip(
                 ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "/bin/sh", "-c", script],
                 stdin=_rules(subnet),
             )
         except NetError:
             with contextlib.suppress(NetError):
-                _run(["ip", "route", "del", str(subnet), "via", addr])
+                run_ip(["ip", "route", "del", str(subnet), "via", addr])
             raise
         with netlink.open_in(pid) as nl:
             index = next((a[3] for a in netlink.dump_addrs(nl) if a[0] == BRIDGE), 0)
@@ -225,14 +224,14 @@ class LiveNet:
         return net
 
     def _route(self, net: ContainerNet, via: str) -> None:
-        _run(["ip", "route", "replace", str(net.subnet), "via", via])
+        run_ip(["ip", "route", "replace", str(net.subnet), "via", via])
 
     def _claim_subnet(self, via: str) -> ipaddress.IPv4Network:
         """A subnet no container of this host has, claimed by adding its host route via
         ``via`` (the route is the claim: other servers on this host read the routes, and of
         two that pick the same subnet at once, the second's ``ip route add`` fails)."""
         for _ in range(ATTACH_TRIES):
-            out = _run(["ip", "-4", "route", "show", "root", str(SUBNETS)])
+            out = run_ip(["ip", "-4", "route", "show", "root", str(SUBNETS)])
             used = {ipaddress.IPv4Network(x.split()[0], strict=False) for x in out.splitlines()}
             with self._lock:
                 used |= {n.subnet for n in self._nets.values()}
@@ -317,72 +316,7 @@ class LiveNet:
             # Only the route via this container: when its network went first (taking the
             # route), another container may hold the same subnet by now.
             with contextlib.suppress(NetError):
-                _run(["ip", "route", "del", str(net.subnet), "via", net.via])
-
-
-def routed_via(ip: str, route_table: str = "/proc/net/route") -> str | None:
-    """The container a live child's address is reached through: the gateway of this host's
-    route to the children's subnet holding ``ip`` (one this module made), read from the
-    kernel's table without a subprocess; None when ``ip`` is no such child's address (not in
-    ``SUBNETS``, not routed, or a subnet's network, gateway or broadcast address)."""
-    try:
-        addr = ipaddress.IPv4Address(ip)
-    except ValueError:
-        return None
-    if addr not in SUBNETS:
-        return None
-    with open(route_table) as f:
-        rows = f.read().splitlines()[1:]
-    for row in rows:
-        fields = row.split()  # Iface Destination Gateway Flags RefCnt Use Metric Mask ...
-        if len(fields) < 8:
-            continue
-        dest, gateway, mask = (_le_address(x) for x in (fields[1], fields[2], fields[7]))
-        if gateway == ipaddress.IPv4Address(0):
-            continue
-        subnet = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
-        if subnet.prefixlen == PREFIX and subnet.subnet_of(SUBNETS) and addr in subnet:
-            offset = int(addr) - int(subnet.network_address)
-            if offset in (0, 1, subnet.num_addresses - 1):
-                return None
-            return str(gateway)
-    return None
-
-
-def _le_address(hex_le: str) -> ipaddress.IPv4Address:
-    """An address as /proc/net/route writes it (hex, in the host's byte order)."""
-    return ipaddress.IPv4Address(struct.pack("=I", int(hex_le, 16)))
-
-
-def prune_routes(
-    running: Callable[[], set[str]], engine_subnets: list[ipaddress.IPv4Network]
-) -> list[str]:
-    """Remove this host's routes to children's subnets whose gateway is an address of the
-    engine's networks (``engine_subnets``) that no running container has (``running()``:
-    their addresses): left by a server that stopped without removing them. A route via any
-    other address is not an env container's, and stays (another tool's, a test's). Returns
-    the subnets removed.
-
-    The routes are read before the containers: a container that claims its route between
-    the two reads is then running when the second is made (read the other way round, its
-    fresh route would look stale, and its children would be cut off)."""
-    out = _run(["ip", "-4", "route", "show", "root", str(SUBNETS)])
-    keep = running()
-    removed = []
-    for line in out.splitlines():
-        words = line.split()
-        if "via" not in words or not words[0].endswith(f"/{PREFIX}"):
-            continue  # not a route this module makes (a link's own subnet, another tool's)
-        via = words[words.index("via") + 1]
-        try:
-            at = ipaddress.IPv4Address(via)
-        except ValueError:
-            continue
-        if via not in keep and any(at in net for net in engine_subnets):
-            with contextlib.suppress(NetError):
-                _run(["ip", "route", "del", words[0], "via", via])
-                removed.append(words[0])
-    return removed
+                run_ip(["ip", "route", "del", str(net.subnet), "via", net.via])
 
 
 def _link_names(pid: int) -> list[str]:
@@ -390,7 +324,7 @@ def _link_names(pid: int) -> list[str]:
 
 
 def _links(pid: int) -> list[tuple[str, int]]:
-    out = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-o", "link", "show"])
+    out = run_ip(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-o", "link", "show"])
     links = []
     for line in out.splitlines():
         index, name = line.split(":")[:2]
@@ -399,7 +333,7 @@ def _links(pid: int) -> list[tuple[str, int]]:
 
 
 def _container_address(pid: int) -> str:
-    out = _run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-4", "-o", "addr", "show",
+    out = run_ip(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-4", "-o", "addr", "show",
                 "dev", "eth0"])  # fmt: skip
     words = out.split()
     if len(words) < 4:

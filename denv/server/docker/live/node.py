@@ -13,7 +13,8 @@ from typing import Any
 
 from denv.server.docker.live import cgroups, launcher_ctl
 from denv.server.docker.live.fork import Fork, LiveParts
-from denv.server.docker.live.netns import NetError, prune_routes
+from denv.server.docker.live.host_routes import prune_routes
+from denv.server.docker.live.netns import NetError
 from denv.server.node.live import LiveError
 from denv.server.node.seam import LiveForked
 from denv.server.records import LiveProc, VolumeSlot
