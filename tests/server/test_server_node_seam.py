@@ -427,7 +427,7 @@ def test_a_stop_removes_the_spares_a_dropped_pool_left_to_the_workers(tmp_path: 
         (rec,) = envs.create(Admitted(hold, 1, "deny", warm=2), version, EnvOptions({}, 60, 5))
     assert envs.wait(rec.id, READY, 10).status == EnvStatus.HEALTHY
     deadline = time.monotonic() + 10
-    while envs.warm.status(rec.id)["ready"] < 2:
+    while envs.warm.status(rec.id).ready < 2:
         assert time.monotonic() < deadline, envs.warm.status(rec.id)
         time.sleep(0.01)
     spares = {c.split()[1] for c in node.calls if c.endswith("late=True")}
@@ -505,9 +505,9 @@ def test_a_live_fork_that_spills_holds_the_keys_quota_once(tmp_path: Path) -> No
     store.set_runtime(env_id, runtime.model_copy(update={"live": proc}))
     envs.ctx.config = replace(envs.ctx.config, max_envs_per_key=store.count_existing("o") + 3)
     service = Service(envs.ctx)
-    made = service.fork("o", env_id, EnvsCreate(count=3, kind="auto"))["envs"]
-    assert sorted(e["start"] for e in made) == ["cold", "cold", "live"], made
-    assert [e["spill"] is not None for e in made] == [False, True, True], made
+    made = [e.rec for e in service.fork("o", env_id, EnvsCreate(count=3, kind="auto")).envs]
+    assert sorted(e.start for e in made) == ["cold", "cold", "live"], made
+    assert [e.spec.spill is not None for e in made] == [False, True, True], made
     assert envs.ctx.holds.held("o") == 0
     with pytest.raises(ApiError) as full:  # the quota is reached now, and counted right
         service.fork("o", env_id, EnvsCreate(count=1, kind="auto"))

@@ -1,8 +1,9 @@
 """The contract's operations (``openapi/denv.yaml``), one handler each: HTTP only.
 
 A handler parses the request (FastAPI and the models of ``lifecycle.requests`` validate it),
-calls one ``Service`` method on a worker thread, and renders what it returns (a page, a
-204); creates go through ``idempotent`` so an ``Idempotency-Key`` replays the first answer.
+calls one ``Service`` method on a worker thread, and renders the record it returns as the
+contract's JSON (``render``; or a 204); creates go through ``idempotent`` so an
+``Idempotency-Key`` replays the first answer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 
 from denv.server import __version__
+from denv.server.api import render
 from denv.server.api.idempotency import idempotent
 from denv.server.auth import owner_from_request
 from denv.server.errors import invalid
@@ -51,11 +53,6 @@ def _cursor(cursor: str | None) -> str | None:
     return cursor or None
 
 
-def _page(page: tuple[list[dict[str, Any]], str | None]) -> dict[str, Any]:
-    items, next_cursor = page
-    return {"items": items, "next_cursor": next_cursor}
-
-
 @router.get("/v1/health")
 async def get_health(s: Dep) -> dict[str, Any]:
     engine = await asyncio.to_thread(s.engine_version)
@@ -68,7 +65,8 @@ async def create_sandbox(
     request: Request, s: Dep, owner: Owner, body: SandboxCreate, idem: IdemKey = None
 ) -> Response:
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.run(owner, "creates", s.create_sandbox, owner, body)
+        made = await s.ctx.fair.run(owner, "creates", s.create_sandbox, owner, body)
+        return render.Edge.of(s.ctx).made(made)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -86,12 +84,12 @@ async def list_envs(
     page = await asyncio.to_thread(
         s.list_envs, owner, limit, _cursor(cursor), status, version_id, include_deleted
     )
-    return _page(page)
+    return render.Edge.of(s.ctx).env_page(page)
 
 
 @router.get("/v1/envs/{env_id}")
 async def get_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
-    return await asyncio.to_thread(s.get_env, owner, env_id)
+    return render.Edge.of(s.ctx).env(await asyncio.to_thread(s.get_env, owner, env_id))
 
 
 @router.delete("/v1/envs/{env_id}", status_code=204)
@@ -102,19 +100,20 @@ async def delete_env(s: Dep, owner: Owner, env_id: str) -> Response:
 
 @router.post("/v1/envs/{env_id}/wait")
 async def wait_env(s: Dep, owner: Owner, env_id: str, body: WaitRequest) -> dict[str, Any]:
-    return await s.ctx.fair.run(
+    done = await s.ctx.fair.run(
         owner, "waits", s.wait_env, owner, env_id, body.until, body.timeout_s
     )
+    return render.Edge.of(s.ctx).env(done)
 
 
 @router.post("/v1/envs/{env_id}/detach")
 async def detach_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
-    return await asyncio.to_thread(s.detach_env, owner, env_id)
+    return render.Edge.of(s.ctx).env(await asyncio.to_thread(s.detach_env, owner, env_id))
 
 
 @router.get("/v1/envs/{env_id}/warm")
 async def get_warm_pool(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
-    return await asyncio.to_thread(s.warm_pool, owner, env_id)
+    return render.pool_json(await asyncio.to_thread(s.warm_pool, owner, env_id))
 
 
 @router.get("/v1/envs/{env_id}/logs")
@@ -125,7 +124,7 @@ async def get_env_logs(
     service: Annotated[str | None, Query(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")] = None,
     tail: Annotated[int, Query(ge=1, le=10000)] = 100,
 ) -> dict[str, Any]:
-    return await asyncio.to_thread(s.logs, owner, env_id, service, tail)
+    return render.logs_json(await asyncio.to_thread(s.logs, owner, env_id, service, tail))
 
 
 @router.post("/v1/envs/{env_id}/snapshot")
@@ -140,7 +139,8 @@ async def snapshot_env(
     labels = body.labels if body else {}
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.run(owner, "creates", s.snapshot, owner, env_id, labels)
+        made = await s.ctx.fair.run(owner, "creates", s.snapshot, owner, env_id, labels)
+        return render.version_json(made)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -157,7 +157,9 @@ async def fork_env(
     opts = body or EnvsCreate()
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.run(owner, "creates", s.fork, owner, env_id, opts)
+        return render.Edge.of(s.ctx).made(
+            await s.ctx.fair.run(owner, "creates", s.fork, owner, env_id, opts)
+        )
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -171,12 +173,12 @@ async def list_versions(
     project: Annotated[str | None, Query(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")] = None,
 ) -> dict[str, Any]:
     page = await asyncio.to_thread(s.list_versions, owner, limit, _cursor(cursor), project)
-    return _page(page)
+    return render.page_json(page, render.version_json)
 
 
 @router.get("/v1/versions/{version_id}")
 async def get_version(s: Dep, owner: Owner, version_id: str) -> dict[str, Any]:
-    return await asyncio.to_thread(s.get_version, owner, version_id)
+    return render.version_json(await asyncio.to_thread(s.get_version, owner, version_id))
 
 
 @router.delete("/v1/versions/{version_id}", status_code=204)
@@ -187,7 +189,8 @@ async def delete_version(s: Dep, owner: Owner, version_id: str) -> Response:
 
 @router.post("/v1/gc")
 async def collect_versions(s: Dep, owner: Owner) -> dict[str, Any]:
-    return await asyncio.to_thread(s.gc, owner)
+    freed = await asyncio.to_thread(s.gc, owner)
+    return render.collected_json(freed.versions, freed.layers, freed.bytes)
 
 
 @router.get("/v1/versions/{version_id}/diff")
@@ -197,7 +200,7 @@ async def diff_versions(
     version_id: str,
     base: Annotated[str, Query(pattern=r"^ver_[0-9A-HJKMNP-TV-Z]{26}$")],
 ) -> dict[str, Any]:
-    return await asyncio.to_thread(s.diff_versions, owner, base, version_id)
+    return render.diff_json(await asyncio.to_thread(s.diff_versions, owner, base, version_id))
 
 
 @router.post("/v1/versions/{version_id}/envs")
@@ -212,9 +215,10 @@ async def create_envs_from_version(
     opts = body or EnvsCreate()
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.run(
+        made = await s.ctx.fair.run(
             owner, "creates", s.create_from_version, owner, version_id, opts
         )
+        return render.Edge.of(s.ctx).made(made)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -223,7 +227,8 @@ async def create_envs_from_version(
 async def list_projects(
     s: Dep, owner: Owner, limit: Limit = 50, cursor: Cursor = None
 ) -> dict[str, Any]:
-    return _page(await asyncio.to_thread(s.list_projects, owner, limit, _cursor(cursor)))
+    page = await asyncio.to_thread(s.list_projects, owner, limit, _cursor(cursor))
+    return render.page_json(page, render.project_json)
 
 
 @router.post("/v1/projects/{name}/deploy")
@@ -243,9 +248,10 @@ async def deploy_project(
         )
 
     async def run() -> dict[str, Any]:
-        return await s.ctx.fair.run(
+        version = await s.ctx.fair.run(
             owner, "creates", s.deploy, owner, name, body.compose, body.labels
         )
+        return render.version_json(version)
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
@@ -263,14 +269,14 @@ async def open_lease(
     timeout_s = body.given_timeout_s() if body else None
 
     async def run() -> dict[str, Any]:
-        return await asyncio.to_thread(s.open_lease, owner, timeout_s)
+        return render.lease_json(await asyncio.to_thread(s.open_lease, owner, timeout_s))
 
     return await idempotent(request, s.ctx.store, owner, idem, run)
 
 
 @router.get("/v1/leases/{lease_id}")
 async def get_lease(s: Dep, owner: Owner, lease_id: str) -> dict[str, Any]:
-    return await asyncio.to_thread(s.get_lease, owner, lease_id)
+    return render.lease_json(await asyncio.to_thread(s.get_lease, owner, lease_id))
 
 
 @router.delete("/v1/leases/{lease_id}", status_code=204)
@@ -282,4 +288,4 @@ async def close_lease(s: Dep, owner: Owner, lease_id: str) -> Response:
 @router.post("/v1/leases/{lease_id}/renew")
 async def renew_lease(s: Dep, owner: Owner, lease_id: str) -> dict[str, Any]:
     # No fairness cap: a renewal that waits behind a key's own creates could let it expire.
-    return await asyncio.to_thread(s.renew_lease, owner, lease_id)
+    return render.lease_json(await asyncio.to_thread(s.renew_lease, owner, lease_id))

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
+from denv.server.api import render
 from denv.server.console import page, tree, usage
 from denv.server.console.feed import Feed
 from denv.server.console.session import console_owner, sign_in, sign_out, signed_in_owner
@@ -97,7 +98,7 @@ async def whoami(owner: Owner) -> dict[str, Any]:
 @router.get("/ui/api/envs/{env_id}")
 async def get_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
     def read() -> dict[str, Any]:
-        env = s.get_env(owner, env_id)
+        env = render.Edge.of(s.ctx).env(s.get_env(owner, env_id))
         asked = usage.metered(s.owned_env(owner, env_id))
         memory = cpu = None
         if asked is not None:
@@ -115,7 +116,7 @@ async def get_env(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
 async def logs(
     s: Dep, owner: Owner, env_id: str, tail: Annotated[int, Query(ge=1, le=2000)] = 200
 ) -> dict[str, Any]:
-    return await asyncio.to_thread(s.logs, owner, env_id, None, tail)
+    return render.logs_json(await asyncio.to_thread(s.logs, owner, env_id, None, tail))
 
 
 @router.get("/ui/api/envs/{env_id}/logs/events")
@@ -177,14 +178,15 @@ async def delete_subtree(request: Request, s: Dep, owner: Owner, env_id: str) ->
 async def fork(s: Dep, owner: Owner, env_id: str, body: Annotated[Fork, Body()]) -> dict[str, Any]:
     """Fork n: live when the env runs live, else from a snapshot of its volumes."""
     opts = EnvsCreate(count=body.count, kind="auto", wait="running")
-    result = await s.ctx.fair.run(owner, "creates", s.fork, owner, env_id, opts)
-    return {"version": result["version"]["id"], "envs": [e["id"] for e in result["envs"]]}
+    made = await s.ctx.fair.run(owner, "creates", s.fork, owner, env_id, opts)
+    version = made.version.rec.id if made.version else None
+    return {"version": version, "envs": [e.rec.id for e in made.envs]}
 
 
 @router.post("/ui/api/envs/{env_id}/snapshot")
 async def snapshot(s: Dep, owner: Owner, env_id: str) -> dict[str, Any]:
     version = await s.ctx.fair.run(owner, "creates", s.snapshot, owner, env_id, {})
-    return {"version": version["id"]}
+    return {"version": version.rec.id}
 
 
 @router.get("/ui/api/events")

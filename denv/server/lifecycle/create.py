@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from denv.server.db import iso, now
 from denv.server.errors import ApiError
@@ -15,7 +14,8 @@ from denv.server.lifecycle.admission import Admitted
 from denv.server.lifecycle.env_records import EnvOptions
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate
-from denv.server.records import EnvDeletion, VersionRecord
+from denv.server.lifecycle.shown import EnvShown, Made
+from denv.server.records import EnvDeletion, EnvStatus, VersionRecord
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class Creates(Verb):
     """Creates of one server; each call blocks (routes run it in a thread)."""
 
-    def sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
+    def sandbox(self, owner: str, body: SandboxCreate) -> Made:
         """``POST /v1/sandboxes``: an implicit one-service version and ``count`` envs from it.
 
         Ready spares of the same configuration (a warm pool another env of this image asked
@@ -64,7 +64,7 @@ class Creates(Verb):
         envs = self.views.wait_all(recs, body.wait, body.wait_timeout_s)
         if live and body.count is None:
             self._refuse_unsupported_live(owner, body.image, envs[0], version.id)
-        return envs[0] if body.count is None else {"envs": envs}
+        return Made(envs, one=body.count is None)
 
     def _from_zygote(
         self,
@@ -72,7 +72,7 @@ class Creates(Verb):
         planned: VersionRecord,
         body: SandboxCreate,
         lease_id: str | None,
-    ) -> dict[str, Any] | None:
+    ) -> Made | None:
         """A live create answered by copies of the key's zygote (the answer), or None."""
         opts = EnvsCreate(
             count=body.count or 1,
@@ -84,28 +84,25 @@ class Creates(Verb):
         recs = self.zygotes.copy(admitted, planned, opts, single=body.count is None)
         if recs is None:
             return None
-        views = self.views.copies(recs)
-        return views[0] if body.count is None else {"envs": views}
+        return Made(self.views.copies(recs), one=body.count is None)
 
     def _refuse_unsupported_live(
-        self, owner: str, what: str, env: dict[str, Any], implicit_version: str | None = None
+        self, owner: str, what: str, env: EnvShown, implicit_version: str | None = None
     ) -> None:
         """A live env whose server turned out not to be copyable (it says why once it serves):
         409, and nothing of it is left, its implicit version neither (a stored version
         stays). (With ``count``, each env fails on its own.)"""
-        error = env.get("error") or {}
-        if env.get("status") == "failed" and error.get("code") == "live_unsupported":
-            why = f"its live create was refused (live_unsupported): {error['message']}"
-            self.envs.delete(
-                str(env["id"]), EnvDeletion(reason="server", message=why, at=iso(now()))
-            )
+        rec, error = env.rec, env.rec.error
+        if rec.status == EnvStatus.FAILED and error and error.code == "live_unsupported":
+            why = f"its live create was refused (live_unsupported): {error.message}"
+            self.envs.delete(rec.id, EnvDeletion(reason="server", message=why, at=iso(now())))
             if implicit_version:
                 self.versions.delete(owner, implicit_version)
             raise ApiError(
-                409, "live_unsupported", f"{what} cannot run for live forks: {error['message']}"
+                409, "live_unsupported", f"{what} cannot run for live forks: {error.message}"
             )
 
-    def from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
+    def from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> Made:
         version = self.versions.get_owned(owner, version_id)
         self.leases.holding(owner, opts.lease_id)
         with self.admit.hold(owner, opts.count) as hold:
@@ -121,14 +118,14 @@ class Creates(Verb):
                         admitted, version, opts, single=opts.count == 1, of=opts.env
                     )
                     if copied is not None:
-                        return {"envs": self.views.copies(copied)}
+                        return Made(self.views.copies(copied))
                 recs = self.envs.create(admitted, version, EnvOptions.of(opts))
         if live:  # the first live create from this version boots; the next ones copy
             self.zygotes.leave_behind(owner, version, admitted.egress, recs[0].id, of=opts.env)
         envs = self.views.wait_all(recs, opts.wait, opts.wait_timeout_s)
         if live and len(envs) == 1:
             self._refuse_unsupported_live(owner, f"version {version.id}", envs[0])
-        return {"envs": envs}
+        return Made(envs)
 
     def _version_egress(self, version: VersionRecord) -> str:
         """A version keeps the egress of the env it came from; deny otherwise."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
 
 from denv.server.errors import ApiError, invalid
 from denv.server.lifecycle.env_records import EnvOptions
@@ -17,6 +16,7 @@ from denv.server.lifecycle.holds import Hold
 from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.requests import EnvsCreate
+from denv.server.lifecycle.shown import EnvShown, Made
 from denv.server.node.errors import Refused
 from denv.server.records import EnvRecord, VersionRecord
 
@@ -30,7 +30,7 @@ AUTO_VOLUME_CODES = frozenset({"fork_unsafe", "live_unsupported"})
 class Forks(Verb):
     """Forks of one server; each call blocks (routes run it in a thread)."""
 
-    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
+    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> Made:
         """One snapshot of the env, ``opts.count`` children started from it."""
         rec = self.views.owned_env(owner, env_id)
         if opts.live is not False:
@@ -86,7 +86,7 @@ class Forks(Verb):
             (t2 - t1) * 1000,
             (time.perf_counter() - t2) * 1000,
         )
-        return {"version": self.views.version(version), "envs": envs}
+        return Made(envs, self.views.version(version))
 
     def _live(
         self,
@@ -96,7 +96,7 @@ class Forks(Verb):
         children: list[EnvRecord],
         opts: EnvsCreate,
         live_n: int,
-    ) -> dict[str, Any]:
+    ) -> Made:
         """A live fork's answer: its ``live_n`` children copied on ``rec``'s node, and the
         rest (a cluster's cap) spilled to other nodes (``_spill``), held by ``hold``."""
         # The children run in the parent's container, which ran their fork a moment ago:
@@ -105,7 +105,7 @@ class Forks(Verb):
         views = [self.views.env(r, states) for r in children]
         if live_n < opts.count:
             views += self._spill(hold, rec, version, children, opts, live_n)
-        return {"version": self.views.version(version), "envs": views}
+        return Made(views, self.views.version(version))
 
     def _spill(
         self,
@@ -115,7 +115,7 @@ class Forks(Verb):
         children: list[EnvRecord],
         opts: EnvsCreate,
         live_n: int,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EnvShown]:
         """The children of a live fork that did not fit on its parent's node: a volume fork
         of the live children's version, placed on other nodes (``spill``), each booted live
         (``auto``) so that it forks live in turn, held by what is left of the fork's

@@ -30,7 +30,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
 
 from denv.server import ids
 from denv.server.config import LEASE_DELETE_WORKERS, LEASE_KEEP_S
@@ -39,6 +38,7 @@ from denv.server.errors import ApiError, not_found
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.fairness import over_quota
+from denv.server.lifecycle.shown import LeaseShown
 from denv.server.records import EnvDeletion, EnvRecord, LeaseRecord, LeaseState
 
 log = logging.getLogger(__name__)
@@ -47,19 +47,6 @@ FORGET_EVERY = 600  # passes of the rule between two clean-ups of long-ended lea
 
 def _iso(t: float) -> str:
     return iso(datetime.fromtimestamp(t, UTC))
-
-
-def lease_json(lease: LeaseRecord, envs: int) -> dict[str, Any]:
-    """The contract's Lease."""
-    return {
-        "id": lease.id,
-        "state": lease.state,
-        "timeout_s": lease.timeout_s,
-        "expires_at": _iso(lease.expires_at),
-        "created_at": _iso(lease.created_at),
-        "ended_at": None if lease.ended_at is None else _iso(lease.ended_at),
-        "envs": envs,
-    }
 
 
 def deletion_of(lease_id: str, state: LeaseState, timeout_s: float | None) -> EnvDeletion:
@@ -123,8 +110,8 @@ class Leases:
             raise not_found("lease", lease_id)
         return lease
 
-    def view(self, lease: LeaseRecord) -> dict[str, Any]:
-        return lease_json(lease, self.ctx.store.leases.count_envs(lease.id))
+    def view(self, lease: LeaseRecord) -> LeaseShown:
+        return LeaseShown(lease, self.ctx.store.leases.count_envs(lease.id))
 
     def renew(self, owner: str, lease_id: str) -> LeaseRecord:
         lease = self.get_owned(owner, lease_id)

@@ -1,10 +1,9 @@
 """What every verb of the lifecycle works with (``Parts``), and how it answers (``Views``):
-records as the contract's JSON, waits for envs, ownership (another key's env is 404)."""
+records as the API shows them (``shown``), waits for envs, ownership (another key's env is 404)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from denv.server import ids
 from denv.server.errors import not_found
@@ -14,9 +13,9 @@ from denv.server.lifecycle.envs import Envs
 from denv.server.lifecycle.leases import Leases
 from denv.server.lifecycle.live.forks import LiveForks
 from denv.server.lifecycle.live.zygotes import Zygotes
-from denv.server.lifecycle.render import env_json, version_json, version_layers
 from denv.server.lifecycle.requests import WaitFor
-from denv.server.lifecycle.versions import Versions
+from denv.server.lifecycle.shown import EnvShown, VersionShown
+from denv.server.lifecycle.versions import Versions, version_layers
 from denv.server.node.errors import Unavailable
 from denv.server.records import ALL, FINAL, READY, UP, EnvRecord, EnvStatus, VersionRecord
 
@@ -30,7 +29,7 @@ WAIT_UNTIL: dict[str, frozenset[EnvStatus]] = {  # what a wait for each conditio
 
 
 class Views:
-    """Records as the contract's JSON, with the node's view of their containers."""
+    """Records as the API shows them (``shown``), with the node's view of their containers."""
 
     def __init__(self, ctx: Context, envs: Envs) -> None:
         self.ctx = ctx
@@ -52,26 +51,24 @@ class Views:
         """The states of the containers of ``rec`` (a live child: its group's container)."""
         return self.states(rec.runtime.live.group if rec.runtime.live else rec.id)
 
-    def env(self, rec: EnvRecord, states: dict[str, str] | None) -> dict[str, Any]:
+    def env(self, rec: EnvRecord, states: dict[str, str] | None) -> EnvShown:
+        """``rec`` as the API shows it: observed against its containers' ``states`` (None:
+        the node could not say), with its version."""
         if states is not None:
             rec = self.envs.observe(rec, states)
         version = self.ctx.store.get_version(rec.version_id, include_deleted=True)
-        return env_json(
-            rec, version, states or {}, self.ctx.config.public_url(), self.ctx.ingress_keys
-        )
+        return EnvShown(rec, version, states or {})
 
-    def version(self, rec: VersionRecord) -> dict[str, Any]:
-        return version_json(rec, self.ctx.node.layer_storage(version_layers(rec)))
+    def version(self, rec: VersionRecord) -> VersionShown:
+        return VersionShown(rec, self.ctx.node.layer_storage(version_layers(rec)))
 
-    def copies(self, recs: list[EnvRecord]) -> list[dict[str, Any]]:
+    def copies(self, recs: list[EnvRecord]) -> list[EnvShown]:
         """Live copies just made: they run in their parent's container, which ran them a
         moment ago (no round trip to the engine to say so)."""
         states = {cid: "running" for r in recs for cid in r.runtime.containers.values()}
         return [self.env(r, states) for r in recs]
 
-    def wait_all(
-        self, recs: list[EnvRecord], wait: WaitFor, timeout_s: float
-    ) -> list[dict[str, Any]]:
+    def wait_all(self, recs: list[EnvRecord], wait: WaitFor, timeout_s: float) -> list[EnvShown]:
         until = WAIT_UNTIL[wait]
         done = [self.envs.wait(r.id, until, timeout_s + WAIT_MARGIN_S) for r in recs]
         states = self.states()

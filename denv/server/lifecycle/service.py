@@ -1,21 +1,21 @@
 """The server's operations behind the contract: create, fork, snapshot, deploy, and the rest.
 
-Routes (``routes``) parse HTTP and call one method here on a worker thread; what it returns
-is the contract's JSON. Here ownership is checked (another key's resources are 404), counts
-and quotas are enforced, and the work is handed to ``envs`` (lifecycle) and ``versions``;
-they reach the machine only through the node seam (``node``).
+Routes (``api.routes``) parse HTTP and call one method here on a worker thread; what it
+returns is a record as the API shows it (``shown``), which the API renders as JSON
+(``api.render``). Here ownership is checked (another key's resources are 404), counts and
+quotas are enforced, and the work is handed to ``envs`` (lifecycle) and ``versions``; they
+reach the machine only through the node seam (``node``).
 
     service = Service(ctx)
-    out = service.fork(owner, "env_...", EnvsCreate(count=4))   # {"version", "envs"}
+    made = service.fork(owner, "env_...", EnvsCreate(count=4))   # Made: version, envs
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from denv.server.errors import invalid
-from denv.server.lifecycle.collect import Collector
+from denv.server.lifecycle.collect import Collector, Freed
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.create import Creates
 from denv.server.lifecycle.envs import Envs
@@ -26,6 +26,17 @@ from denv.server.lifecycle.live.zygotes import Zygotes
 from denv.server.lifecycle.parts import WAIT_UNTIL, Parts, Views
 from denv.server.lifecycle.reconcile import reconcile
 from denv.server.lifecycle.requests import EnvsCreate, SandboxCreate
+from denv.server.lifecycle.shown import (
+    EnvShown,
+    LeaseShown,
+    Logs,
+    Made,
+    Page,
+    PoolShown,
+    Project,
+    VersionDiff,
+    VersionShown,
+)
 from denv.server.lifecycle.versions import Versions
 from denv.server.records import (
     EnvRecord,
@@ -75,7 +86,7 @@ class Service:
     def owned_env(self, owner: str, env_id: str) -> EnvRecord:
         return self.views.owned_env(owner, env_id)
 
-    def get_env(self, owner: str, env_id: str) -> dict[str, Any]:
+    def get_env(self, owner: str, env_id: str) -> EnvShown:
         rec = self.owned_env(owner, env_id)
         return self.views.env(rec, self.views.env_states(rec))
 
@@ -87,7 +98,7 @@ class Service:
         status: EnvStatus | None,
         version_id: str | None,
         include_deleted: bool = False,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> Page[EnvShown]:
         """A page of envs, newest first, and the cursor of the next (None at the end).
 
         Deleted envs only with `include_deleted` (or when `status` asks for them)."""
@@ -96,105 +107,95 @@ class Service:
         )
         states = self.views.states()
         items = [self.views.env(r, states) for r in recs[:limit]]
-        return items, recs[limit - 1].id if len(recs) > limit else None
+        return Page(items, recs[limit - 1].id if len(recs) > limit else None)
 
     def delete_env(self, owner: str, env_id: str) -> None:
         self.envs.delete(self.owned_env(owner, env_id).id)
 
-    def wait_env(self, owner: str, env_id: str, until: str, timeout_s: float) -> dict[str, Any]:
+    def wait_env(self, owner: str, env_id: str, until: str, timeout_s: float) -> EnvShown:
         rec = self.owned_env(owner, env_id)
         done = self.envs.wait(rec.id, WAIT_UNTIL[until], timeout_s)
         return self.views.env(done, self.views.env_states(done))
 
-    def detach_env(self, owner: str, env_id: str) -> dict[str, Any]:
+    def detach_env(self, owner: str, env_id: str) -> EnvShown:
         """``POST /v1/envs/{id}/detach``: the env stays when its lease ends."""
         rec = self.owned_env(owner, env_id)
         self.leases.detach(rec)
         return self.get_env(owner, env_id)
 
     # leases
-    def open_lease(self, owner: str, timeout_s: float | None) -> dict[str, Any]:
+    def open_lease(self, owner: str, timeout_s: float | None) -> LeaseShown:
         return self.leases.view(self.leases.open(owner, timeout_s))
 
-    def get_lease(self, owner: str, lease_id: str) -> dict[str, Any]:
+    def get_lease(self, owner: str, lease_id: str) -> LeaseShown:
         return self.leases.view(self.leases.get_owned(owner, lease_id))
 
-    def renew_lease(self, owner: str, lease_id: str) -> dict[str, Any]:
+    def renew_lease(self, owner: str, lease_id: str) -> LeaseShown:
         return self.leases.view(self.leases.renew(owner, lease_id))
 
     def close_lease(self, owner: str, lease_id: str) -> None:
         self.leases.close(owner, lease_id)
 
-    def warm_pool(self, owner: str, env_id: str) -> dict[str, Any]:
+    def warm_pool(self, owner: str, env_id: str) -> PoolShown:
         return self.envs.warm.status(self.owned_env(owner, env_id).id)
 
-    def logs(self, owner: str, env_id: str, service: str | None, tail: int) -> dict[str, Any]:
+    def logs(self, owner: str, env_id: str, service: str | None, tail: int) -> Logs:
         rec = self.owned_env(owner, env_id)
         name = service or rec.agent_service
         version = self.ctx.store.get_version(rec.version_id)
         if version is not None and name not in {s.name for s in version.services}:
             raise invalid(f"service: env {rec.id} has no service '{name}'", "service")
-        return {"env_id": rec.id, "service": name, "lines": self.envs.logs(rec, name, tail)}
+        return Logs(rec.id, name, self.envs.logs(rec, name, tail))
 
     # create, fork, snapshot, deploy
-    def create_sandbox(self, owner: str, body: SandboxCreate) -> dict[str, Any]:
+    def create_sandbox(self, owner: str, body: SandboxCreate) -> Made:
         """``POST /v1/sandboxes``: an implicit one-service version and ``count`` envs from it
         (``create.Creates.sandbox``)."""
         return self.creates.sandbox(owner, body)
 
-    def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> dict[str, Any]:
+    def create_from_version(self, owner: str, version_id: str, opts: EnvsCreate) -> Made:
         """``POST /v1/versions/{id}/envs`` (``create.Creates.from_version``)."""
         return self.creates.from_version(owner, version_id, opts)
 
-    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> dict[str, Any]:
+    def fork(self, owner: str, env_id: str, opts: EnvsCreate) -> Made:
         """One snapshot of the env, ``opts.count`` children started from it (``fork``)."""
         return self.forks.fork(owner, env_id, opts)
 
-    def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> dict[str, Any]:
+    def snapshot(self, owner: str, env_id: str, labels: dict[str, str]) -> VersionShown:
         rec = self.owned_env(owner, env_id)
         self.admit.snapshot(owner, rec)
         return self.views.version(self.versions.snapshot(rec, labels, "snapshot"))
 
-    def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> dict[str, Any]:
+    def deploy(self, owner: str, name: str, compose: str, labels: dict[str, str]) -> VersionShown:
         self.admit.version(owner)
         self.admit.disk(owner)
         return self.views.version(self.versions.deploy(owner, name, compose, labels))
 
     # versions and projects
-    def get_version(self, owner: str, version_id: str) -> dict[str, Any]:
+    def get_version(self, owner: str, version_id: str) -> VersionShown:
         return self.views.version(self.versions.get_owned(owner, version_id))
 
     def list_versions(
         self, owner: str, limit: int, cursor: str | None, project: str | None
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> Page[VersionShown]:
         recs = self.ctx.store.list_versions(owner, limit + 1, cursor, project)
         items = [self.views.version(r) for r in recs[:limit]]
-        return items, recs[limit - 1].id if len(recs) > limit else None
+        return Page(items, recs[limit - 1].id if len(recs) > limit else None)
 
     def delete_version(self, owner: str, version_id: str) -> None:
         self.versions.delete(owner, version_id)
 
-    def gc(self, owner: str) -> dict[str, Any]:
+    def gc(self, owner: str) -> Freed:
         """``POST /v1/gc``: delete the key's expired versions now (``collect``)."""
-        freed = self.collector.collect(owner)
-        return {
-            "versions_deleted": freed.versions,
-            "layers_deleted": freed.layers,
-            "bytes_freed": freed.bytes,
-        }
+        return self.collector.collect(owner)
 
-    def diff_versions(self, owner: str, base_id: str, version_id: str) -> dict[str, Any]:
+    def diff_versions(self, owner: str, base_id: str, version_id: str) -> VersionDiff:
         """``GET /v1/versions/{id}/diff?base=``: the files that differ, from the layers."""
         return self.versions.diff(
             self.versions.get_owned(owner, base_id), self.versions.get_owned(owner, version_id)
         )
 
-    def list_projects(
-        self, owner: str, limit: int, cursor: str | None
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    def list_projects(self, owner: str, limit: int, cursor: str | None) -> Page[Project]:
         rows = self.ctx.store.list_projects(owner, limit + 1, cursor)
-        items = [
-            {"name": n, "latest_version_id": v, "version_count": k, "created_at": t}
-            for n, t, v, k in rows[:limit]
-        ]
-        return items, rows[limit - 1][0] if len(rows) > limit else None
+        items = [Project(n, v, k, t) for n, t, v, k in rows[:limit]]
+        return Page(items, rows[limit - 1][0] if len(rows) > limit else None)

@@ -9,7 +9,6 @@ database image's initial files are there, and children copy-on-write over them.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from denv.server import ids
 from denv.server.db import Store, iso, now
@@ -18,8 +17,8 @@ from denv.server.lifecycle.compose import ComposeSpec, parse_compose
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.image_allowlist import check_allowed
 from denv.server.lifecycle.limits import service_limits
-from denv.server.lifecycle.render import version_layers
 from denv.server.lifecycle.requests import SandboxCreate
+from denv.server.lifecycle.shown import Change, VersionDiff
 from denv.server.node.errors import Refused
 from denv.server.node.seam import ImageFacts
 from denv.server.records import (
@@ -250,7 +249,7 @@ class Versions:
         self.ctx.store.mark_version_deleted(rec.id)
         self.collect_layers({x for v in rec.volumes for x in v.layers})
 
-    def diff(self, base: VersionRecord, version: VersionRecord) -> dict[str, Any]:
+    def diff(self, base: VersionRecord, version: VersionRecord) -> VersionDiff:
         """The contract's VersionDiff: every volume of either version, matched by service
         and path (a volume only one has counts as empty in the other)."""
 
@@ -258,7 +257,7 @@ class Versions:
             return {(v.service, v.path): v.layers for v in rec.volumes}
 
         before, after = stacks(base), stacks(version)
-        changes: list[dict[str, Any]] = []
+        changes: list[Change] = []
         truncated = False
         for service, path in sorted(before.keys() | after.keys()):
             left = DIFF_LIMIT - len(changes)
@@ -267,18 +266,12 @@ class Versions:
             )
             root = path.rstrip("/")
             changes += [
-                {"path": f"{root}/{rel}", "change": change, "size": size, "service": service}
-                for rel, change, size in found
+                Change(f"{root}/{rel}", change, size, service) for rel, change, size in found
             ]
             if more or len(changes) >= DIFF_LIMIT:
                 truncated = more or len(changes) > DIFF_LIMIT
                 break
-        return {
-            "base_version_id": base.id,
-            "version_id": version.id,
-            "changes": changes[:DIFF_LIMIT],
-            "truncated": truncated,
-        }
+        return VersionDiff(base.id, version.id, changes[:DIFF_LIMIT], truncated)
 
     def collect_layers(self, candidates: set[str], keep_seeds: bool = False) -> tuple[int, int]:
         """Delete those of ``candidates`` no version names (nor, with ``keep_seeds``, an
@@ -303,3 +296,8 @@ def referenced_layers(store: Store) -> set[str]:
 def _warm_image(facts: ImageFacts) -> bool:
     """The image declares that it reads its volumes per session (``ai.denv.fork=warm``)."""
     return facts.labels.get(FORK_LABEL) == "warm"
+
+
+def version_layers(rec: VersionRecord) -> list[str]:
+    """Every layer of a version's volumes, once each."""
+    return list(dict.fromkeys(x for v in rec.volumes for x in v.layers))

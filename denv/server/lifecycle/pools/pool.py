@@ -10,7 +10,6 @@ from collections import deque
 from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 from denv.server.config import (
     MIB,
@@ -65,20 +64,6 @@ def mem_available() -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-def pool_status(
-    env_id: str, state: str, target: int, ready: int, booting: int, failures: int, error: str | None
-) -> dict[str, Any]:
-    return {
-        "env_id": env_id,
-        "state": state,
-        "target": target,
-        "ready": ready,
-        "booting": booting,
-        "failures": failures,
-        "error": error,
-    }
 
 
 def spare_memory(pools: Iterable[Pool]) -> int:

@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
-from typing import Any
 
 from denv.server import ids
 from denv.server.config import (
@@ -35,12 +34,12 @@ from denv.server.lifecycle.fairness import over_quota
 from denv.server.lifecycle.pools.pool import (
     Pool,
     fits,
-    pool_status,
     pop_nearest,
     retry_delay,
     spare_memory,
 )
 from denv.server.lifecycle.pools.spares import PoolOf, Spare, boot_spare
+from denv.server.lifecycle.shown import PoolShown
 from denv.server.node.seam import Cancelled
 
 log = logging.getLogger(__name__)
@@ -228,12 +227,12 @@ class WarmPools:
             list(pool.map(self.destroy, gone))
         self._boots.shutdown(wait=True)
 
-    def status(self, env_id: str) -> dict[str, Any]:
+    def status(self, env_id: str) -> PoolShown:
         """The pool ``env_id`` asked for, as the contract's WarmPool (state ``none`` if none)."""
         with self._lock:
             pool = next((p for p in self._pools.values() if env_id in p.owners), None)
             if pool is None:
-                return pool_status(env_id, "none", 0, 0, 0, 0, None)
+                return PoolShown(env_id, "none")
             ready, booting, error = len(pool.idle), len(pool.unclaimed()), pool.error
             if ready >= pool.target:
                 state = "ready"
@@ -249,7 +248,7 @@ class WarmPools:
                     "no room for another spare: the server's warm limits (--warm-max-spares, "
                     "--warm-max-memory, --warm-min-free-memory) or the host's free memory"
                 )
-            return pool_status(env_id, state, pool.target, ready, booting, pool.failures, error)
+            return PoolShown(env_id, state, pool.target, ready, booting, pool.failures, error)
 
     # internals (the _locked ones run under self._lock)
     def _drop(self, key: str) -> list[str]:
