@@ -8,34 +8,34 @@ walk.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 from . import _operations as ops
 from .errors import NotFound
 from .types import Env, Version
-
-#: A plan: yields calls, is sent their values, returns its result.
-Plan = Generator[ops.Call[Any], Any, list[Env | Version]]
 
 #: The longest chain followed; a longer one means a loop in the records, not a lineage.
 MAX_DEPTH = 10_000
 
 
-def lineage(id_: str) -> Plan:
-    """Env → its version → the env that version was snapshotted from → … → the root version.
+def lineage(id: str) -> ops.Plan[list[Env | Version]]:
+    """The chain from an env or a version to its root, nearest first.
 
-    The root is a version without a parent env (a sandbox's implicit version, or a deployed
-    one). A version deleted since ends the chain early: what it came from is no longer known.
+    Env → its version → the env that version was snapshotted from → its version → … →
+    the root version (a sandbox's implicit one, or a deployed one). A version deleted
+    since ends the chain early.
+
+    >>> [x.id for x in denv.lineage(child.id)]
+    ['env_...child', 'ver_...fork', 'env_...root', 'ver_...implicit']
     """
-    if not isinstance(id_, str) or not id_.startswith(("env_", "ver_")):
+    # The root is a version without a parent env; a version deleted since ends the chain
+    # early because what it came from is no longer known.
+    if not isinstance(id, str) or not id.startswith(("env_", "ver_")):
         raise ValueError(
-            f"lineage() needs an env id (env_...) or a version id (ver_...), not {id_!r}"
+            f"lineage() needs an env id (env_...) or a version id (ver_...), not {id!r}"
         )
     chain: list[Env | Version] = []
-    version_id: str | None = id_
-    if id_.startswith("env_"):
-        env: Env = yield ops.get_env(id_)
+    version_id: str | None = id
+    if id.startswith("env_"):
+        env: Env = yield ops.get_env(id)
         chain.append(env)
         version_id = env.version_id
     while version_id is not None and len(chain) < MAX_DEPTH:

@@ -1,16 +1,19 @@
-"""Every facade operation, defined once for `Denv` and `AsyncDenv`.
+"""Every facade operation, defined once for `Denv` and `AsyncDenv`: its public signature
+(names, keyword-only arguments, defaults), its docstring and the call it makes.
 
 An operation is a `Call`: the generated operation module, the arguments to send, how its
-answer becomes a value, and how long the server may rightly take. `Denv` runs a call with
-the module's `sync_detailed`, `AsyncDenv` awaits its `asyncio_detailed`; neither knows more
-about an operation than its signature. A list is a `Listing`: the call for one page.
+answer becomes a value, and how long the server may rightly take. A list is a `Listing`: the
+call for one page. `denv.client._binding` makes each operation a method of both facades
+(`Denv.create_sandbox = sync_call(ops.create_sandbox)`): `Denv` runs the call with the
+module's `sync_detailed`, `AsyncDenv` awaits its `asyncio_detailed`; neither restates an
+operation's parameters or docstring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 from denv_api_client.api.envs import delete_env as delete_env_op
@@ -108,6 +111,11 @@ class Listing(Generic[T]):
     convert: Callable[[Any], T]
 
 
+#: Several calls, each depending on the answer before it (see `denv.client._lineage`): a
+#: generator that yields each call, is sent its value (or thrown its error), and returns `T`.
+Plan: TypeAlias = Generator[Call[Any], Any, T]
+
+
 def _value(convert: Callable[[Any], T]) -> Callable[[Response[Any]], T]:
     return lambda res: convert(unwrap(res))
 
@@ -128,6 +136,7 @@ def _create_wait_s(wait: WaitArg, wait_timeout_s: float | None) -> float | None:
 
 
 def health() -> Call[Health]:
+    """The server's status and versions (needs no key)."""
     return Call(get_health_op, _value(Health.from_api))
 
 
@@ -137,22 +146,30 @@ def health() -> Call[Health]:
 def create_sandbox(
     image: str,
     *,
-    ports: Sequence[int] | None,
-    env: Mapping[str, str] | None,
-    egress: EgressArg,
-    command: Sequence[str] | None,
-    volumes: Sequence[str] | None,
-    labels: Mapping[str, str] | None,
-    ttl_s: int | None,
-    wait: WaitArg,
-    wait_timeout_s: float | None,
-    health_path: str | None,
-    pull: bool,
-    warm: int,
-    warm_fork: bool,
-    idempotency_key: str | None,
+    ports: Sequence[int] | None = None,
+    env: Mapping[str, str] | None = None,
+    egress: EgressArg = "deny",
+    command: Sequence[str] | None = None,
+    volumes: Sequence[str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    ttl_s: int | None = None,
+    wait: WaitArg = "healthy",
+    wait_timeout_s: float | None = None,
+    health_path: str | None = None,
+    pull: bool = False,
+    warm: int = 0,
+    warm_fork: bool = False,
+    idempotency_key: str | None = None,
     live: LiveArg = False,
 ) -> Call[Env]:
+    """Run `image` as a new env; with `wait="healthy"` return once it answers `health_path`.
+
+    An env that fails to start comes back with `status == "failed"` and `error.log_tail`.
+    `live=True` runs the image's uvicorn server under denv's launcher, so that
+    `fork(..., kind="live")` copies the running process (memory, sessions) into children;
+    it is refused (409 `live_unsupported`) when the server cannot be copied. `"auto"`
+    keeps such an env, serving as without `live` (`env.live_unsupported` says why).
+    """
     body = SandboxCreate(
         image=image,
         command=UNSET if command is None else list(command),
@@ -190,9 +207,52 @@ def _live_body(live: LiveArg) -> bool | LiveAuto | Unset:
     raise ValueError(f"live must be True, False or 'auto', not {live!r}")
 
 
-def create_sandboxes(image: str, count: int, **options: Any) -> Call[list[Env]]:
-    """`create_sandbox`'s call with `count`: the answer is an EnvBatch, each env on its own."""
-    one = create_sandbox(image, **options)
+def create_sandboxes(
+    image: str,
+    count: int,
+    *,
+    ports: Sequence[int] | None = None,
+    env: Mapping[str, str] | None = None,
+    egress: EgressArg = "deny",
+    command: Sequence[str] | None = None,
+    volumes: Sequence[str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    ttl_s: int | None = None,
+    wait: WaitArg = "healthy",
+    wait_timeout_s: float | None = None,
+    health_path: str | None = None,
+    pull: bool = False,
+    warm: int = 0,
+    warm_fork: bool = False,
+    idempotency_key: str | None = None,
+) -> Call[list[Env]]:
+    """Run `count` envs of `image` in one request (at most 32); the same options as
+    `create_sandbox`, each env in the list on its own.
+
+    Each env succeeds or fails on its own: a failed one has `status == "failed"` and its
+    `error`, the others run. Ready warm spares of the image (see `warm`) are taken first.
+
+    >>> envs = denv.create_sandboxes("denv-echo-env:latest", 16)
+    >>> ready = [e for e in envs if e.status == "healthy"]
+    """
+    # `create_sandbox`'s call with `count`: the answer is an EnvBatch, each env on its own.
+    one = create_sandbox(
+        image,
+        ports=ports,
+        env=env,
+        egress=egress,
+        command=command,
+        volumes=volumes,
+        labels=labels,
+        ttl_s=ttl_s,
+        wait=wait,
+        wait_timeout_s=wait_timeout_s,
+        health_path=health_path,
+        pull=pull,
+        warm=warm,
+        warm_fork=warm_fork,
+        idempotency_key=idempotency_key,
+    )
     body = attrs.evolve(one.kwargs["body"], count=count)
     kwargs = {**one.kwargs, "body": body}
     return Call(create_sandbox_op, _envs, kwargs=kwargs, wait_s=one.wait_s, holds=True)
@@ -203,12 +263,21 @@ def _envs(res: Response[Any]) -> list[Env]:
 
 
 def get_env(env_id: str) -> Call[Env]:
+    """One env, as it is now."""
     return Call(get_env_op, _value(Env.from_api), (env_id,))
 
 
 def list_envs(
-    status: StatusArg | None, version_id: str | None, include_deleted: bool = False
+    *,
+    status: StatusArg | None = None,
+    version_id: str | None = None,
+    include_deleted: bool = False,
 ) -> Listing[Env]:
+    """The envs of this key that are not deleted, newest first, fetched page by page.
+
+    `include_deleted=True` lists deleted envs too (their records stay, with their
+    lineage); `status="deleted"` lists only those.
+    """
     status_filter = UNSET if status is None else EnvStatus(str(status))
     # Sent only when asked for: the server's default is to leave deleted envs out.
     deleted: bool | Unset = True if include_deleted else UNSET
@@ -222,14 +291,29 @@ def list_envs(
 
 
 def delete_env(env_id: str) -> Call[None]:
+    """Stop an env at once and remove everything it had. Deleting it again succeeds."""
     return Call(delete_env_op, unwrap_empty, (env_id,))
 
 
 def detach(env_id: str) -> Call[Env]:
+    """Take an env out of this client's lease, to keep it after the client closes or its
+    process exits: it then lives until its `ttl_s` or a delete (`env.lease_id` is None).
+
+    >>> keep = denv.create_sandbox("denv-echo-env:latest", ttl_s=86400)
+    >>> denv.detach(keep.id)
+    """
     return Call(detach_env_op, _value(Env.from_api), (env_id,), idempotent=True)
 
 
-def wait_env(env_id: str, until: UntilArg, timeout_s: float) -> Call[Env]:
+def wait_env(
+    env_id: str,
+    until: UntilArg = "healthy",
+    timeout_s: float = _config.DEFAULT_ENV_WAIT_TIMEOUT_S,
+) -> Call[Env]:
+    """Wait (server-side long-poll) until the env reaches `until`, fails, or `timeout_s` passes.
+
+    Returns the env as it is then; compare its `status` with what you waited for.
+    """
     body = WaitRequest(until=WaitRequestUntil(str(until)), timeout_s=timeout_s)
     # A wait changes nothing on the server, so it may be retried although it is a POST.
     return Call(
@@ -242,7 +326,9 @@ def wait_env(env_id: str, until: UntilArg, timeout_s: float) -> Call[Env]:
     )
 
 
-def logs(env_id: str, service: str | None, tail: int) -> Call[list[str]]:
+def logs(env_id: str, *, service: str | None = None, tail: int = 100) -> Call[list[str]]:
+    """The last `tail` log lines of a service (default: the agent service), oldest first."""
+
     def lines(res: Response[Any]) -> list[str]:
         found: list[str] = unwrap(res).lines
         return found
@@ -251,13 +337,19 @@ def logs(env_id: str, service: str | None, tail: int) -> Call[list[str]]:
 
 
 def warm_pool(env_id: str) -> Call[WarmPool]:
+    """The booted spares the env asked for (`warm`): `.state`, `.ready` of `.target`.
+
+    `state` is `none` (no spares asked for), `filling`, `ready`, or `stalled`
+    (boots keep failing or no room is left; `.error` says which).
+    """
     return Call(get_warm_pool_op, _value(WarmPool.from_api), (env_id,))
 
 
 # -- versions and forks
 
 
-def snapshot(env_id: str, labels: Mapping[str, str] | None) -> Call[Version]:
+def snapshot(env_id: str, *, labels: Mapping[str, str] | None = None) -> Call[Version]:
+    """Save the env's volumes as a new immutable version (its services pause for it)."""
     body = SnapshotRequest(labels=labels_body(labels))
     return Call(
         snapshot_env_op,
@@ -269,18 +361,33 @@ def snapshot(env_id: str, labels: Mapping[str, str] | None) -> Call[Version]:
 
 def fork(
     env_id: str,
-    count: int,
+    count: int = 1,
     *,
-    egress: EgressArg | None,
-    env: Mapping[str, str] | None,
-    labels: Mapping[str, str] | None,
-    ttl_s: int | None,
-    wait: WaitArg,
-    wait_timeout_s: float | None,
-    warm: int,
+    egress: EgressArg | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    ttl_s: int | None = None,
+    wait: WaitArg = "healthy",
+    wait_timeout_s: float | None = None,
+    warm: int = 0,
     kind: ForkKind = "auto",
     reseed: bool = True,
 ) -> Call[Fork]:
+    """Snapshot the env once and start `count` children from it: `.version`, `.envs`.
+
+    `kind="live"` (an env created with `live=True`) copies its running server process,
+    memory and sessions included, into each child in milliseconds; `"auto"` (the
+    default) is live where the env allows it, else volume. A live child draws fresh
+    entropy for Python's `random` and NumPy's global generator (`reseed=True`, the
+    default, as a volume fork's rebooted server does); `reseed=False` keeps the
+    parent's state of both, so the child draws what the parent would have drawn next.
+    On a cluster, live children run on the parent's node: with `"auto"` those it has no
+    room for start as a volume fork on other nodes (`child.spill` says why); with
+    `"live"` that is `RateLimited`.
+
+    >>> fork = denv.fork(env.id, count=8)
+    >>> [child.status for child in fork.envs]
+    """
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
     if kind != "volume":  # sent only when asked: older servers know no `kind`
         body.kind = EnvsCreateKind(kind)
@@ -298,17 +405,19 @@ def fork(
 
 def envs_from_version(
     version_id: str,
-    count: int,
+    count: int = 1,
     *,
-    egress: EgressArg | None,
-    env: Mapping[str, str] | None,
-    labels: Mapping[str, str] | None,
-    ttl_s: int | None,
-    wait: WaitArg,
-    wait_timeout_s: float | None,
-    warm: int,
+    egress: EgressArg | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    ttl_s: int | None = None,
+    wait: WaitArg = "healthy",
+    wait_timeout_s: float | None = None,
+    warm: int = 0,
     live: LiveArg = False,
 ) -> Call[list[Env]]:
+    """Start `count` envs from a stored version, in order. `live` as in `create_sandbox`:
+    `True` or `"auto"` start them ready for live forks."""
     body = envs_create(count, egress, env, labels, ttl_s, wait, wait_timeout_s, warm)
     body.live = _live_body(live)
     return Call(
@@ -322,10 +431,13 @@ def envs_from_version(
 
 
 def get_version(version_id: str) -> Call[Version]:
+    """One version."""
     return Call(get_version_op, _value(Version.from_api), (version_id,))
 
 
-def list_versions(project: str | None) -> Listing[Version]:
+def list_versions(project: str | None = None) -> Listing[Version]:
+    """Every version of this key (or of one project), newest first, page by page."""
+
     def page(cursor: str | Unset, limit: int) -> Call[Page[Any]]:
         query = {"limit": limit, "cursor": cursor, "project": opt(project)}
         return Call(list_versions_op, _page, kwargs=query)
@@ -334,22 +446,38 @@ def list_versions(project: str | None) -> Listing[Version]:
 
 
 def delete_version(version_id: str) -> Call[None]:
+    """Delete a version and the layers only it used; `Conflict` while envs run from it."""
     return Call(delete_version_op, unwrap_empty, (version_id,))
 
 
 def gc() -> Call[Collected]:
+    """Delete this key's expired versions now: those a sandbox or a fork made that no env
+    and no child version has needed for the server's grace period. What was freed::
+
+        freed = denv.gc()   # Collected(versions_deleted=12, layers_deleted=12, ...)
+    """
     # Collecting twice frees nothing more: safe to retry.
     return Call(collect_versions_op, _value(Collected.from_api), idempotent=True)
 
 
 def diff(version_a: str, version_b: str) -> Call[VersionDiff]:
+    """The files that differ in the volumes from `version_a` to `version_b`.
+
+    Computed by the server from the versions' layers, without starting an env; its cost
+    follows what changed, not the volume's size. Each `FileChange` has the file's
+    `path` (`/work/...`), `change` (added, modified, deleted) and `size` in bytes.
+
+    >>> for c in denv.diff(before.id, after.id).changes:
+    ...     print(c.change, c.path, c.size)
+    """
     return Call(diff_versions_op, _value(VersionDiff.from_api), (version_b,), {"base": version_a})
 
 
 # -- projects
 
 
-def deploy(project: str, compose: str, labels: Mapping[str, str] | None) -> Call[Version]:
+def deploy(project: str, compose: str, *, labels: Mapping[str, str] | None = None) -> Call[Version]:
+    """Deploy a compose file (with `x-denv.agent.service`) as a new version of `project`."""
     body = DeployRequest(compose=compose, labels=labels_body(labels))
     return Call(
         deploy_project_op,
@@ -360,6 +488,8 @@ def deploy(project: str, compose: str, labels: Mapping[str, str] | None) -> Call
 
 
 def list_projects() -> Listing[Project]:
+    """Every project of this key, page by page."""
+
     def page(cursor: str | Unset, limit: int) -> Call[Page[Any]]:
         return Call(list_projects_op, _page, kwargs={"limit": limit, "cursor": cursor})
 
