@@ -1,7 +1,7 @@
 """The cluster's TLS files (denv/cluster/ray_tls.py), checked with a real TLS handshake on
 loopback: a peer holding the cluster's certificate gets through, in both directions, and a
 peer without one is refused, as Ray's gRPC (mutual TLS) treats them. Ray itself running with
-these files is tested on the cluster (tests/cluster/test_ray_tls_cluster.py)."""
+these files is tested on the cluster (tests/cluster/test_ray_nodes.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ itself (so a symlink in the archive is never written through), hard links to fil
 no name twice. It extracts into a temporary dir beside the destination and renames it into
 place, so a layer is either whole or absent; anything failing removes the temporary dir.
 Symlink targets are data, never followed: a layer is only ever an overlay lowerdir, mounted
-``nosuid,nodev`` (see ``volumes.mount_overlay``), like the original.
+``nosuid,nodev`` (see ``overlay.mount_overlay``), like the original.
 """
 
 from __future__ import annotations
