@@ -99,10 +99,7 @@ class Forks(Verb):
     ) -> Made:
         """A live fork's answer: its ``live_n`` children copied on ``rec``'s node, and the
         rest (a cluster's cap) spilled to other nodes (``_spill``), held by ``hold``."""
-        # The children run in the parent's container, which ran their fork a moment ago:
-        # no round trip to the engine to say so.
-        states = {cid: "running" for cid in rec.runtime.containers.values()}
-        views = [self.views.env(r, states) for r in children]
+        views = self.views.copies(children)  # in the parent's container, running
         if live_n < opts.count:
             views += self._spill(hold, rec, version, children, opts, live_n)
         return Made(views, self.views.version(version))
