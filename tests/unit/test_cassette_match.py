@@ -24,6 +24,7 @@ from vcr.errors import CannotOverwriteExistingCassetteException
 from vcr.request import Request
 
 import denv.client._operations
+import denv.client._operations_versions
 from denv import Denv
 
 Change = Callable[[httpx.Request], httpx.Request]
@@ -236,7 +237,8 @@ def test_a_dropped_idempotency_key_is_refused(monkeypatch: pytest.MonkeyPatch) -
 
 def test_one_idempotency_key_for_two_creates_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     same = f"denv-{uuid.uuid4()}"
-    monkeypatch.setattr(denv.client._operations, "new_idempotency_key", lambda: same)
+    for ops in (denv.client._operations, denv.client._operations_versions):
+        monkeypatch.setattr(ops, "new_idempotency_key", lambda: same)
     with pytest.raises(AssertionError, match="do not pair one to one"):
         run_facade("fork")  # the create of the parent, then the fork
 
