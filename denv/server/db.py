@@ -56,6 +56,11 @@ def iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def iso_at(t: float) -> str:
+    """``t`` (seconds since the epoch, as ``time.time()``) as ``iso`` writes it."""
+    return iso(datetime.fromtimestamp(t, UTC))
+
+
 class Store(Database):
     """The server's database. Safe to call from any thread."""
 

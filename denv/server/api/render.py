@@ -8,11 +8,11 @@ the API knows the wire's shapes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from denv.server.db import iso
+from denv.server.db import iso_at
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.shown import (
     EnvShown,
@@ -28,6 +28,8 @@ from denv.server.lifecycle.shown import (
 from denv.server.node.egress import public as public_egress
 from denv.server.records import EnvRecord, EnvStatus
 from denv.server.tokens import IngressKeys
+
+T = TypeVar("T")
 
 _VERSION_SERVICE_KEYS = {
     "name",
@@ -142,16 +144,9 @@ class Edge:
         return page_json(page, self.env)
 
 
-T = TypeVar("T")
-
-
-def page_json(page: Page[T], item: Any) -> dict[str, Any]:
+def page_json(page: Page[T], item: Callable[[T], dict[str, Any]]) -> dict[str, Any]:
     """The contract's pages: ``items`` (each rendered by ``item``) and ``next_cursor``."""
     return {"items": [item(x) for x in page.items], "next_cursor": page.next_cursor}
-
-
-def _iso(t: float) -> str:
-    return iso(datetime.fromtimestamp(t, UTC))
 
 
 def lease_json(shown: LeaseShown) -> dict[str, Any]:
@@ -161,9 +156,9 @@ def lease_json(shown: LeaseShown) -> dict[str, Any]:
         "id": lease.id,
         "state": lease.state,
         "timeout_s": lease.timeout_s,
-        "expires_at": _iso(lease.expires_at),
-        "created_at": _iso(lease.created_at),
-        "ended_at": None if lease.ended_at is None else _iso(lease.ended_at),
+        "expires_at": iso_at(lease.expires_at),
+        "created_at": iso_at(lease.created_at),
+        "ended_at": None if lease.ended_at is None else iso_at(lease.ended_at),
         "envs": shown.envs,
     }
 

@@ -268,12 +268,13 @@ class Admission:
     ) -> str | None:
         """Why the fork of ``rec`` cannot be live, or None (a live child keeps its parent's
         network namespace and process environment, so it cannot take another egress or
-        env)."""
+        env); 409 ``conflict`` when its version is gone (of any kind of fork that would be
+        live: not a reason an ``auto`` fork boots from a snapshot instead)."""
         reason = live_unsupported(rec)
         if reason is not None:
             return reason
         if parent is None:
-            return f"the version of env {rec.id} is gone"
+            raise ApiError(409, "conflict", f"the version of env {rec.id} is gone")
         if asked != rec.egress:
             return (
                 f"a live child runs in its parent's network namespace, so it keeps the "

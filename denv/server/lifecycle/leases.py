@@ -29,11 +29,10 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 
 from denv.server import ids
 from denv.server.config import LEASE_DELETE_WORKERS, LEASE_KEEP_S
-from denv.server.db import iso, now
+from denv.server.db import iso, iso_at, now
 from denv.server.errors import ApiError, not_found
 from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.envs import Envs
@@ -43,10 +42,6 @@ from denv.server.records import EnvDeletion, EnvRecord, LeaseRecord, LeaseState
 
 log = logging.getLogger(__name__)
 FORGET_EVERY = 600  # passes of the rule between two clean-ups of long-ended leases
-
-
-def _iso(t: float) -> str:
-    return iso(datetime.fromtimestamp(t, UTC))
 
 
 def deletion_of(lease_id: str, state: LeaseState, timeout_s: float | None) -> EnvDeletion:
@@ -193,7 +188,7 @@ class Leases:
 
     @staticmethod
     def _ended(lease: LeaseRecord) -> ApiError:
-        when = _iso(lease.ended_at) if lease.ended_at is not None else "earlier"
+        when = iso_at(lease.ended_at) if lease.ended_at is not None else "earlier"
         how = (
             f"expired at {when}: no renewal for {lease.timeout_s:g} s (was the client paused, "
             "or cut off from the server?)"
