@@ -61,7 +61,7 @@ from .measure import ROOT, conditions, machine
 
 log = logging.getLogger("bench.gvisor_checkpoint")
 
-RUNSC = "/usr/bin/runsc"
+RUNSC = os.environ.get("DENV_RUNSC", "/usr/bin/runsc")
 PLATFORM = "ptrace"
 INSIDE, OUTSIDE = "10.213.0.2", "10.213.0.1"
 PORT = 8000

@@ -29,6 +29,7 @@ class StartMode(enum.StrEnum):
     WARM = "warm"
     LIVE = "live"  # a live fork: a copy of the parent's running server process
     ZYGOTE = "zygote"  # a new env copied from the key's idle booted root of its image
+    RESTORED = "restored"  # a fork's child resumed from its parent's sandbox (gVisor)
 
 
 class Egress(enum.StrEnum):

@@ -136,8 +136,9 @@ class NodeAgent:
             allow_private_egress=cfg.allow_private_egress,
         )
         self.engine.pull_credentials = cfg.pull_credentials
-        if cfg.isolation == "gvisor":
-            gvisor.use(self.engine)  # GvisorUnavailable naming the fix, before any env
+        self.saver = None  # how the runtime saves a sandbox (the node's checkpoints)
+        if cfg.isolation == "gvisor":  # GvisorUnavailable naming the fix, before any env
+            self.saver = gvisor.use(self.engine)[1]
         self.volumes = Volumes(self.state_dir, cfg.max_volume_mb)
         if self.volumes.fs is not None:
             self.volumes.fs.check()  # OSError naming the fix, before any env
@@ -170,6 +171,7 @@ class NodeAgent:
             address=self.address,
             live_netns=self.cfg.live_netns,
             merge_pages=self.cfg.merge_pages,
+            saver=self.saver,
         )
         node.images.budget_mb = self.cfg.image_budget_mb
         return node

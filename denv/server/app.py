@@ -151,8 +151,9 @@ def create_app(
     )
     engine.pull_credentials = config.pull_credentials
     abilities = EVERYTHING  # what the envs' runtime takes away (the admission refuses it)
+    saver = None  # how the runtime saves a sandbox (the node's checkpoints); runc: none
     if config.isolation == "gvisor":
-        abilities = gvisor.use(engine)  # GvisorUnavailable naming the fix: before serving
+        abilities, saver = gvisor.use(engine)  # GvisorUnavailable naming the fix: first
     volumes = Volumes(config.state_dir, config.max_volume_mb)
     if volumes.fs is not None and node is None:  # a cluster's node agents check their own
         volumes.fs.check()  # OSError naming the fix: before serving, not at the first env
@@ -165,6 +166,7 @@ def create_app(
         config.limits,
         live_netns=config.live_netns,
         merge_pages=config.merge_pages,
+        saver=saver,
     )
     ctx = Context(
         config=config, store=store, node=node, ingress=table, host_guard=guard, abilities=abilities

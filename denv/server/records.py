@@ -153,6 +153,9 @@ class EnvSpec(Record):
     # A child of a live fork started as a volume fork on another node: why (its parent's
     # node had no room for it); None for every other env.
     spill: str | None = None
+    # A checkpoint of its parent's sandbox on its node (``CheckpointCalls``): a fork's child
+    # resumes from it instead of booting (its start then says ``restored``); "" for the rest.
+    restore: str = ""
 
 
 class Limits(Record):

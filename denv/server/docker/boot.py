@@ -23,6 +23,7 @@ import httpx
 
 from denv.server.config import CPU_SHARES, EXIT_CHECK_EVERY, HEALTH_POLL_S, WARM_CPU_SHARES
 from denv.server.docker import spare_progress
+from denv.server.docker.checkpoints import RESTORE_ENV
 from denv.server.docker.engine import Engine
 from denv.server.docker.engine_queue import EngineQueue
 from denv.server.docker.live import launcher_ctl
@@ -175,6 +176,7 @@ def bring_up(
                             **svc.env,
                             **(spec.env if agent else {}),
                             **live_env,
+                            **({RESTORE_ENV: spec.restore} if agent and spec.restore else {}),
                         },
                         svc.ports,
                         binds.get(svc.name, []),
@@ -206,7 +208,12 @@ def bring_up(
     except Refused as exc:  # its engine does not answer, an image is gone...
         raise BootFailed("engine_error", exc.message, None, network, made) from exc
     return Booted(
-        env_id=env_id, network=network, containers=made, agent_ip=ip, host_ports=host_ports
+        env_id=env_id,
+        network=network,
+        containers=made,
+        agent_ip=ip,
+        host_ports=host_ports,
+        restored=bool(spec.restore),
     )
 
 

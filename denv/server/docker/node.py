@@ -14,25 +14,26 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from denv.server.config import CPU_SHARES, MIB, ObjectStoreConfig
+from denv.server.config import CPU_SHARES, MIB
 from denv.server.docker import boot, cgroups, logtail
+from denv.server.docker.checkpoints import Checkpoints, SandboxSaver
 from denv.server.docker.engine import Engine, container_name
 from denv.server.docker.engine_queue import EngineQueue
-from denv.server.docker.images import ImageSource, NodeImages
+from denv.server.docker.images import NodeImages
 from denv.server.docker.key_groups import KeyGroups
 from denv.server.docker.layers import LayerTransfer, Peers
 from denv.server.docker.live.node import LiveDocker
+from denv.server.docker.transfers import Transfers
 from denv.server.net.policy import network_name
 from denv.server.node.seam import (
     Booted,
     BootSpec,
+    Checkpoint,
     ImageFacts,
-    LayerOffer,
     LiveForked,
     Metered,
-    NodeLost,
     Owned,
     Usage,
 )
@@ -40,8 +41,13 @@ from denv.server.records import Limits, LiveProc, VolumeSlot
 from denv.server.volumes.layerdiff import diff_stacks
 from denv.server.volumes.overlay import Volumes, disk_usage
 
+NO_SANDBOX = (
+    "this server runs envs under runc, on this machine's kernel: there is no sandbox to "
+    "checkpoint (its forks are live, or boot from a snapshot of /work)"
+)
 
-class DockerNode:
+
+class DockerNode(Transfers):
     """This machine, through the Docker Engine. Safe to call from any thread."""
 
     def __init__(
@@ -53,13 +59,15 @@ class DockerNode:
         address: str = "127.0.0.1",
         live_netns: bool = False,
         merge_pages: bool = False,
+        saver: SandboxSaver | None = None,
     ) -> None:
         """``peers``: the other nodes of its cluster by name (a node agent's), so that
         ``copy_layer`` can reach them; None: a machine of its own, it has none. ``address``:
         where other nodes reach this one (its layer offers listen there). ``live_netns``: each
         live child gets a network namespace of its own (``live/netns.py``). ``merge_pages``: live
         roots mark their memory for the kernel's same-page merging before they fork
-        (``denv serve --merge-pages``, ``ksm``)."""
+        (``denv serve --merge-pages``, ``ksm``). ``saver``: how its runtime saves a sandbox
+        (gVisor's); None: no checkpoints (``checkpoints``)."""
         self.engine = engine
         self._peers, self._address = peers, address
         self.volumes = volumes
@@ -72,6 +80,9 @@ class DockerNode:
         self.packed_dir = self.layers.packed_dir  # where tests and benches look for them
         # live envs: their processes found, copied into children, asked, ended
         self.live = LiveDocker(engine, volumes, self.control, live_netns, merge_pages)
+        self.checkpoints = Checkpoints(
+            engine, volumes.layers_dir.parent / "checkpoints", saver, NO_SANDBOX
+        )
 
     # placement and loss: one machine, no cap of its own, nothing remote to lose
     def room(self) -> int | None:
@@ -135,6 +146,9 @@ class DockerNode:
 
     # one env
     def bring_up(self, spec: BootSpec) -> Booted:
+        if spec.restore:  # its image's path here; gone (a restarted server's): it boots
+            path = self.checkpoints.path(spec.restore)
+            spec = spec.model_copy(update={"restore": str(path) if path else ""})
         self.keys.add(spec.env_id, spec.owner)
         parent = self.keys.parent(spec.owner)
         self.images.used(s.image_digest for s in spec.services)
@@ -193,6 +207,13 @@ class DockerNode:
 
         changes, truncated = diff_stacks(stack(base), stack(layers), limit)
         return [(c.path, c.change, c.size) for c in changes], truncated
+
+    def checkpoint(self, env_id: str, container: str) -> Checkpoint:
+        with self.control.lock(env_id):  # not while a snapshot freezes it or it goes
+            return self.checkpoints.save(env_id, container)
+
+    def drop_checkpoint(self, env_id: str, image: str) -> None:
+        self.checkpoints.drop(image)
 
     def cancel(self, env_id: str) -> None:
         self.control.cancel(env_id)
@@ -344,49 +365,3 @@ class DockerNode:
 
     def live_adopt(self, env_id: str, proc: LiveProc) -> None:
         return None  # one machine counts nothing per env
-
-    # layer transfer (denv.server.docker.layers)
-    def layer_digest(self, layer_id: str) -> str:
-        return self.layers.layer_digest(layer_id)
-
-    def offer_layer(self, layer_id: str) -> LayerOffer:
-        return self.layers.offer(layer_id, self._address)
-
-    def copy_layer(self, layer_id: str, origin: str) -> int:
-        if self._peers is None:
-            raise NodeLost(origin, "this node is in no cluster: it reaches no other node")
-        return self.layers.copy_from(layer_id, origin, self._peers(origin))
-
-    def upload_layer(self, layer_id: str, store: ObjectStoreConfig) -> str:
-        return self.layers.upload_layer(layer_id, store)
-
-    def fetch_layer(self, layer_id: str, digest: str, store: ObjectStoreConfig) -> None:
-        self.layers.fetch_layer(layer_id, digest, store)
-
-    # images moved between nodes (``ImageNode``; ``images``)
-    def has_image(self, image_id: str) -> bool:
-        return self.images.has(image_id)
-
-    def offer_image(self, image_id: str) -> LayerOffer:
-        return self.images.offer(image_id, self._address)
-
-    def copy_image(self, image_id: str, origin: str) -> int:
-        if self._peers is None:
-            raise NodeLost(origin, "this node is in no cluster: it reaches no other node")
-        return self.images.copy_from(image_id, origin, cast(ImageSource, self._peers(origin)))
-
-    def upload_image(self, image_id: str, store: ObjectStoreConfig) -> str:
-        return self.images.upload(image_id, store)
-
-    def fetch_image(self, image_id: str, digest: str, store: ObjectStoreConfig) -> None:
-        self.images.fetch(image_id, digest, store)
-
-    def pull_image(self, ref: str, image_id: str) -> None:
-        self.images.pull(ref, image_id, self.engine.pull_credentials)
-
-    def collect_images(
-        self, budget_mb: int | None = None, recent_s: float | None = None
-    ) -> list[str]:
-        if recent_s is None:
-            return self.images.collect(budget_mb)
-        return self.images.collect(budget_mb, recent_s)

@@ -11,6 +11,7 @@ runc stays its default for every other container.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from denv.server.docker.engine import Engine
 from denv.server.docker.sdk import engine_errors
+from denv.server.gvisor.checkpoint import FIRST_RELEASE, RunscSaver, release
 from denv.server.node.abilities import Abilities
 
 RUNTIME = "denv-runsc"  # the runtime's name in the Docker Engine
@@ -36,6 +38,13 @@ ABILITIES = Abilities(
     "of its own, and the live launcher copies a process on this machine's kernel",
     spares="under --isolation gvisor a spare's /work is mounted after it boots, and a gVisor "
     "sandbox sees no mount made after it started (its env would write beside its /work)",
+    checkpoint=None,
+)
+TOO_OLD = (
+    "runsc {release} cannot save a server whose listening socket is watched by epoll "
+    "(uvicorn, Node, gunicorn), so forks boot from a snapshot of /work: install a runsc "
+    "released in 2023 or later (Debian 12: apt-get install -t bookworm-backports runsc; "
+    "make gvisor does it) for forks that resume the parent's sandbox"
 )
 
 
@@ -141,13 +150,17 @@ def _runsc_version() -> str:
     return out.splitlines()[0].removeprefix("runsc version ") if out else "unknown"
 
 
-def use(engine: Engine) -> Abilities:
+def use(engine: Engine) -> tuple[Abilities, RunscSaver | None]:
     """Create every container of ``engine`` under gVisor from now on, and return what its
-    envs then cannot do (``ABILITIES``, for the lifecycle's admission); ``GvisorUnavailable``
-    naming the fix when runsc or the runtime is missing (``EngineUnavailable`` without an
-    engine)."""
+    envs then can and cannot do (``ABILITIES``, for the lifecycle's admission) with how a
+    sandbox is saved (for the node's checkpoints; None when this runsc cannot save the
+    servers envs run: ``TOO_OLD``); ``GvisorUnavailable`` naming the fix when runsc or the
+    runtime is missing (``EngineUnavailable`` without an engine)."""
     with engine_errors():
         runtimes = engine.api.info().get("Runtimes", {})
     check(runtimes)
     engine.runtime = RUNTIME
-    return ABILITIES
+    path, version = runsc(), _runsc_version()
+    if path is None or release(version) < FIRST_RELEASE:
+        return dataclasses.replace(ABILITIES, checkpoint=TOO_OLD.format(release=version)), None
+    return ABILITIES, RunscSaver(path)

@@ -23,6 +23,7 @@ from uvicorn's access and WebSocket log lines (``denv.redaction``: a prefix of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -63,9 +64,9 @@ CONNECT_TIMEOUT_S = 10.0
 # Every read from the env has a timeout (the server's --ingress-read-timeout, default
 # DEFAULT_INGRESS_READ_TIMEOUT_S): generous, since an env's step may legitimately take long
 # and MCP keeps SSE streams open, but an env that goes silent mid-response no longer holds
-# the connection for ever. A client that disconnects cancels the upstream request at once
-# (see _watch_disconnect), so nothing waits on behalf of a client that left.
+# the connection for ever. A client that leaves cancels the upstream request (_watch_disconnect).
 WRITE_TIMEOUT_S = 300.0  # an env that stops reading an upload
+CLOSE_IDLE_WAIT_S = 2.0  # close_idle: how long a fork waits for the loop to close them
 KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive, so pooled connections are live
 MAX_KEEPALIVE_CONNECTIONS = 256
 BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
@@ -81,8 +82,14 @@ class IngressUpstreamBroke(Exception):
     """The env's service broke the connection after its response had started."""
 
 
-class _ClientDisconnected(Exception):
-    pass
+class _ClientDisconnected(Exception): ...
+
+
+async def _close_idle(transport: httpx.AsyncHTTPTransport, host: str) -> None:
+    for conn in list(transport._pool.connections):
+        origin = getattr(conn, "_origin", None)  # httpcore's: scheme, host and port
+        if isinstance(origin, httpcore.Origin) and origin.host == host.encode() and conn.is_idle():
+            await conn.aclose()
 
 
 class IngressProxy:
@@ -112,6 +119,7 @@ class IngressProxy:
         # one per node relay ("host:port"), since two nodes' envs may share addresses.
         self._transports: dict[str | None, httpx.AsyncHTTPTransport] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        table.holds_connections(self.close_idle)
 
     def transport(self, relay: str | None = None) -> httpx.AsyncHTTPTransport:
         """The pooled upstream transport of the running event loop (to envs behind
@@ -145,6 +153,16 @@ class IngressProxy:
                 )
             self._transports[relay] = found
         return found
+
+    def close_idle(self, host: str) -> None:
+        """From another thread: close the idle pooled connections to ``host`` (envs reached
+        directly), waiting up to ``CLOSE_IDLE_WAIT_S``."""
+        loop, transport = self._loop, self._transports.get(None)
+        if loop is None or transport is None or loop.is_closed():
+            return
+        done = asyncio.run_coroutine_threadsafe(_close_idle(transport, host), loop)
+        with contextlib.suppress(Exception):
+            done.result(CLOSE_IDLE_WAIT_S)
 
     async def aclose(self) -> None:
         """Close the pooled upstream connections."""

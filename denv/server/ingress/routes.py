@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from collections.abc import Callable
 
 from denv.server.tokens import REF_PREFIX
 
@@ -44,6 +45,9 @@ class IngressTable:
         self._lock = threading.Lock()
         self._targets: dict[bytes, tuple[str, int]] = {}
         self._owners: dict[bytes, str] = {}  # the API key (owner id) of each route
+        # Who holds idle upstream connections (the proxy's pools): told to close those to a
+        # host before its env's sandbox is saved (``close_idle``).
+        self._holders: list[Callable[[str], None]] = []
 
     def register(self, token: str, host: str, port: int, owner: str = "") -> None:
         """Route ``/ingress/<token>`` to ``host:port`` (replacing any earlier target); the
@@ -76,6 +80,19 @@ class IngressTable:
         """The API key (owner id) whose env a token reaches; "" when unknown."""
         with self._lock:
             return self._owners.get(_digest(token), "")
+
+    def holds_connections(self, close_idle: Callable[[str], None]) -> None:
+        """``close_idle(host)`` closes the idle upstream connections its holder keeps."""
+        with self._lock:
+            self._holders.append(close_idle)
+
+    def close_idle(self, host: str) -> None:
+        """Close every idle pooled connection to ``host`` (an env's address): a sandbox
+        with an open connection cannot be saved (``CheckpointCalls``). Blocks briefly."""
+        with self._lock:
+            holders = list(self._holders)
+        for close in holders:
+            close(host)
 
     def __len__(self) -> int:
         with self._lock:

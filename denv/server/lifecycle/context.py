@@ -35,6 +35,8 @@ class IngressRoutes(Protocol):
 
     def resolve(self, token: str) -> tuple[str, int] | None: ...
 
+    def close_idle(self, host: str) -> None: ...
+
 
 @dataclass
 class Context:

@@ -24,11 +24,20 @@ class EnvOptions:
     lease_id: str | None = None
     use_spares: bool = True
     spill: str | None = None
+    restore: str = ""  # a checkpoint of the fork's parent the envs resume from (EnvSpec)
 
     @classmethod
-    def of(cls, opts: EnvsCreate, spill: str | None = None) -> EnvOptions:
+    def of(cls, opts: EnvsCreate, spill: str | None = None, restore: str = "") -> EnvOptions:
         """A create's or fork's request options (``EnvsCreate``)."""
-        return cls(dict(opts.labels), opts.ttl_s, opts.wait_timeout_s, opts.lease_id, True, spill)
+        return cls(
+            dict(opts.labels),
+            opts.ttl_s,
+            opts.wait_timeout_s,
+            opts.lease_id,
+            not restore,  # a spare booted already: it cannot resume a checkpoint
+            spill,
+            restore,
+        )
 
 
 def new_record(

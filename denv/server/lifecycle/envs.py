@@ -85,6 +85,7 @@ class Envs:
             live=bool(live_env),
             live_auto=live_env == "auto",
             spill=options.spill,
+            restore=options.restore,
         )
         records = [
             new_record(owner, version, egress, options, version.parent_env_id, spec)
@@ -243,6 +244,7 @@ class Envs:
             timeout_s=rec.spec.wait_timeout_s,
             live=rec.spec.live,
             owner=rec.owner,
+            restore=rec.spec.restore,
         )
         booted = ctx.node.bring_up(spec)
         agent = version.service(rec.agent_service)
@@ -252,7 +254,11 @@ class Envs:
             for token, service, port, host in routes:
                 ctx.store.add_ingress(token, env_id, service, port, host)
                 ctx.ingress.register(token, host, port, rec.owner)
-            ctx.store.set_runtime(env_id, self._runtime(booted, endpoints))
+            runtime = self._runtime(booted, endpoints)
+            if booted.restored:  # its parent's sandbox resumed, not a boot
+                ctx.store.set_start(env_id, "restored", runtime)
+            else:
+                ctx.store.set_runtime(env_id, runtime)
         if ctx.store.set_status(env_id, EnvStatus.STARTING, only_from={EnvStatus.CREATING}):
             ctx.notify()
         if not agent.health_path or not agent.ports:

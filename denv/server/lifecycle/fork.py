@@ -2,7 +2,9 @@
 each child) where the env and the request allow it, else (``kind: auto``) or when asked, a
 volume fork (a snapshot of the env's volumes, children booted or taken from warm spares
 from it); live children that do not fit on their parent's node spill to a volume fork of
-their version on other nodes."""
+their version on other nodes. Where the node can save the env's sandbox (gVisor), a volume
+fork of ``kind: auto`` saves it too, and its children resume from that checkpoint (their
+server's memory as it was) instead of booting."""
 
 from __future__ import annotations
 
@@ -17,14 +19,17 @@ from denv.server.lifecycle.live.spill import live_share, spill_note
 from denv.server.lifecycle.parts import Verb
 from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.shown import EnvShown, Made
-from denv.server.node.errors import Refused
-from denv.server.records import EnvRecord, VersionRecord
+from denv.server.node.errors import NodeError, Refused
+from denv.server.node.seam import Checkpoint
+from denv.server.records import EnvRecord, EnvStatus, VersionRecord
 
 log = logging.getLogger(__name__)
 
 # A fork of kind auto that cannot be live (the env's server runs threads of its own, or the
 # children ask for an egress or env of their own) is a volume fork instead.
 AUTO_VOLUME_CODES = frozenset({"fork_unsafe", "live_unsupported"})
+# A child past these has resumed from its checkpoint (or booted): the image can go.
+STARTED = frozenset({EnvStatus.STARTING, EnvStatus.RUNNING, EnvStatus.HEALTHY})
 
 
 class Forks(Verb):
@@ -70,11 +75,20 @@ class Forks(Verb):
                 admitted = self.admit.volume_fork(hold, rec, parent, opts, rec.egress)
             t0 = time.perf_counter()
             with self.ctx.pins.pin(owner):  # the fork's version, until its children are recorded
-                version = self.versions.snapshot(rec, {}, "fork")
-                t1 = time.perf_counter()
-                if spill:  # a spilled child forks live too
-                    admitted.live = "auto"
-                recs = self.envs.create(admitted, version, EnvOptions.of(opts, spill))
+                saved = None if spill or admitted.warm else self._checkpoint(rec, parent, opts)
+                try:
+                    version = self.versions.snapshot(rec, {}, "fork")
+                    t1 = time.perf_counter()
+                    if spill:  # a spilled child forks live too
+                        admitted.live = "auto"
+                    restore = saved.image if saved else ""
+                    recs = self.envs.create(admitted, version, EnvOptions.of(opts, spill, restore))
+                except BaseException:
+                    if saved:
+                        self._drop(saved)
+                    raise
+        if saved:  # let go of it once every child has resumed from it
+            self.ctx.workers.submit(self._drop_when_started, saved, recs)
         t2 = time.perf_counter()
         envs = self.views.wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
@@ -87,6 +101,42 @@ class Forks(Verb):
             (time.perf_counter() - t2) * 1000,
         )
         return Made(envs, self.views.version(version))
+
+    def _checkpoint(
+        self, rec: EnvRecord, parent: VersionRecord | None, opts: EnvsCreate
+    ) -> Checkpoint | None:
+        """The env's sandbox saved for its children to resume from, where the node can
+        (``Abilities.checkpoint``) and the fork is ``auto``; None: its children boot. One
+        service only: a compose env's other services would boot again beside a server
+        whose memory still holds the parent's connections to them."""
+        if self.ctx.abilities.checkpoint is not None or opts.kind != "auto" or parent is None:
+            return None
+        container = rec.runtime.containers.get(rec.agent_service)
+        if len(parent.services) != 1 or not container:
+            return None
+        if rec.status not in (EnvStatus.RUNNING, EnvStatus.HEALTHY):
+            return None
+        if rec.runtime.agent_ip:  # the ingress's idle connections to it: they cannot be saved
+            self.ctx.ingress.close_idle(rec.runtime.agent_ip)
+        try:
+            return self.ctx.node.checkpoint(rec.id, container)
+        except NodeError as exc:  # CheckpointUnsupported, a lost node: they boot
+            log.info("fork of %s: its sandbox was not saved (%s); children boot", rec.id, exc)
+            return None
+
+    def _drop_when_started(self, saved: Checkpoint, recs: list[EnvRecord]) -> None:
+        """Let go of ``saved`` once every child has resumed from it (or failed, or gone)."""
+        try:
+            for child in recs:
+                self.envs.wait(child.id, STARTED, child.spec.wait_timeout_s)
+        finally:
+            self._drop(saved)
+
+    def _drop(self, saved: Checkpoint) -> None:
+        try:
+            self.ctx.node.drop_checkpoint(saved.env_id, saved.image)
+        except NodeError as exc:  # its node is lost, say: a later checkpoint sweeps it
+            log.info("checkpoint %s of %s stays for now: %s", saved.image, saved.env_id, exc)
 
     def _live(
         self,

@@ -18,6 +18,11 @@ class Abilities:
     live: str | None = None
     # Why no warm spare can be kept (a spare's /work is mounted after it boots).
     spares: str | None = None
+    # Why a fork's children cannot resume from a checkpoint of their parent's sandbox
+    # (``CheckpointCalls``) and boot instead. Given, not taken away: runc has no sandbox.
+    checkpoint: str | None = (
+        "envs run under runc, on this machine's kernel: there is no sandbox to checkpoint"
+    )
 
 
-EVERYTHING = Abilities()  # runc's: nothing taken away
+EVERYTHING = Abilities()  # runc's: nothing taken away (and no sandbox checkpoints)

@@ -98,6 +98,14 @@ class NoCapacity(Unavailable):
     """The node has no room for another env network: every subnet of its pool is in use."""
 
 
+class CheckpointUnsupported(Refused):
+    """The node cannot save this env's sandbox (no sandbox under runc, a runtime too old, a
+    state the runtime cannot save); forks boot from a snapshot of ``/work`` instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("checkpoint_unsupported", message)
+
+
 class BootFailed(NodeError):
     """The env cannot boot; ``code`` and ``message`` become its ``error``. What the boot had
     made by then (``network``, ``containers``) is named for the env's teardown."""

@@ -27,7 +27,10 @@ class EnvService:
             `POST /v1/envs/{env_id}/fork` with `kind: live`) or `zygote` (a new
             env of a live create, copied from the API key's idle booted server of
             the same image and options, which never served a session: a fresh
-            server, fresh entropy, no parent).
+            server, fresh entropy, no parent) or `restored` (a child of a fork
+            under `--isolation gvisor`: its parent's sandbox was checkpointed and
+            this env's sandbox resumed from it, the server's memory as it was;
+            see `POST /v1/envs/{env_id}/fork` with `kind: auto`).
     """
 
     name: str

@@ -31,7 +31,12 @@ class EnvsCreate:
             OpenEnv sessions included, each child with its own copy-on-write
             `/work` (requires an env created with `live: true`; 409
             `live_unsupported` otherwise, naming the reason). `auto` is live
-            where the env allows it, else volume. On a cluster live children
+            where the env allows it, else volume; under `--isolation gvisor`
+            (no live forks) `auto` also checkpoints the parent's sandbox
+            (memory, processes, open files) and each child resumes from it
+            instead of booting (its `start` is `restored`) where the runtime
+            can save it (an env of one service; else its children boot). On
+            a cluster live children
             run on the parent's node and count against its cap: a `live` fork
             asking for more children than that node has room for is 429
             `rate_limited`; `auto` makes as many live children as fit there

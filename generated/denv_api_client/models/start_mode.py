@@ -4,6 +4,7 @@ from enum import StrEnum
 class StartMode(StrEnum):
     COLD = "cold"
     LIVE = "live"
+    RESTORED = "restored"
     WARM = "warm"
     ZYGOTE = "zygote"
 

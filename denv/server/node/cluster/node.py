@@ -103,6 +103,8 @@ class ClusterNode:
     # Sent as they are to the member the env is on (a live process: its group's member).
     prioritize = Route()
     changed_bytes = Route()
+    checkpoint = Route()  # its children restore where a placement puts them beside it, else boot
+    drop_checkpoint = Route()
     live_root = Route()
     logs = Route(lost=lambda exc: [f"({exc}: no log)"])
     logs_after = Route(lost=lambda exc: ([f"({exc}: no more log)"], None))

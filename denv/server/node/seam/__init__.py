@@ -30,6 +30,9 @@ The calls, one protocol per capability, each in its own module with its records:
                                spare's late mount), prioritize, cancel, teardown, stop
     watch      WatchCalls      states, logs, logs_after, memory_bytes, usage([Metered]) ->
                                [Usage], exit_reason
+    checkpoint CheckpointCalls checkpoint -> Checkpoint (a running sandbox saved), and
+                               drop_checkpoint; a fork's children restore from it
+                               (BootSpec.restore)
     live       LiveCalls       live_root, live_fork -> LiveForked, live_alive, live_modules,
                                live_preload, live_exit_reason, live_teardown, live_adopt
     cluster    PlacementCalls  room, room_beside, lost, lost_reason, layer_nodes,
@@ -52,6 +55,7 @@ from denv.server.node.errors import Cancelled as Cancelled
 from denv.server.node.errors import NodeLost as NodeLost
 
 from .boot import BootCalls, Booted, BootSpec
+from .checkpoint import Checkpoint, CheckpointCalls
 from .cluster import PlacementCalls
 from .images import ImageCalls, ImageFacts, ImageNode
 from .layers import LayerCalls, LayerOffer, TransferCalls
@@ -64,6 +68,7 @@ class Node(
     ImageCalls,
     LayerCalls,
     BootCalls,
+    CheckpointCalls,
     WatchCalls,
     LiveCalls,
     PlacementCalls,
@@ -98,6 +103,8 @@ __all__ = [
     "BootSpec",
     "Booted",
     "Cancelled",
+    "Checkpoint",
+    "CheckpointCalls",
     "ImageCalls",
     "ImageFacts",
     "ImageNode",

@@ -21,6 +21,9 @@ class BootSpec(Record):
     volumes: list[VolumeSlot] = Field(default_factory=list)
     late_mount: bool = False  # mount points stay empty until mount_volumes (a spare)
     live: bool = False  # the agent runs under the live-fork launcher (denv.server.docker.live)
+    # A checkpoint's image on this node (CheckpointCalls): the agent resumes from it, its
+    # server's memory as it was saved, instead of booting. Empty: it boots.
+    restore: str = ""
     warm_pool: str | None = None  # a spare's pool: it boots at low CPU weight, primed
     owner: str = ""  # the API key it is booted for: its CPU share and its turn at the engine
     timeout_s: float = 120.0
@@ -41,6 +44,7 @@ class Booted(Record):
         default_factory=dict
     )  # container port -> published host port (egress allow)
     node: str = "local"  # the node it runs on (a cluster's node name)
+    restored: bool = False  # the agent resumed from spec.restore (its image was on the node)
 
 
 class BootCalls(Protocol):
