@@ -19,8 +19,8 @@ trap 'rm -rf "$work"' EXIT
 # below pid 1, and starts copied from a zygote, reseeded; a child in a network namespace of
 # its own, which the launcher sets up itself; memory the launcher marks for merging; servers
 # on uvloop, which the hook moves to asyncio's loop; the gVisor runtime's script, which
-# `denv gvisor install` copies from the package). The source-tree run has the rest of
-# these modules.
+# `denv gvisor install` copies from the package, and which resumes a fork's children from
+# their parent's checkpoint). The source-tree run has the rest of these modules.
 TESTS=(
   tests/e2e/test_live_fork.py::test_live_fork_keeps_the_session_and_separates_work
   tests/e2e/test_live_fork.py::test_live_refused_with_the_reason
@@ -33,6 +33,7 @@ TESTS=(
   tests/e2e/test_live_shapes.py
   tests/e2e/test_gvisor.py::test_the_registered_runtime_is_this_packages_script
   tests/e2e/test_gvisor.py::test_gvisors_kernel_answers_what_runc_passes_to_the_hosts
+  tests/e2e/test_gvisor.py::test_a_fork_resumes_the_parents_sandbox_memory_included
 )
 
 echo "test-installed: building the wheel and a clean venv" >&2

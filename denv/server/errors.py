@@ -18,7 +18,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from denv.server.node.errors import ImageNotFound, Invalid, Refused, Unavailable
+from denv.server.node.errors import (
+    CheckpointUnsupported,
+    ImageNotFound,
+    Invalid,
+    Refused,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +67,12 @@ def invalid(message: str, path: str | None = None) -> ApiError:
 
 # The status of each kind of refusal a node answers; its code, message and details are the
 # node's own. A kind is looked up by its class and then its bases (NoCapacity: Unavailable).
-NODE_STATUS: dict[type[Refused], int] = {Invalid: 422, ImageNotFound: 422, Unavailable: 503}
+NODE_STATUS: dict[type[Refused], int] = {
+    Invalid: 422,
+    ImageNotFound: 422,
+    Unavailable: 503,
+    CheckpointUnsupported: 409,
+}
 
 
 def from_node(exc: Refused) -> ApiError:

@@ -37,6 +37,27 @@ HOST_RELEASE = Path("/proc/sys/kernel/osrelease").read_text().strip()
 
 # The hardening tests' app (its routes in its docstring): /probe, /connect/, /bomb, /hog.
 APP = (Path(__file__).parent / "hardening_app.py").read_text()
+# A server of no framework, on asyncio's event loop (epoll), whose state is only its memory:
+# a token drawn at its start and a count of GET /count. Nothing under /work. (A server that
+# closes its connections first keeps each in TIME_WAIT for 60 s, and a sandbox holding one
+# cannot be saved by this runsc: this one, like uvicorn, waits for its client to close.)
+MEMORY_APP = """
+import asyncio, json, secrets
+TOKEN, COUNT = secrets.token_hex(8), [0]
+async def serve(reader, writer):
+    while head := await reader.read(65536):  # keep-alive, as uvicorn: the client closes first
+        if head.split(b" ")[1] == b"/count":
+            COUNT[0] += 1
+        body = json.dumps({"token": TOKEN, "count": COUNT[0]}).encode()
+        writer.write(b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\n"
+                     b"content-length: %d\\r\\n\\r\\n%s" % (len(body), body))
+        await writer.drain()
+    writer.close()
+async def main():
+    server = await asyncio.start_server(serve, "0.0.0.0", 8000)
+    await server.serve_forever()
+asyncio.run(main())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +121,45 @@ def test_openenv_env_steps_and_forks_with_its_state_under_gvisor(
             assert state_of(root)["step_count"] == before["step_count"] == 3  # root unchanged
             envs = [clients(gvisor_server).get_env(i) for i in ids]
             assert not any(e.live for e in envs) and {e.parent_id for e in envs} == {root_id}
+            # The root's WebSocket session was open: this runsc cannot save a connected TCP
+            # endpoint, so the children booted from /work, and the session went on.
+            assert {e.start for e in envs} == {"cold"}
+            assert root.step(message("after the fork")).observation["metadata"]["step"] == 4
             every = [root_id, *ids]
             assert runtimes_of(every) == dict.fromkeys(every, runtime.RUNTIME)
             assert {kernel_of(i) for i in every} != {HOST_RELEASE}
         finally:
             for c in children:
                 c.close()
+
+
+def test_a_fork_resumes_the_parents_sandbox_memory_included(
+    gvisor_server: LocalDenv, clients: Clients
+) -> None:
+    """A fork of kind auto checkpoints the parent's sandbox and each child resumes from it:
+    the server's memory (a token drawn at its start, a count) continues in every child, and
+    each child counts on its own."""
+    denv = clients(gvisor_server)
+    env = denv.create_sandbox(PROBE_IMAGE, command=["python3", "-c", MEMORY_APP], wait="healthy")
+    parent = env.endpoints[0].url
+    for _ in range(3):
+        at_fork = get(parent + "/count")
+    assert at_fork["count"] == 3
+    began = time.monotonic()
+    made = denv.fork(env.id, 4, kind="auto", wait="healthy")
+    print(f"gvisor fork(4) by restore: {time.monotonic() - began:.2f} s")
+    children = [c.endpoints[0].url for c in made.envs]
+    assert [c.start for c in made.envs] == ["restored"] * 4
+    # Each child's first count continues the parent's memory: same token, 3 + 1.
+    assert [get(c + "/count") for c in children] == [{"token": at_fork["token"], "count": 4}] * 4
+    assert get(children[0] + "/count")["count"] == 5  # its own, not its siblings'
+    assert [get(c + "/health")["count"] for c in children[1:]] == [4, 4, 4]
+    assert get(parent + "/health") == at_fork  # the parent was not counted by its children
+    every = [env.id, *(c.id for c in made.envs)]
+    assert runtimes_of(every) == dict.fromkeys(every, runtime.RUNTIME)
+    for child in made.envs:
+        denv.delete_env(child.id)
+    denv.delete_env(env.id)
 
 
 def test_live_is_refused_under_gvisor_naming_why(

@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import httpx
 import pytest
 from conftest import LocalDenv, docker_engine, start_server
 from denv.openenv import DenvProvider, fork_clients
 from openenv.core import GenericEnvClient
 from provider_helpers import ECHO_IMAGE, TEST_TAG, delete_all, derived_images, message, state_of
 
+from denv import Denv
 from denv.server.gvisor import runtime
 
 pytestmark = pytest.mark.e2e
@@ -191,3 +193,68 @@ def start_step_fork(server: LocalDenv, name: str, oci_runtime: str) -> None:
                     child.close()
     finally:
         delete_all(server, ids)
+
+
+class Http:
+    """OpenEnv's HTTP routes of one env through its ingress endpoint: no session held open
+    (each request its own connection, closed), as a client between episodes leaves it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        with httpx.Client(trust_env=False, timeout=READY_TIMEOUT_S) as http:
+            res = http.request(method, self.url + path, json=body)
+        assert res.status_code == 200, (path, res.status_code, res.text[:300])
+        return res.json()
+
+    def reset(self) -> Any:
+        return self._call("POST", "/reset", {})
+
+    def step(self, text: str) -> Any:
+        return self._call("POST", "/step", {"action": message(text)})
+
+    def state(self) -> dict[str, Any]:
+        found: dict[str, Any] = self._call("GET", "/state")
+        return found
+
+
+@pytest.mark.parametrize("name", ["node", "shell script", "gunicorn -w 4"])
+def test_each_shape_forks_by_restoring_its_sandbox_under_gvisor(
+    gvisor_server: LocalDenv, name: str
+) -> None:
+    """With no session open, a fork of kind auto checkpoints the root's sandbox and each
+    child resumes from it (``start`` is ``restored``, no boot): it holds the root's state,
+    steps on its own and runs under ``denv-runsc``."""
+    shape = SHAPES[name]
+    ids: list[str] = []
+    with Denv(gvisor_server.url, gvisor_server.key) as denv:
+        try:
+            began = time.monotonic()
+            env = denv.create_sandbox(shape.image, wait="healthy", wait_timeout_s=READY_TIMEOUT_S)
+            started_s = time.monotonic() - began
+            ids.append(env.id)
+            root = Http(env.endpoints[0].url)
+            root.reset()
+            for i in range(3):
+                root.step(f"prefix {i}")
+            want = shape.carried(root.state())
+            began = time.monotonic()
+            made = denv.fork(env.id, 4, kind="auto", wait="healthy", wait_timeout_s=READY_TIMEOUT_S)
+            forked_s = time.monotonic() - began
+            ids += [c.id for c in made.envs]
+            print(f"gvisor {name}: start {started_s:.1f} s, fork(4) by restore {forked_s:.1f} s")
+            assert [c.start for c in made.envs] == ["restored"] * 4, [c.start for c in made.envs]
+            children = [Http(c.endpoints[0].url) for c in made.envs]
+            assert [shape.carried(c.state()) for c in children] == [want] * 4, name
+            children[0].step("child 0")
+            assert shape.carried(children[0].state()) != want, name
+            for other in [*children[1:], root]:  # a child's step is its own
+                assert shape.carried(other.state()) == want, name
+            found = containers_of(ids)
+            runtimes = {i: [c.attrs["HostConfig"]["Runtime"] for c in found[i]] for i in ids}
+            assert runtimes == {i: [runtime.RUNTIME] for i in ids}, runtimes
+        finally:
+            for env_id in ids:
+                denv.delete_env(env_id)
+    delete_all(gvisor_server, ids)

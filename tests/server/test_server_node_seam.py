@@ -22,12 +22,13 @@ from denv.server.lifecycle.context import Context
 from denv.server.lifecycle.env_records import EnvOptions
 from denv.server.lifecycle.envs import Envs
 from denv.server.net.host_guard import HostGuardWatch
-from denv.server.node.errors import EngineUnavailable
+from denv.server.node.errors import CheckpointUnsupported, EngineUnavailable
 from denv.server.node.seam import (
     Booted,
     BootFailed,
     BootSpec,
     Cancelled,
+    Checkpoint,
     ImageFacts,
     LayerOffer,
     LiveForked,
@@ -184,6 +185,12 @@ class FakeNode:
 
     def changed_bytes(self, env_id: str, volumes: list[VolumeSlot], stop_after: int) -> list[int]:
         return [0 for _ in volumes]
+
+    def checkpoint(self, env_id: str, container: str) -> Checkpoint:
+        raise CheckpointUnsupported("a fake node has no sandbox to save")
+
+    def drop_checkpoint(self, env_id: str, image: str) -> None:
+        pass
 
     def cancel(self, env_id: str) -> None:
         self.cancelled.add(env_id)

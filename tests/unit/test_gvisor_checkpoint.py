@@ -80,7 +80,7 @@ def test_a_process_without_a_root_is_not_a_gvisor_sandbox(spawn: Callable[..., i
     pid = spawn("boot", "--log=/l")
     with pytest.raises(CheckpointUnsupported, match="gvisor") as refused:
         state_root(pid)
-    assert refused.value.code == "checkpoint_unsupported"
+    assert refused.value.code == "conflict"
 
 
 def test_a_gone_process_is_named() -> None:

@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 # Read by the container's runtime: the image it resumes the sandbox from instead of starting
 # the container's command.
 RESTORE_ENV = "DENV_RESTORE_IMAGE"
+# A sandbox holding an open TCP connection cannot be saved, and a save that fails on one
+# leaves that connection stalled for a while (gVisor stops its packets for the save): so no
+# save is tried while this machine has a connection to the container's address (the
+# ingress's, a published port's proxy, a probe). Those closing are waited for this long.
+QUIET_WAIT_S, QUIET_POLL_S = 1.0, 0.05
+_TIME_WAIT = "06"  # /proc/net/tcp's state: this side closed first, the container's is gone
 STALE_S = 3600.0  # an image nobody let go of (the server stopped before its children started)
 
 
@@ -98,3 +104,39 @@ class Checkpoints:
                 if path.is_dir() and path.stat().st_mtime < cutoff:
                     log.info("removing the stale checkpoint %s", path.name)
                     shutil.rmtree(path, ignore_errors=True)
+
+
+def connections_to(addresses: set[str]) -> int:
+    """This network namespace's TCP connections to any of ``addresses`` (IPv4), but those
+    this side closed first (TIME_WAIT: the other side's end is gone)."""
+    wanted = {_hex_ip(a) for a in addresses if a.count(".") == 3}
+    found = 0
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[2].split(":")[0] in wanted and fields[3] != _TIME_WAIT:
+            found += 1
+    return found
+
+
+def wait_quiet(env_id: str, addresses: set[str]) -> None:
+    """Return once no connection to ``addresses`` is open (waiting ``QUIET_WAIT_S`` for those
+    closing); ``CheckpointUnsupported`` naming how many stay open."""
+    deadline = time.monotonic() + QUIET_WAIT_S
+    while (n := connections_to(addresses)) and time.monotonic() < deadline:
+        time.sleep(QUIET_POLL_S)
+    if n:
+        raise CheckpointUnsupported(
+            f"env {env_id} has {n} open connection{'s' if n > 1 else ''} (a WebSocket session, "
+            "a request in flight or a client of a published port), and a sandbox holding one "
+            "cannot be saved: its children boot from /work (close the session before forking "
+            "to resume them from the parent's sandbox)"
+        )
+
+
+def _hex_ip(address: str) -> str:
+    """An IPv4 address as /proc/net/tcp writes it (little-endian hex)."""
+    return "".join(f"{int(part):02X}" for part in reversed(address.split(".")))

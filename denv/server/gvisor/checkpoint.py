@@ -20,9 +20,10 @@ from pathlib import Path
 from denv.server.node.errors import CheckpointUnsupported
 
 SAVE_TIMEOUT_S = 120.0
-# A connection the env's server is still closing (its client left a moment ago) is saved
-# once it is gone: tried again this many times, this long apart.
-CONNECTED_TRIES, CONNECTED_WAIT_S = 4, 0.15
+# A connection the env's server is still closing (its client left a moment ago, and the
+# node saw none left open) is saved once it is gone: tried again this many times, this long
+# apart.
+CONNECTED_TRIES, CONNECTED_WAIT_S = 3, 0.15
 CONNECTED = "cannot be saved in connected state"
 # The first release whose netstack saves a listener watched by epoll (Debian's
 # bookworm-backports has 2024-07-29; bookworm's own 2022-12-19 cannot).
@@ -60,7 +61,7 @@ class RunscSaver:
         raise CheckpointUnsupported(
             "the env has an open connection (a WebSocket session, or a request in flight), "
             "and this runsc cannot save a connected TCP endpoint (runsc said: "
-            f"{why[why.find(CONNECTED):][:200]})"
+            f"{why[why.find(CONNECTED) :][:200]})"
         )
 
 

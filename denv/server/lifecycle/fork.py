@@ -92,10 +92,11 @@ class Forks(Verb):
         t2 = time.perf_counter()
         envs = self.views.wait_all(recs, opts.wait, opts.wait_timeout_s)
         log.info(
-            "fork env %s into %d (%d warm): snapshot %.1f ms, create %.1f ms, wait %.1f ms",
+            "fork env %s into %d (%d warm%s): snapshot %.1f ms, create %.1f ms, wait %.1f ms",
             rec.id,
             len(recs),
             sum(r.start == "warm" for r in recs),
+            f", from a checkpoint of {saved.bytes / 1e6:.1f} MB" if saved else "",
             (t1 - t0) * 1000,
             (t2 - t1) * 1000,
             (time.perf_counter() - t2) * 1000,
@@ -126,9 +127,10 @@ class Forks(Verb):
 
     def _drop_when_started(self, saved: Checkpoint, recs: list[EnvRecord]) -> None:
         """Let go of ``saved`` once every child has resumed from it (or failed, or gone)."""
+        deadline = time.monotonic() + max(r.spec.wait_timeout_s for r in recs)
         try:
-            for child in recs:
-                self.envs.wait(child.id, STARTED, child.spec.wait_timeout_s)
+            for child in recs:  # they start together: one deadline for them all
+                self.envs.wait(child.id, STARTED, max(0.0, deadline - time.monotonic()))
         finally:
             self._drop(saved)
 

@@ -100,10 +100,11 @@ class NoCapacity(Unavailable):
 
 class CheckpointUnsupported(Refused):
     """The node cannot save this env's sandbox (no sandbox under runc, a runtime too old, a
-    state the runtime cannot save); forks boot from a snapshot of ``/work`` instead."""
+    state the runtime cannot save); forks boot from a snapshot of ``/work`` instead. Were it
+    ever answered, a conflict with the env's state (409 ``conflict``)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("checkpoint_unsupported", message)
+        super().__init__("conflict", message)
 
 
 class BootFailed(NodeError):
