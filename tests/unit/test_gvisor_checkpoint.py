@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from denv.server.docker import checkpoints
 from denv.server.docker.checkpoints import RESTORE_ENV
 from denv.server.gvisor import checkpoint
 from denv.server.gvisor.checkpoint import CONNECTED, RunscSaver, release, state_root
@@ -296,3 +298,26 @@ def test_other_commands_go_to_runsc_as_they_are(runtime: Path) -> None:
         str(runtime / "bundle"),
         "ctr1",
     ]
+
+
+def test_a_save_waits_for_no_connection_to_the_envs_address() -> None:
+    """The node tries no save while this machine holds a connection to the env's address (a
+    failed save stalls it): counted from /proc/net/tcp, but those this side closed first."""
+    server = socket.create_server(("127.0.0.3", 0))
+    client = socket.socket()
+    client.bind(("127.0.0.1", 0))
+    client.connect(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        assert checkpoints.connections_to({"127.0.0.3"}) == 1
+        with pytest.raises(CheckpointUnsupported) as open_one:
+            checkpoints.wait_quiet("env_x", {"127.0.0.3"})
+        assert "1 open connection" in str(open_one.value) and "WebSocket" in str(open_one.value)
+        client.close()  # this side first (FIN_WAIT2 here, still counted) ...
+        accepted.close()  # ... then the env's server, on its EOF: TIME_WAIT here, gone there
+        checkpoints.wait_quiet("env_x", {"127.0.0.3"})
+        assert checkpoints.connections_to({"127.0.0.3"}) == 0
+    finally:
+        client.close()
+        accepted.close()
+        server.close()

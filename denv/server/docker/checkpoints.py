@@ -35,7 +35,7 @@ RESTORE_ENV = "DENV_RESTORE_IMAGE"
 # leaves that connection stalled for a while (gVisor stops its packets for the save): so no
 # save is tried while this machine has a connection to the container's address (the
 # ingress's, a published port's proxy, a probe). Those closing are waited for this long.
-QUIET_WAIT_S, QUIET_POLL_S = 1.0, 0.05
+QUIET_WAIT_S, QUIET_POLL_S = 0.3, 0.03
 _TIME_WAIT = "06"  # /proc/net/tcp's state: this side closed first, the container's is gone
 STALE_S = 3600.0  # an image nobody let go of (the server stopped before its children started)
 
@@ -69,6 +69,8 @@ class Checkpoints:
             raise CheckpointUnsupported(
                 f"env {env_id}'s container is not running: no sandbox to save"
             )
+        networks = ((info or {}).get("NetworkSettings") or {}).get("Networks") or {}
+        wait_quiet(env_id, {n.get("IPAddress") for n in networks.values()} - {None, ""})
         self.sweep()
         dest = self.root / f"{env_id}-{time.time_ns()}-{next(self._n)}"
         dest.mkdir(parents=True, mode=0o700)
