@@ -139,7 +139,8 @@ def test_a_save_refused_for_a_closing_connection_is_tried_again_from_scratch(
     # each try: without the removal the stub's second call fails as runsc would.
     runsc, dest, calls = _save_stub(tmp_path, fails=checkpoint.CONNECTED_TRIES - 1)
     runsc.save("cid", 4242, dest)
-    one = f"--root={ROOT} checkpoint --leave-running --image-path={dest} cid"
+    flags = " ".join(checkpoint.SAVE_FLAGS)
+    one = f"--root={ROOT} checkpoint --leave-running {flags} --image-path={dest} cid"
     assert calls.read_text().splitlines() == [one] * checkpoint.CONNECTED_TRIES
     assert [p.name for p in dest.iterdir()] == ["checkpoint.img"]
     assert (dest / "checkpoint.img").read_text() == "whole\n"
