@@ -102,6 +102,7 @@ LONG_CALLS = frozenset(
         "live_preload", "live_teardown", "layer_digest", "offer_layer", "copy_layer",
         "upload_layer", "fetch_layer", "offer_image", "copy_image", "upload_image",
         "fetch_image", "pull_image", "collect_images", "remove_owned", "recover",
+        "checkpoint",
     }
 )  # fmt: skip
 
