@@ -102,7 +102,8 @@ class Envs:
                 raise no_room(room, count)
             for i, rec in enumerate(records):
                 rec.id = spares[i][0] if i < len(spares) else ids.new_id("env")
-                rec.start = "warm" if i < len(spares) else "cold"
+                # A fork's child to resume from a checkpoint: "cold" if its node had not the image.
+                rec.start = "warm" if i < len(spares) else "restored" if options.restore else "cold"
             try:
                 store.insert_envs(records)
             except BaseException:
@@ -255,8 +256,8 @@ class Envs:
                 ctx.store.add_ingress(token, env_id, service, port, host)
                 ctx.ingress.register(token, host, port, rec.owner)
             runtime = self._runtime(booted, endpoints)
-            if booted.restored:  # its parent's sandbox resumed, not a boot
-                ctx.store.set_start(env_id, "restored", runtime)
+            if rec.spec.restore and not booted.restored:  # its node had no image: a boot
+                ctx.store.set_start(env_id, "cold", runtime)
             else:
                 ctx.store.set_runtime(env_id, runtime)
         if ctx.store.set_status(env_id, EnvStatus.STARTING, only_from={EnvStatus.CREATING}):
