@@ -21,15 +21,13 @@ from denv.server.lifecycle.requests import EnvsCreate
 from denv.server.lifecycle.shown import EnvShown, Made
 from denv.server.node.errors import NodeError, Refused
 from denv.server.node.seam import Checkpoint
-from denv.server.records import EnvRecord, EnvStatus, VersionRecord
+from denv.server.records import UP, EnvRecord, EnvStatus, VersionRecord
 
 log = logging.getLogger(__name__)
 
 # A fork of kind auto that cannot be live (the env's server runs threads of its own, or the
 # children ask for an egress or env of their own) is a volume fork instead.
 AUTO_VOLUME_CODES = frozenset({"fork_unsafe", "live_unsupported"})
-# A child past these has resumed from its checkpoint (or booted): the image can go.
-STARTED = frozenset({EnvStatus.STARTING, EnvStatus.RUNNING, EnvStatus.HEALTHY})
 
 
 class Forks(Verb):
@@ -126,11 +124,12 @@ class Forks(Verb):
             return None
 
     def _drop_when_started(self, saved: Checkpoint, recs: list[EnvRecord]) -> None:
-        """Let go of ``saved`` once every child has resumed from it (or failed, or gone)."""
+        """Let go of ``saved`` once every child has resumed from it (its containers run: ``UP``)
+        or failed, or gone."""
         deadline = time.monotonic() + max(r.spec.wait_timeout_s for r in recs)
         try:
             for child in recs:  # they start together: one deadline for them all
-                self.envs.wait(child.id, STARTED, max(0.0, deadline - time.monotonic()))
+                self.envs.wait(child.id, UP, max(0.0, deadline - time.monotonic()))
         finally:
             self._drop(saved)
 
