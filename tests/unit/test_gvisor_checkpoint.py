@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -320,5 +321,26 @@ def test_a_save_waits_for_no_connection_to_the_envs_address() -> None:
         assert checkpoints.connections_to({"127.0.0.3"}) == 0
     finally:
         client.close()
+        accepted.close()
+        server.close()
+
+
+def test_a_connection_this_side_closed_is_waited_for_past_the_open_ones_limit() -> None:
+    """One this side closed (FIN_WAIT2 here) is the sandbox's to close: waited for longer than
+    an open one (a CI run's sandbox took over QUIET_WAIT_S under load), then the save goes."""
+    server = socket.create_server(("127.0.0.3", 0))
+    client = socket.socket()
+    client.bind(("127.0.0.1", 0))
+    client.connect(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        client.close()  # this side first: FIN_WAIT2 until the env's server closes its end
+        closer = threading.Timer(2 * checkpoints.QUIET_WAIT_S, accepted.close)
+        closer.start()
+        began = time.monotonic()
+        checkpoints.wait_quiet("env_x", {"127.0.0.3"})  # no CheckpointUnsupported
+        assert time.monotonic() - began >= 2 * checkpoints.QUIET_WAIT_S
+        closer.join()
+    finally:
         accepted.close()
         server.close()

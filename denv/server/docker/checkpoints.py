@@ -34,9 +34,14 @@ RESTORE_ENV = "DENV_RESTORE_IMAGE"
 # A sandbox holding an open TCP connection cannot be saved, and a save that fails on one
 # leaves that connection stalled for a while (gVisor stops its packets for the save): so no
 # save is tried while this machine has a connection to the container's address (the
-# ingress's, a published port's proxy, a probe). Those closing are waited for this long.
-QUIET_WAIT_S, QUIET_POLL_S = 0.3, 0.03
-_TIME_WAIT = "06"  # /proc/net/tcp's state: this side closed first, the container's is gone
+# ingress's, a published port's proxy, a probe). One still open is waited for QUIET_WAIT_S;
+# one this side already closed, for the sandbox to close its end (under ptrace and load that
+# took over 0.3 s in a CI run), CLOSING_WAIT_S.
+QUIET_WAIT_S, CLOSING_WAIT_S, QUIET_POLL_S = 0.3, 3.0, 0.03
+# /proc/net/tcp's states: TIME_WAIT (this side closed first, the container's end is gone)
+# is not counted; FIN_WAIT1, FIN_WAIT2, CLOSE, LAST_ACK and CLOSING are closing.
+_TIME_WAIT = "06"
+_CLOSING = frozenset({"04", "05", "07", "09", "0B"})
 STALE_S = 3600.0  # an image nobody let go of (the server stopped before its children started)
 
 
@@ -108,29 +113,37 @@ class Checkpoints:
                     shutil.rmtree(path, ignore_errors=True)
 
 
-def connections_to(addresses: set[str]) -> int:
-    """This network namespace's TCP connections to any of ``addresses`` (IPv4), but those
-    this side closed first (TIME_WAIT: the other side's end is gone)."""
+def connection_states(addresses: set[str]) -> list[str]:
+    """The states (/proc/net/tcp's hex) of this network namespace's TCP connections to any
+    of ``addresses`` (IPv4), but those in TIME_WAIT (the other side's end is gone)."""
     wanted = {_hex_ip(a) for a in addresses if a.count(".") == 3}
-    found = 0
     try:
         lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
     except OSError:
-        return 0
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 3 and fields[2].split(":")[0] in wanted and fields[3] != _TIME_WAIT:
-            found += 1
-    return found
+        return []
+    rows = [line.split() for line in lines]
+    return [
+        f[3] for f in rows if len(f) > 3 and f[2].split(":")[0] in wanted and f[3] != _TIME_WAIT
+    ]
+
+
+def connections_to(addresses: set[str]) -> int:
+    """How many connections to ``addresses`` this network namespace holds (TIME_WAIT aside)."""
+    return len(connection_states(addresses))
 
 
 def wait_quiet(env_id: str, addresses: set[str]) -> None:
-    """Return once no connection to ``addresses`` is open (waiting ``QUIET_WAIT_S`` for those
-    closing); ``CheckpointUnsupported`` naming how many stay open."""
-    deadline = time.monotonic() + QUIET_WAIT_S
-    while (n := connections_to(addresses)) and time.monotonic() < deadline:
+    """Return once no connection to ``addresses`` is left, waiting ``QUIET_WAIT_S`` for open
+    ones and ``CLOSING_WAIT_S`` for those closing; ``CheckpointUnsupported`` naming how many
+    stay."""
+    began = time.monotonic()
+    while states := connection_states(addresses):
+        waited = time.monotonic() - began
+        closing = all(state in _CLOSING for state in states)
+        if waited >= (CLOSING_WAIT_S if closing else QUIET_WAIT_S):
+            break
         time.sleep(QUIET_POLL_S)
-    if n:
+    if n := len(states):
         raise CheckpointUnsupported(
             f"env {env_id} has {n} open connection{'s' if n > 1 else ''} (a WebSocket session, "
             "a request in flight or a client of a published port), and a sandbox holding one "

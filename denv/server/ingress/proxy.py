@@ -37,6 +37,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from denv.server.config import DEFAULT_INGRESS_READ_TIMEOUT_S, DEFAULT_WS_IDLE_TIMEOUT_S
 from denv.server.errors import RETRY_AFTER_S
+from denv.server.ingress.idle import CLOSE_IDLE_WAIT_S, close_idle_to
 from denv.server.ingress.relay import RelayBackend, split_address
 from denv.server.ingress.routes import IngressTable
 from denv.server.ingress.websocket import proxy_websocket, reject_websocket
@@ -66,7 +67,6 @@ CONNECT_TIMEOUT_S = 10.0
 # and MCP keeps SSE streams open, but an env that goes silent mid-response no longer holds
 # the connection for ever. A client that leaves cancels the upstream request (_watch_disconnect).
 WRITE_TIMEOUT_S = 300.0  # an env that stops reading an upload
-CLOSE_IDLE_WAIT_S = 2.0  # close_idle: how long a fork waits for the loop to close them
 KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive, so pooled connections are live
 MAX_KEEPALIVE_CONNECTIONS = 256
 BUFFER_BODY_MAX = 1 << 20  # request bodies up to 1 MiB are read whole; larger ones stream
@@ -83,13 +83,6 @@ class IngressUpstreamBroke(Exception):
 
 
 class _ClientDisconnected(Exception): ...
-
-
-async def _close_idle(transport: httpx.AsyncHTTPTransport, host: str) -> None:
-    for conn in list(transport._pool.connections):
-        origin = getattr(conn, "_origin", None)  # httpcore's: scheme, host and port
-        if isinstance(origin, httpcore.Origin) and origin.host == host.encode() and conn.is_idle():
-            await conn.aclose()
 
 
 class IngressProxy:
@@ -160,9 +153,9 @@ class IngressProxy:
         loop, transport = self._loop, self._transports.get(None)
         if loop is None or transport is None or loop.is_closed():
             return
-        done = asyncio.run_coroutine_threadsafe(_close_idle(transport, host), loop)
+        done = asyncio.run_coroutine_threadsafe(close_idle_to(transport, host), loop)
         with contextlib.suppress(Exception):
-            done.result(CLOSE_IDLE_WAIT_S)
+            done.result(CLOSE_IDLE_WAIT_S + 1.0)
 
     async def aclose(self) -> None:
         """Close the pooled upstream connections."""
